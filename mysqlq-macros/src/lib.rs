@@ -1,0 +1,8 @@
+//! Placeholder: the `#[job]` attribute is being written.
+use proc_macro::TokenStream;
+
+/// Placeholder.
+#[proc_macro_attribute]
+pub fn job(_args: TokenStream, item: TokenStream) -> TokenStream {
+    item
+}

@@ -1,0 +1,231 @@
+//! What a running job knows about itself.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use sqlx::MySqlPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::JobId;
+
+/// Why a running job was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The lease was lost: another worker may already be running this job.
+    LeaseLost,
+    /// The worker is shutting down and the grace period is over.
+    Shutdown,
+    /// The job ran past its timeout.
+    Timeout,
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::LeaseLost => "lease lost",
+            Self::Shutdown => "worker shutting down",
+            Self::Timeout => "timed out",
+        })
+    }
+}
+
+/// Shared values a worker hands to every job (`Worker::state`), looked up by type.
+#[derive(Default, Clone)]
+pub struct Extensions {
+    map: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Extensions {
+    /// Stores `value`, replacing an earlier value of the same type.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.map.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The value of type `T`, if one was stored.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.map.get(&TypeId::of::<T>())?.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Extensions").field("len", &self.map.len()).finish()
+    }
+}
+
+/// Something that can extend the lease of one job now (the worker's lease service).
+pub(crate) trait Heartbeat: Send + Sync {
+    fn beat(&self, id: JobId, token: &str) -> futures_util::future::BoxFuture<'static, Result<bool, crate::Error>>;
+}
+
+/// The context argument of a job: who it is, and how to cooperate with the worker.
+#[derive(Clone)]
+pub struct JobContext {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: JobId,
+    kind: String,
+    queue: String,
+    attempt: u32,
+    max_attempts: u32,
+    claim_token: String,
+    cancel: CancellationToken,
+    reason: OnceLock<CancelReason>,
+    pool: Option<MySqlPool>,
+    extensions: Arc<Extensions>,
+    heartbeat: Option<Arc<dyn Heartbeat>>,
+}
+
+/// Parts of a context, filled in by the worker.
+pub(crate) struct ContextParts {
+    pub(crate) id: JobId,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) claim_token: String,
+    pub(crate) pool: Option<MySqlPool>,
+    pub(crate) extensions: Arc<Extensions>,
+    pub(crate) heartbeat: Option<Arc<dyn Heartbeat>>,
+}
+
+impl JobContext {
+    pub(crate) fn from_parts(p: ContextParts) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                id: p.id,
+                kind: p.kind,
+                queue: p.queue,
+                attempt: p.attempt,
+                max_attempts: p.max_attempts,
+                claim_token: p.claim_token,
+                cancel: CancellationToken::new(),
+                reason: OnceLock::new(),
+                pool: p.pool,
+                extensions: p.extensions,
+                heartbeat: p.heartbeat,
+            }),
+        }
+    }
+
+    /// A context for running a job by hand (tests, [`crate::testing`]): attempt 1 of 1, no
+    /// worker behind it, so [`heartbeat`](Self::heartbeat) does nothing.
+    pub fn detached(id: JobId, kind: &str, queue: &str) -> Self {
+        Self::from_parts(ContextParts {
+            id,
+            kind: kind.to_owned(),
+            queue: queue.to_owned(),
+            attempt: 1,
+            max_attempts: 1,
+            claim_token: String::new(),
+            pool: None,
+            extensions: Arc::default(),
+            heartbeat: None,
+        })
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> JobId {
+        self.inner.id
+    }
+
+    /// The job's kind name.
+    pub fn kind(&self) -> &str {
+        &self.inner.kind
+    }
+
+    /// The queue the job was claimed from.
+    pub fn queue(&self) -> &str {
+        &self.inner.queue
+    }
+
+    /// This attempt's number, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+
+    /// Attempts allowed in all.
+    pub fn max_attempts(&self) -> u32 {
+        self.inner.max_attempts
+    }
+
+    /// `true` on the last allowed attempt.
+    pub fn is_last_attempt(&self) -> bool {
+        self.inner.attempt >= self.inner.max_attempts
+    }
+
+    /// A key that is the same for every attempt of this job and different for every job
+    /// (`mysqlq-job-<id>`): pass it to payment providers, mail APIs or a unique column so that a
+    /// re-run (delivery is at-least-once) has its side effect only once.
+    pub fn idempotency_key(&self) -> String {
+        format!("mysqlq-job-{}", self.inner.id)
+    }
+
+    /// The claim token of this attempt (changes on every claim).
+    pub fn claim_token(&self) -> &str {
+        &self.inner.claim_token
+    }
+
+    /// The worker's pool, for jobs that need the database; borrow a connection only while you
+    /// use it.
+    pub fn pool(&self) -> Option<&MySqlPool> {
+        self.inner.pool.as_ref()
+    }
+
+    /// A value given to the worker with `state(...)`, looked up by type.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.inner.extensions.get::<T>()
+    }
+
+    /// Completes when the job should stop: lease lost, shutdown deadline, or timeout.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await;
+    }
+
+    /// `true` once the job has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Why the job was asked to stop, once it was.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.inner.reason.get().copied()
+    }
+
+    /// Extends this job's lease now (the worker also does so periodically). Returns `false` if
+    /// the lease was already lost: the job should stop, another worker may own it.
+    pub async fn heartbeat(&self) -> Result<bool, crate::Error> {
+        match &self.inner.heartbeat {
+            Some(h) => {
+                let alive = h.beat(self.inner.id, &self.inner.claim_token).await?;
+                if !alive {
+                    self.cancel(CancelReason::LeaseLost);
+                }
+                Ok(alive)
+            }
+            None => Ok(true),
+        }
+    }
+
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        let _ = self.inner.reason.set(reason);
+        self.inner.cancel.cancel();
+    }
+}
+
+impl fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobContext")
+            .field("id", &self.inner.id)
+            .field("kind", &self.inner.kind)
+            .field("queue", &self.inner.queue)
+            .field("attempt", &self.inner.attempt)
+            .field("max_attempts", &self.inner.max_attempts)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,253 @@
+//! Enqueueing: one job inside the caller's transaction, or many with chunked multi-row INSERTs.
+
+use std::time::{Duration, SystemTime};
+
+use sqlx::{Acquire, MySql};
+
+use crate::store::{self, InsertRow};
+use crate::{Error, Job, JobId};
+
+/// Largest accepted payload (serialised JSON), 1 MiB. Larger data belongs in your own table,
+/// with its id in the job.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+/// Longest queue name (the `queue_name` column is `VARCHAR(64)`).
+pub const MAX_QUEUE_NAME: usize = 64;
+/// Longest dedupe or ordering key (`VARCHAR(191)`).
+pub const MAX_KEY_LEN: usize = 191;
+
+/// The result of an enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an enqueue can report a duplicate; look at it or bind it to `_`"]
+pub enum Enqueued {
+    /// A new job row was written.
+    Inserted(JobId),
+    /// A job holding the same dedupe key already exists; nothing was written.
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    /// The id of the new job, or of the job that already holds the dedupe key.
+    pub fn id(self) -> JobId {
+        match self {
+            Self::Inserted(id) | Self::Duplicate(id) => id,
+        }
+    }
+
+    /// `true` when the dedupe key was already taken.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Self::Duplicate(_))
+    }
+}
+
+/// When a job becomes runnable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunAt {
+    Now,
+    /// After a delay, measured by the database clock at insert time.
+    Delay(Duration),
+    /// At an absolute time (UTC).
+    At(SystemTime),
+}
+
+/// Per-call enqueue options. Unset fields take the job's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    queue: Option<String>,
+    priority: Option<i16>,
+    max_attempts: Option<u32>,
+    run_at: RunAt,
+    dedupe_key: Option<String>,
+    ordering_key: Option<String>,
+}
+
+impl Default for EnqueueOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EnqueueOptions {
+    /// No overrides.
+    pub const fn new() -> Self {
+        Self {
+            queue: None,
+            priority: None,
+            max_attempts: None,
+            run_at: RunAt::Now,
+            dedupe_key: None,
+            ordering_key: None,
+        }
+    }
+
+    /// Sends the job to `queue` instead of its default queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Claim priority (lower runs first).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Attempts in all, the first included (overrides `retries + 1`).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+
+    /// Runnable after `delay`, by the database clock.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.run_at = RunAt::Delay(delay);
+        self
+    }
+
+    /// Runnable at `at` (UTC).
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = RunAt::At(at);
+        self
+    }
+
+    /// At most one job with this key is pending or processing; a second enqueue returns
+    /// [`Enqueued::Duplicate`] with the holder's id. Keys are global: include the kind in them.
+    pub fn dedupe_key(mut self, key: impl Into<String>) -> Self {
+        self.dedupe_key = Some(key.into());
+        self
+    }
+
+    /// Jobs sharing this key run one at a time, in enqueue order.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+}
+
+/// A job row to insert, by kind name and JSON payload — the untyped form behind
+/// [`Job::enqueue`], for tools and scripts that enqueue jobs of other binaries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub(crate) row: InsertRow,
+}
+
+impl NewJob {
+    /// A job of `kind` on `queue` with a JSON `payload` (checked for size and validity).
+    pub fn new(kind: &str, queue: &str, payload: &serde_json::Value, options: &EnqueueOptions) -> Result<Self, Error> {
+        let payload = serde_json::to_string(payload).map_err(|source| Error::Serialize {
+            kind: kind.to_owned(),
+            source,
+        })?;
+        Self::build(kind, queue, 0, crate::RetryPolicy::default().max_attempts, payload, None, options)
+    }
+
+    /// The row for `job` with `options` over the job's defaults.
+    pub fn from_job<J: Job>(job: &J, options: &EnqueueOptions) -> Result<Self, Error> {
+        let payload = serde_json::to_string(job).map_err(|source| Error::Serialize {
+            kind: J::KIND.to_owned(),
+            source,
+        })?;
+        Self::build(
+            J::KIND,
+            J::QUEUE,
+            J::PRIORITY,
+            J::retry_policy().max_attempts,
+            payload,
+            job.ordering_key(),
+            options,
+        )
+    }
+
+    fn build(
+        kind: &str,
+        default_queue: &str,
+        default_priority: i16,
+        default_max_attempts: u32,
+        payload: String,
+        default_ordering_key: Option<String>,
+        o: &EnqueueOptions,
+    ) -> Result<Self, Error> {
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(Error::PayloadTooLarge {
+                kind: kind.to_owned(),
+                size: payload.len(),
+                limit: MAX_PAYLOAD_BYTES,
+            });
+        }
+        let queue = o.queue.as_deref().unwrap_or(default_queue);
+        validate_queue_name(queue)?;
+        let max_attempts = o.max_attempts.unwrap_or(default_max_attempts);
+        if max_attempts == 0 {
+            return Err(Error::invalid("max_attempts", "must be at least 1 (the first attempt counts)"));
+        }
+        let ordering_key = o.ordering_key.clone().or(default_ordering_key);
+        for (what, key) in [("dedupe key", &o.dedupe_key), ("ordering key", &ordering_key)] {
+            if let Some(k) = key {
+                if k.is_empty() || k.chars().count() > MAX_KEY_LEN {
+                    return Err(Error::invalid(
+                        what,
+                        format!("`{k}` must be 1 to {MAX_KEY_LEN} characters long"),
+                    ));
+                }
+            }
+        }
+        let (delay_us, run_at) = match o.run_at {
+            RunAt::Now => (0, None),
+            RunAt::Delay(d) => (i64::try_from(d.as_micros()).unwrap_or(i64::MAX), None),
+            RunAt::At(t) => (0, Some(store::datetime_utc(t)?)),
+        };
+        Ok(Self {
+            row: InsertRow {
+                queue: queue.to_owned(),
+                kind: kind.to_owned(),
+                payload,
+                priority: o.priority.unwrap_or(default_priority),
+                max_attempts,
+                delay_us,
+                run_at,
+                dedupe_key: o.dedupe_key.clone(),
+                ordering_key,
+            },
+        })
+    }
+}
+
+/// Checks a queue name: 1–64 characters of `a-z A-Z 0-9 _ - . :`.
+pub fn validate_queue_name(queue: &str) -> Result<(), Error> {
+    let ok_chars = queue
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+    if queue.is_empty() || queue.len() > MAX_QUEUE_NAME || !ok_chars {
+        return Err(Error::invalid(
+            "queue name",
+            format!(
+                "`{queue}` must be 1 to {MAX_QUEUE_NAME} characters of letters, digits, `_`, `-`, `.` or `:`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) async fn enqueue_one<'c, A>(target: A, job: NewJob) -> Result<Enqueued, Error>
+where
+    A: Acquire<'c, Database = MySql> + Send + 'c,
+{
+    let mut conn = target.acquire().await?;
+    store::job_insert_one(&mut conn, &job.row).await
+}
+
+/// Enqueues many jobs through `target` with multi-row INSERTs of up to
+/// [`store::INSERT_CHUNK_ROWS`] rows. Inside a transaction all rows commit or roll back
+/// together; on a pool each chunk commits on its own. Returns one result per job, in order.
+/// Jobs with a dedupe key are inserted one statement each (to report each duplicate).
+pub async fn enqueue_many<'c, A, I>(target: A, jobs: I) -> Result<Vec<Enqueued>, Error>
+where
+    A: Acquire<'c, Database = MySql> + Send + 'c,
+    I: IntoIterator<Item = NewJob>,
+{
+    let rows: Vec<InsertRow> = jobs.into_iter().map(|j| j.row).collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut conn = target.acquire().await?;
+    store::job_insert_many(&mut conn, &rows).await
+}

@@ -1,0 +1,215 @@
+//! The crate's error type, and the error a job handler returns.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+/// Errors returned by mysqlq's own operations (enqueue, migrate, worker start-up, admin calls).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database returned an error.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    /// A job's payload could not be serialised to JSON.
+    #[error("cannot serialise the payload of job `{kind}` to JSON")]
+    Serialize {
+        /// The job's kind name.
+        kind: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A job's payload is larger than the limit.
+    #[error(
+        "payload of job `{kind}` is {size} bytes, over the limit of {limit} bytes; store large data in \
+         your own table and enqueue its id"
+    )]
+    PayloadTooLarge {
+        /// The job's kind name.
+        kind: String,
+        /// Size of the serialised payload in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// An argument is outside what the queue accepts (queue name, key length, attempts, …).
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was invalid, e.g. "queue name".
+        what: &'static str,
+        /// Why, and how to fix it.
+        reason: String,
+    },
+    /// The server does not support what mysqlq needs.
+    #[error("unsupported server {version}: {reason}")]
+    UnsupportedServer {
+        /// The server's version string.
+        version: String,
+        /// Why, and what to use instead.
+        reason: String,
+    },
+    /// The database schema is older or newer than this build of mysqlq.
+    #[error(
+        "schema version {found} found, this mysqlq needs {expected}; run `mysqlq-cli migrate` \
+         (or `mysqlq::migrate(&pool)`)"
+    )]
+    SchemaVersion {
+        /// Version found in the database (0 when mysqlq's tables are missing).
+        found: u32,
+        /// Version this build expects.
+        expected: u32,
+    },
+    /// Two job types were registered under one kind name.
+    #[error(
+        "job kind `{kind}` is registered twice: at {first} and at {second}; give one of them a \
+         different `name = \"...\"`"
+    )]
+    DuplicateKind {
+        /// The kind name.
+        kind: String,
+        /// Where the first registration was made.
+        first: String,
+        /// Where the second registration was made.
+        second: String,
+    },
+    /// Worker settings do not fit together.
+    #[error("invalid worker configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            what,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What the worker does with a job whose handler returned an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// Transient: run again after the job's backoff, until `max_attempts` is reached.
+    Retry,
+    /// Permanent (bad input, permissions): move to `failed` now, whatever attempts are left.
+    Fail,
+    /// Not a failure: run again after the given delay without consuming an attempt.
+    Snooze(Duration),
+    /// Stop for good without counting as a failure: the job moves to `cancelled`.
+    Cancel,
+}
+
+/// Lets an error type choose how the worker treats it.
+///
+/// Errors that do not implement this trait are retried. Implement it to fail permanently,
+/// snooze or cancel instead:
+///
+/// ```
+/// use mysqlq::{Classify, ErrorClass};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum EmailError {
+///     #[error("address rejected")]
+///     BadAddress,
+///     #[error("server busy")]
+///     Busy,
+/// }
+///
+/// impl Classify for EmailError {
+///     fn class(&self) -> ErrorClass {
+///         match self {
+///             EmailError::BadAddress => ErrorClass::Fail,
+///             EmailError::Busy => ErrorClass::Retry,
+///         }
+///     }
+/// }
+/// ```
+pub trait Classify {
+    /// The class of this error.
+    fn class(&self) -> ErrorClass;
+}
+
+/// The error a job handler returns: a cause and what to do about it.
+///
+/// Any `std::error::Error + Send + Sync + 'static` converts into a `JobError` of class
+/// [`ErrorClass::Retry`], so `?` works in handlers that return `Result<(), JobError>`.
+pub struct JobError {
+    class: ErrorClass,
+    source: Box<dyn StdError + Send + Sync + 'static>,
+}
+
+impl JobError {
+    /// A transient error: the job is retried after its backoff.
+    pub fn retry(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Self::new(ErrorClass::Retry, source)
+    }
+
+    /// A permanent error: the job is marked `failed` now.
+    pub fn fail(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Self::new(ErrorClass::Fail, source)
+    }
+
+    /// Run the job again after `delay` without consuming an attempt.
+    pub fn snooze(delay: Duration) -> Self {
+        Self::new(
+            ErrorClass::Snooze(delay),
+            format!("snoozed for {}", crate::backoff::format_duration(delay)),
+        )
+    }
+
+    /// Stop the job for good (state `cancelled`), recording `reason`.
+    pub fn cancel(reason: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Self::new(ErrorClass::Cancel, reason)
+    }
+
+    /// An error of the given class.
+    pub fn new(
+        class: ErrorClass,
+        source: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
+    ) -> Self {
+        Self {
+            class,
+            source: source.into(),
+        }
+    }
+
+    /// What the worker will do.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// The underlying error.
+    pub fn source_error(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.source
+    }
+}
+
+impl<E: StdError + Send + Sync + 'static> From<E> for JobError {
+    fn from(source: E) -> Self {
+        Self::retry(source)
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobError")
+            .field("class", &self.class)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for JobError {
+    /// The error and its whole chain of causes, joined by `: `.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.source)?;
+        let mut cause = self.source.source();
+        while let Some(err) = cause {
+            write!(f, ": {err}")?;
+            cause = err.source();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! Schema migrations from `migrations/`, applied in order, each once, under a named lock.
+
+use sqlx::{AssertSqlSafe, MySqlConnection, MySqlPool};
+
+use crate::Error;
+
+/// One migration file.
+struct Migration {
+    version: u32,
+    name: &'static str,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_job_queue",
+    sql: include_str!("../../migrations/0001_job_queue.sql"),
+}];
+
+/// The schema version this build of mysqlq needs (the newest migration).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Applies the migrations the database does not have yet. Idempotent and safe to run from
+/// many processes at once (they serialise on `GET_LOCK`); never drops data.
+pub async fn migrate(pool: &MySqlPool) -> Result<u32, Error> {
+    let mut conn = pool.acquire().await?;
+    crate::store::server::detect(&mut conn).await?;
+    let got: Option<i64> = sqlx::query_scalar(
+        "/* mysqlq:migrate */ SELECT GET_LOCK(CONCAT('mysqlq_migrate:', IFNULL(DATABASE(), '')), 60)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if got != Some(1) {
+        return Err(Error::invalid(
+            "migration lock",
+            "another process held it for 60 s; is a migration stuck? look at SHOW PROCESSLIST",
+        ));
+    }
+    let result = apply(&mut conn).await;
+    let _ = sqlx::query(
+        "/* mysqlq:migrate */ SELECT RELEASE_LOCK(CONCAT('mysqlq_migrate:', IFNULL(DATABASE(), '')))",
+    )
+    .execute(&mut *conn)
+    .await;
+    result
+}
+
+async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
+    sqlx::query(
+        "/* mysqlq:migrate */ CREATE TABLE IF NOT EXISTS mysqlq_migrations ( \
+           version INT UNSIGNED NOT NULL, \
+           name VARCHAR(128) NOT NULL, \
+           applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+           PRIMARY KEY (version) \
+         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let done: Vec<u32> = sqlx::query_scalar("/* mysqlq:migrate */ SELECT version FROM mysqlq_migrations")
+        .fetch_all(&mut *conn)
+        .await?;
+    if let Some(&newest) = done.iter().max() {
+        if newest > SCHEMA_VERSION {
+            return Err(Error::SchemaVersion {
+                found: newest,
+                expected: SCHEMA_VERSION,
+            });
+        }
+    }
+    for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
+        for statement in statements(m.sql) {
+            sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut *conn).await?;
+        }
+        sqlx::query("/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)")
+            .bind(m.version)
+            .bind(m.name)
+            .execute(&mut *conn)
+            .await?;
+        tracing::info!(version = m.version, name = m.name, "applied migration");
+    }
+    Ok(SCHEMA_VERSION)
+}
+
+/// The schema version of the database: the newest applied migration, 0 when there is none.
+pub async fn schema_version(conn: &mut MySqlConnection) -> Result<u32, Error> {
+    let exists: i64 = sqlx::query_scalar(
+        "/* mysqlq:schema_version */ SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 'mysqlq_migrations'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    let v: Option<u32> = sqlx::query_scalar("/* mysqlq:schema_version */ SELECT MAX(version) FROM mysqlq_migrations")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Errors unless the database's schema is exactly this build's.
+pub async fn check_schema(conn: &mut MySqlConnection) -> Result<(), Error> {
+    let found = schema_version(conn).await?;
+    if found != SCHEMA_VERSION {
+        return Err(Error::SchemaVersion {
+            found,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Splits a migration file into statements: `--` comment lines dropped, `;` at a line's end
+/// ends a statement.
+fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with("--") {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if trimmed.ends_with(';') {
+            let stmt = current.trim().trim_end_matches(';').to_owned();
+            out.push(format!("/* mysqlq:migrate */ {stmt}"));
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(format!("/* mysqlq:migrate */ {}", current.trim()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_split_into_statements() {
+        let all = statements(MIGRATIONS[0].sql);
+        assert!(all.len() >= 4, "{all:?}");
+        assert!(all[0].contains("CREATE TABLE IF NOT EXISTS job_queue"));
+        assert!(all.iter().all(|s| !s.trim_end().ends_with(';')));
+        assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(SCHEMA_VERSION));
+    }
+}

@@ -1,0 +1,180 @@
+//! The job registry: every job type a worker can run, by kind name.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use crate::{Error, Job, JobContext, JobError, RetryPolicy};
+
+/// Runs a job from its JSON payload: decode, then the handler's future.
+pub(crate) type RunFn =
+    fn(JobContext, &str) -> Result<BoxFuture<'static, Result<(), JobError>>, serde_json::Error>;
+
+/// One registered job type, with the source location that registered it.
+///
+/// `#[job]` submits one of these to [`inventory`] for every job; [`Registry::from_inventory`]
+/// collects them.
+#[derive(Clone, Copy)]
+pub struct JobRegistration {
+    kind: &'static str,
+    queue: &'static str,
+    priority: i16,
+    file: &'static str,
+    line: u32,
+    run: RunFn,
+    retry_policy: fn() -> RetryPolicy,
+    timeout: fn() -> Option<Duration>,
+}
+
+fn run_erased<J: Job>(
+    ctx: JobContext,
+    payload: &str,
+) -> Result<BoxFuture<'static, Result<(), JobError>>, serde_json::Error> {
+    let job: J = serde_json::from_str(payload)?;
+    Ok(Box::pin(job.run(ctx)))
+}
+
+impl JobRegistration {
+    /// The registration of `J`, made at `file:line`.
+    pub const fn of<J: Job>(file: &'static str, line: u32) -> Self {
+        Self {
+            kind: J::KIND,
+            queue: J::QUEUE,
+            priority: J::PRIORITY,
+            file,
+            line,
+            run: run_erased::<J>,
+            retry_policy: J::retry_policy,
+            timeout: J::timeout,
+        }
+    }
+
+    /// The kind name.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The default queue.
+    pub fn queue(&self) -> &'static str {
+        self.queue
+    }
+
+    /// The default priority.
+    pub fn priority(&self) -> i16 {
+        self.priority
+    }
+
+    /// `file:line` of the registration.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        (self.retry_policy)()
+    }
+
+    /// The per-attempt timeout, if the job sets one.
+    pub fn timeout(&self) -> Option<Duration> {
+        (self.timeout)()
+    }
+
+    pub(crate) fn runner(&self) -> RunFn {
+        self.run
+    }
+}
+
+impl fmt::Debug for JobRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobRegistration")
+            .field("kind", &self.kind)
+            .field("queue", &self.queue)
+            .field("location", &self.location())
+            .finish_non_exhaustive()
+    }
+}
+
+inventory::collect!(JobRegistration);
+
+/// The jobs a worker can run, sorted by kind name.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    jobs: BTreeMap<&'static str, JobRegistration>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every job registered with `#[job]` in this binary. Two jobs with one kind name are an
+    /// error naming both source locations.
+    pub fn from_inventory() -> Result<Self, Error> {
+        let mut all: Vec<JobRegistration> =
+            inventory::iter::<JobRegistration>.into_iter().copied().collect();
+        all.sort_by_key(|r| (r.kind, r.file, r.line));
+        let mut registry = Self::new();
+        for r in all {
+            registry.add(r)?;
+        }
+        Ok(registry)
+    }
+
+    /// Adds a job type by hand (for hand-written `Job` impls).
+    pub fn register<J: Job>(mut self) -> Result<Self, Error> {
+        self.add(JobRegistration::of::<J>("<registered by hand>", 0))?;
+        Ok(self)
+    }
+
+    /// Adds one registration.
+    pub fn add(&mut self, r: JobRegistration) -> Result<(), Error> {
+        if let Some(first) = self.jobs.get(r.kind) {
+            return Err(Error::DuplicateKind {
+                kind: r.kind.to_owned(),
+                first: first.location(),
+                second: r.location(),
+            });
+        }
+        self.jobs.insert(r.kind, r);
+        Ok(())
+    }
+
+    /// The registration of `kind`.
+    pub fn get(&self, kind: &str) -> Option<&JobRegistration> {
+        self.jobs.get(kind)
+    }
+
+    /// The only job registered for `queue`, if exactly one is (used for rows inserted by plain
+    /// SQL without a `kind`).
+    pub fn sole_job_of_queue(&self, queue: &str) -> Option<&JobRegistration> {
+        let mut it = self.jobs.values().filter(|r| r.queue == queue);
+        let first = it.next()?;
+        it.next().is_none().then_some(first)
+    }
+
+    /// All registrations, sorted by kind.
+    pub fn iter(&self) -> impl Iterator<Item = &JobRegistration> {
+        self.jobs.values()
+    }
+
+    /// The distinct default queues of the registered jobs, sorted.
+    pub fn queues(&self) -> Vec<&'static str> {
+        let mut q: Vec<&'static str> = self.jobs.values().map(|r| r.queue).collect();
+        q.sort_unstable();
+        q.dedup();
+        q
+    }
+
+    /// Number of registered jobs.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// `true` when no job is registered.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}

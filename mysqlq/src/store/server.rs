@@ -1,0 +1,137 @@
+//! Server flavour and version detection, and the one place where MySQL and MariaDB differ.
+//!
+//! Differences handled here: the isolation variable (`transaction_isolation` on MySQL 8,
+//! `tx_isolation` on MariaDB before 11.1), and the version floor for `SKIP LOCKED`
+//! (MySQL 8.0.1, MariaDB 10.6). Everything else mysqlq writes is the common dialect
+//! (no `RETURNING`, no optimizer hints, `LOCK IN SHARE MODE` rather than `FOR SHARE`).
+
+use std::fmt;
+
+use sqlx::MySqlConnection;
+
+use crate::Error;
+
+/// Which server family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerFlavor {
+    /// Oracle MySQL (and Percona Server).
+    MySql,
+    /// MariaDB.
+    MariaDb,
+}
+
+/// What mysqlq knows about the server it talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// MySQL or MariaDB.
+    pub flavor: ServerFlavor,
+    /// `(major, minor, patch)`.
+    pub version: (u32, u32, u32),
+    /// The full `VERSION()` string.
+    pub version_string: String,
+}
+
+impl ServerInfo {
+    /// Parses a `VERSION()` string such as `8.0.36`, `8.4.0-log` or `10.11.6-MariaDB-0+deb12u1`.
+    pub fn parse(version_string: &str) -> Result<Self, Error> {
+        let flavor = if version_string.to_ascii_lowercase().contains("mariadb") {
+            ServerFlavor::MariaDb
+        } else {
+            ServerFlavor::MySql
+        };
+        // MariaDB once prefixed "5.5.5-" for old clients.
+        let s = version_string.strip_prefix("5.5.5-").unwrap_or(version_string);
+        let mut nums = s
+            .split(|c: char| !c.is_ascii_digit())
+            .take(3)
+            .map(|p| p.parse::<u32>());
+        let mut next = || nums.next().and_then(Result::ok);
+        let (Some(major), Some(minor)) = (next(), next()) else {
+            return Err(Error::UnsupportedServer {
+                version: version_string.to_owned(),
+                reason: "cannot read the server version".to_owned(),
+            });
+        };
+        let patch = next().unwrap_or(0);
+        Ok(Self {
+            flavor,
+            version: (major, minor, patch),
+            version_string: version_string.to_owned(),
+        })
+    }
+
+    /// Errors unless the server has `SKIP LOCKED`: MySQL ≥ 8.0.1 or MariaDB ≥ 10.6.
+    pub fn check_supported(&self) -> Result<(), Error> {
+        let (floor, name) = match self.flavor {
+            ServerFlavor::MySql => ((8, 0, 1), "MySQL 8.0.1"),
+            ServerFlavor::MariaDb => ((10, 6, 0), "MariaDB 10.6"),
+        };
+        if self.version < floor {
+            return Err(Error::UnsupportedServer {
+                version: self.version_string.clone(),
+                reason: format!(
+                    "mysqlq needs SELECT ... FOR UPDATE SKIP LOCKED, which arrived in {name}; \
+                     upgrade the server"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The session variable holding the isolation level.
+    pub fn isolation_variable(&self) -> &'static str {
+        match self.flavor {
+            ServerFlavor::MySql => "transaction_isolation",
+            ServerFlavor::MariaDb if self.version >= (11, 1, 0) => "transaction_isolation",
+            ServerFlavor::MariaDb => "tx_isolation",
+        }
+    }
+}
+
+impl fmt::Display for ServerInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (a, b, c) = self.version;
+        let name = match self.flavor {
+            ServerFlavor::MySql => "MySQL",
+            ServerFlavor::MariaDb => "MariaDB",
+        };
+        write!(f, "{name} {a}.{b}.{c}")
+    }
+}
+
+/// Reads and checks the server version.
+pub async fn detect(conn: &mut MySqlConnection) -> Result<ServerInfo, Error> {
+    let version: String = sqlx::query_scalar("/* mysqlq:server_version */ SELECT VERSION()")
+        .fetch_one(&mut *conn)
+        .await?;
+    let info = ServerInfo::parse(&version)?;
+    info.check_supported()?;
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_checks_versions() {
+        let maria = ServerInfo::parse("10.11.19-MariaDB-0+deb12u1").unwrap();
+        assert_eq!(maria.flavor, ServerFlavor::MariaDb);
+        assert_eq!(maria.version, (10, 11, 19));
+        maria.check_supported().unwrap();
+        assert_eq!(maria.isolation_variable(), "tx_isolation");
+
+        let mysql = ServerInfo::parse("8.0.36-log").unwrap();
+        assert_eq!(mysql.flavor, ServerFlavor::MySql);
+        mysql.check_supported().unwrap();
+        assert_eq!(mysql.isolation_variable(), "transaction_isolation");
+
+        let old = ServerInfo::parse("5.7.44").unwrap();
+        let err = old.check_supported().unwrap_err().to_string();
+        assert!(err.contains("SKIP LOCKED") && err.contains("MySQL 8.0.1"), "{err}");
+        let old_maria = ServerInfo::parse("5.5.5-10.5.2-MariaDB").unwrap();
+        assert_eq!(old_maria.version, (10, 5, 2));
+        assert!(old_maria.check_supported().is_err());
+        assert!(ServerInfo::parse("garbage").is_err());
+    }
+}
