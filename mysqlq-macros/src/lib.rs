@@ -1,8 +1,17 @@
-//! Placeholder: the `#[job]` attribute is being written.
+//! The `#[job]` attribute of mysqlq. Use it as `mysqlq::job`, where it is documented.
+//!
+//! The work is a pipeline: [`args`] parses the attribute, [`validate`] checks the function and
+//! the values, [`expand`] generates the code. Every diagnostic is collected and reported at once.
+
 use proc_macro::TokenStream;
 
-/// Placeholder.
+mod args;
+mod duration;
+mod expand;
+mod validate;
+
+/// Turns an `async fn` into a mysqlq job. Documented at `mysqlq::job`.
 #[proc_macro_attribute]
-pub fn job(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::job(attr.into(), item.into()).into()
 }

@@ -14,15 +14,25 @@ pub use crate::{
 
 pub use std::boxed::Box;
 pub use std::future::Future;
+pub use std::marker::{Send, Sync};
 pub use std::option::Option;
 pub use std::result::Result;
-pub use std::string::String;
+pub use std::string::{String, ToString};
 pub use std::time::Duration;
+pub use std::{file, line};
+
+/// Compile-time check generated for every job argument, spanned on its type: the argument is
+/// stored as JSON in the job's payload and read back by a worker, possibly on another thread.
+pub const fn assert_job_argument<T>()
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+}
 
 /// Wraps a handler's error for autoref-specialised conversion into [`JobError`]:
 /// `(&&&Wrap(e)).__mysqlq_into_job_error()` picks, most specific first,
-/// `JobError` itself, then `anyhow::Error`, then an error implementing [`Classify`], then any
-/// `std::error::Error` (retried).
+/// `JobError` itself, then `anyhow::Error` or `Box<dyn Error + Send + Sync>`, then an error
+/// implementing [`Classify`], then any `std::error::Error` (retried).
 pub struct Wrap<E>(pub std::cell::Cell<Option<E>>);
 
 impl<E> Wrap<E> {
@@ -59,6 +69,17 @@ impl ViaAnyhow for &&Wrap<anyhow::Error> {
             Ok(job_error) => job_error,
             Err(e) => JobError::retry(Box::<dyn std::error::Error + Send + Sync>::from(e)),
         }
+    }
+}
+
+/// Level 2, too: a boxed `dyn Error` (retried).
+pub trait ViaBoxError {
+    /// Converts.
+    fn __mysqlq_into_job_error(&self) -> JobError;
+}
+impl ViaBoxError for &&Wrap<Box<dyn std::error::Error + Send + Sync + 'static>> {
+    fn __mysqlq_into_job_error(&self) -> JobError {
+        JobError::retry(self.take())
     }
 }
 

@@ -17,7 +17,6 @@ pub const MAX_KEY_LEN: usize = 191;
 
 /// The result of an enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use = "an enqueue can report a duplicate; look at it or bind it to `_`"]
 pub enum Enqueued {
     /// A new job row was written.
     Inserted(JobId),

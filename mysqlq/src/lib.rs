@@ -56,6 +56,86 @@ pub use enqueue::{
 pub use error::{Classify, Error, ErrorClass, JobError};
 pub use job::{Job, JobId};
 pub use migrate::{check_schema, migrate, schema_version, SCHEMA_VERSION};
+/// Turns an `async fn` into a job: a struct holding its arguments, a [`Job`] implementation, and
+/// a registration that [`Registry::from_inventory`] finds.
+///
+/// ```no_run
+/// use mysqlq::JobContext;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("mail server said no")]
+/// struct EmailError;
+///
+/// #[mysqlq::job(queue = "order-email", retries = 5, backoff = "exp", timeout = "30s")]
+/// async fn send_order_email(ctx: JobContext, order_id: u64, to: String) -> Result<(), EmailError> {
+///     let _ = (ctx.idempotency_key(), order_id, to);
+///     Ok(())
+/// }
+///
+/// # async fn place(pool: sqlx::MySqlPool) -> Result<(), Box<dyn std::error::Error>> {
+/// // Generated: `struct SendOrderEmail { order_id: u64, to: String }`.
+/// let mut tx = pool.begin().await?;
+/// let job = SendOrderEmail { order_id: 42, to: "ada@example.com".into() };
+/// let enqueued = job.enqueue(&mut tx).await?; // commits or rolls back with `tx`
+/// tx.commit().await?;
+/// println!("job {}", enqueued.id());
+/// # Ok(()) }
+/// ```
+///
+/// # What it generates
+/// - The function itself, unchanged: call it directly in tests.
+/// - A struct named after the function in PascalCase (`send_order_email` → `SendOrderEmail`),
+///   with the function's visibility, one field per argument (same name, type and visibility),
+///   serialised as the job's JSON payload. It implements `Serialize` and `Deserialize` and
+///   nothing else, so that any serde-able argument type works (derive-style `Debug`/`Clone` would
+///   demand them of every argument).
+/// - `impl Job` for the struct, and inherent `enqueue` / `enqueue_with` methods (no trait import
+///   needed) that take `&mut tx`, `&pool` or `&mut conn`.
+/// - An [`inventory`](https://docs.rs/inventory) registration at the attribute's `file:line`.
+///
+/// # The function
+/// - `async`, not generic, no `self`; each argument a plain name with an owned,
+///   `Serialize + DeserializeOwned + Send + Sync + 'static` type (`String`, not `&str`).
+/// - Optionally a first argument of type [`JobContext`] (by any path), not part of the payload.
+/// - Returns `Result<(), E>` (any path ending in `Result`, so `anyhow::Result<()>` works), where
+///   `E` is [`JobError`] (its class is kept), `anyhow::Error` (retried, unless it wraps a
+///   `JobError`), an error implementing [`Classify`] (its class is used), or any other
+///   `std::error::Error + Send + Sync + 'static` (retried).
+/// - Its future must be `Send + 'static`: do not hold an `Rc` or a `std` mutex guard across an
+///   `.await`.
+///
+/// # Options
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `queue = "order-email"` | the queue: 1–64 of `a-z A-Z 0-9 _ - . :` | `"default"` |
+/// | `retries = 5` | retries after the first attempt (0–1000): `max_attempts = retries + 1` | [`RetryPolicy::DEFAULT_RETRIES`] (4, so 5 attempts) |
+/// | `backoff = "exp"` | `"exp"`, `"linear"`, `"fixed"` (see [`Backoff`]), or a schedule `"5s, 15s, 1m, 5m"` (the last entry repeats) | `"exp"` |
+/// | `timeout = "30s"` | per-attempt time limit | none: the worker's default |
+/// | `priority = -10` | claim priority, an `i16`; lower runs first | `0` |
+/// | `name = "send_email.v1"` | the kind name stored in each row (1–128 characters, no spaces); keep it stable | the function's name |
+/// | `ordering_key = customer_id` | an argument (implementing `Display`) whose value orders jobs: jobs sharing it run one at a time, in enqueue order | none |
+/// | `crate = "::my_app::mysqlq"` | path of this crate, when it is re-exported | `::mysqlq` |
+///
+/// Durations are whole numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.
+///
+/// # Misuse is a compile error
+/// Spanned on the offending token, with a hint; every problem is reported at once:
+///
+/// ```compile_fail
+/// # use mysqlq::JobError;
+/// #[mysqlq::job(queue = "emails")]
+/// fn send_email(to: String) -> Result<(), JobError> { // error: `#[job]` functions must be `async`
+///     Ok(())
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use mysqlq::JobError;
+/// #[mysqlq::job(retry = 5)] // error: unknown `job` argument `retry`; expected one of `queue`, `retries`, …
+/// async fn send_email(to: &str) -> Result<(), JobError> { // error: … take an owned `String` instead
+///     Ok(())
+/// }
+/// ```
 pub use mysqlq_macros::job;
 pub use registry::{JobRegistration, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};

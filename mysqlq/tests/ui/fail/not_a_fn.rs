@@ -1,0 +1,6 @@
+#[mysqlq::job(queue = "emails")]
+struct SendEmail {
+    to: String,
+}
+
+fn main() {}

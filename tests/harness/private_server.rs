@@ -1,0 +1,196 @@
+//! A private, throwaway database server for tests that kill, pause or restart it.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `mariadbd` (or `mysqld`) from PATH or `/usr/sbin`, with its own data directory in a temp
+/// dir and its own port. Killed and deleted on drop.
+pub struct PrivateServer {
+    dir: PathBuf,
+    port: u16,
+    binary: PathBuf,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+fn find_binary(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.push("/usr/sbin".into());
+    dirs.push("/usr/local/sbin".into());
+    for name in names {
+        for d in &dirs {
+            let p = d.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("find a free port")
+}
+
+impl PrivateServer {
+    /// Initialises a data directory and starts the server; panics with a clear message if no
+    /// server binary is installed.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra server options (e.g. `--log-bin`,
+    /// `--binlog-format=STATEMENT`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let binary = find_binary(&["mariadbd", "mysqld"])
+            .expect("no mariadbd or mysqld on PATH or in /usr/sbin: install mariadb-server to run these tests");
+        let dir = std::env::temp_dir().join(format!("mysqlq-private-{}-{:08x}", std::process::id(), fastrand::u32(..)));
+        std::fs::create_dir_all(dir.join("data")).expect("create the private server's directory");
+        let install = find_binary(&["mariadb-install-db", "mysql_install_db"]);
+        let init = match install {
+            Some(tool) if binary.file_name().is_some_and(|n| n == "mariadbd") => Command::new(tool)
+                .args([
+                    "--no-defaults",
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ])
+                .arg(format!("--datadir={}", dir.join("data").display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output(),
+            _ => Command::new(&binary)
+                .args(["--no-defaults", "--initialize-insecure", "--user=root"])
+                .arg(format!("--datadir={}", dir.join("data").display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output(),
+        }
+        .expect("run the server's data-directory initialiser");
+        assert!(
+            init.status.success(),
+            "initialising the private server failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let mut server = Self {
+            dir,
+            port: free_port(),
+            binary,
+            extra_args: extra.iter().map(|s| (*s).to_owned()).collect(),
+            child: None,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let data = self.dir.join("data");
+        let child = Command::new(&self.binary)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .arg(format!("--pid-file={}", self.dir.join("pid").display()))
+            .args(["--bind-address=127.0.0.1", "--user=root", "--innodb-buffer-pool-size=64M"])
+            .args(["--skip-name-resolve", "--max-connections=300"])
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("server.log")).map(Stdio::from).unwrap_or(Stdio::null()))
+            .spawn()
+            .expect("start the private server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the private server exited ({status}); log:\n{}", self.log());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the private server did not answer within 60 s; log:\n{}", self.log());
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// `mysql://root@127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            assert!(signal(child.id(), sig), "kill -{sig} {} failed", child.id());
+        }
+    }
+
+    /// SIGKILL: the server dies without flushing anything (InnoDB recovers on restart).
+    pub fn kill(&mut self) {
+        self.signal("KILL");
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// SIGSTOP: the server stops answering (a network stall) until [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+}
+
+/// Sends `sig` (a name such as `KILL`) to `pid` with kill(1); `true` on success.
+pub fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = signal(child.id(), "CONT");
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
