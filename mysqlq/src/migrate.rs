@@ -11,14 +11,21 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_job_queue",
-    sql: include_str!("../../migrations/0001_job_queue.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_job_queue",
+        sql: include_str!("../../migrations/0001_job_queue.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_workers_and_stats",
+        sql: include_str!("../../migrations/0002_workers_and_stats.sql"),
+    },
+];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.
