@@ -11,6 +11,7 @@
 //! nothing in an `IN` list) so that the server and sqlx's statement cache see a handful of
 //! statement shapes instead of one per batch size.
 
+pub mod admin;
 pub mod server;
 
 use std::fmt::Write as _;

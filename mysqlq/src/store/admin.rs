@@ -1,0 +1,1 @@
+//! Operator statements: stats, failed jobs, purge, doctor.
