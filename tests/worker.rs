@@ -1,0 +1,313 @@
+//! The worker runtime against a real server: retries by error class, panics, timeouts,
+//! heartbeats, lost leases, graceful shutdown, and (in real processes) SIGKILL recovery,
+//! multi-process draining and leader failover.
+
+mod worker_procs;
+
+use std::time::Duration;
+
+use mysqlq::store::{self, ClaimParams};
+use mysqlq::{Job, JobId};
+use mysqlq_tests::TestDb;
+use mysqlq_tests::jobs::{AlwaysFails, Forever, Noop, Panicker, Permanent, Sleepy, Snoozer};
+
+async fn row(db: &TestDb, id: JobId) -> (String, u32, Option<String>) {
+    sqlx::query_as("SELECT status, attempts, last_error FROM job_queue WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn runs(db: &TestDb, id: JobId, event: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM test_runs WHERE job_id = ? AND event = ?")
+        .bind(id.0)
+        .bind(event)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn completes_jobs_and_counts_them() {
+    let db = TestDb::new().await;
+    let ids: Vec<JobId> = {
+        let mut v = Vec::new();
+        for n in 0..50 {
+            v.push(Noop { n }.enqueue(&db.pool).await.unwrap().id());
+        }
+        v
+    };
+    let worker = db.worker().concurrency(8).start().await.unwrap();
+    db.wait_for("all completed", "SELECT COUNT(*) = 50 FROM job_queue WHERE status = 'completed'", Duration::from_secs(30))
+        .await;
+    let metrics = worker.metrics();
+    let report = worker.shutdown().await.unwrap();
+    assert_eq!(report.released, 0);
+    for id in ids {
+        assert_eq!(runs(&db, id, "done").await, 1, "job {id} ran once");
+    }
+    let c = metrics.counters.snapshot();
+    assert_eq!((c.claims, c.completions, c.lost), (50, 50, 0));
+    let text = metrics.render_prometheus();
+    assert!(text.contains("mysqlq_completions_total"), "{text}");
+    // Finished rows carry finished_at and no owner.
+    let bad: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM job_queue WHERE finished_at IS NULL OR claim_token IS NOT NULL OR locked_by IS NOT NULL",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(bad, 0);
+}
+
+#[tokio::test]
+async fn retry_schedule_is_written_to_available_at() {
+    let db = TestDb::new().await;
+    let id = AlwaysFails {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for(
+        "first retry scheduled",
+        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'pending' AND attempts = 1", id.0),
+        Duration::from_secs(20),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let (delay_ms, err): (i64, String) = sqlx::query_as(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, available_at) DIV 1000, last_error FROM job_queue WHERE id = ?",
+    )
+    .bind(id.0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // First entry of "10s, 20s, 40s", jittered by ±10 %.
+    assert!((9_000..=11_000).contains(&delay_ms), "retry in {delay_ms} ms");
+    assert!(err.contains("upstream returned 503") && err.contains("attempt 1 of 4"), "{err}");
+}
+
+#[tokio::test]
+async fn permanent_error_fails_after_one_attempt() {
+    let db = TestDb::new().await;
+    let id = Permanent {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for("failed", "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'", Duration::from_secs(20)).await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    let (status, attempts, err) = row(&db, id).await;
+    assert_eq!((status.as_str(), attempts), ("failed", 1));
+    assert!(err.unwrap().contains("invalid e-mail address (permanent error)"));
+    assert_eq!(m.counters.snapshot().failures, 1);
+}
+
+#[tokio::test]
+async fn snooze_does_not_consume_an_attempt() {
+    let db = TestDb::new().await;
+    let id = Snoozer {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    worker.shutdown().await.unwrap();
+    let (_, attempts, _) = row(&db, id).await;
+    // retries = 0 means a single attempt; it ran twice because the snooze gave it back.
+    assert_eq!(attempts, 1);
+    assert_eq!(runs(&db, id, "start").await, 2);
+    assert_eq!(runs(&db, id, "done").await, 1);
+}
+
+#[tokio::test]
+async fn a_panic_is_recorded_and_retried() {
+    let db = TestDb::new().await;
+    let id = Panicker {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    let (_, attempts, err) = row(&db, id).await;
+    assert_eq!(attempts, 2);
+    assert!(err.unwrap().contains("handler panicked: deliberate panic on attempt 1"));
+    assert_eq!(m.counters.snapshot().panics, 1);
+}
+
+#[tokio::test]
+async fn a_job_past_its_timeout_is_stopped_and_retried() {
+    let db = TestDb::new().await;
+    let id = Forever {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for("failed after two timeouts", "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'", Duration::from_secs(20))
+        .await;
+    let m = worker.metrics();
+    // The never-returning handler does not block shutdown.
+    tokio::time::timeout(Duration::from_secs(10), worker.shutdown()).await.expect("shutdown not blocked").unwrap();
+    let (_, attempts, err) = row(&db, id).await;
+    assert_eq!(attempts, 2);
+    assert!(err.unwrap().contains("timed out after 1s"));
+    assert_eq!(m.counters.snapshot().timeouts, 2);
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_job_longer_than_its_lease() {
+    let db = TestDb::new().await;
+    let id = Sleepy { ms: 3_000 }.enqueue(&db.pool).await.unwrap().id();
+    let worker = db
+        .worker()
+        .lease(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(250))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    let (_, attempts, _) = row(&db, id).await;
+    assert_eq!(attempts, 1, "the reaper never took the job back");
+    assert_eq!(runs(&db, id, "start").await, 1);
+    assert_eq!(m.counters.snapshot().reaped, 0);
+}
+
+#[tokio::test]
+async fn a_lost_lease_cancels_the_job_and_its_late_result_is_refused() {
+    let db = TestDb::new().await;
+    let id = Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap().id();
+    let worker = db
+        .worker()
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for("started", "SELECT COUNT(*) FROM test_runs WHERE event = 'start'", Duration::from_secs(20)).await;
+    // Another owner takes the job over (as after a lease expiry and a re-claim elsewhere).
+    sqlx::query("UPDATE job_queue SET claim_token = 'someone-else-0000-0000-000000000000', locked_by = 'other' WHERE id = ?")
+        .bind(id.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while worker.metrics().counters.snapshot().lost == 0 {
+        assert!(std::time::Instant::now() < deadline, "lease loss not detected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await.unwrap();
+    let (status, _, _): (String, u32, Option<String>) = row(&db, id).await;
+    let owner: String = sqlx::query_scalar("SELECT locked_by FROM job_queue WHERE id = ?").bind(id.0).fetch_one(&db.pool).await.unwrap();
+    assert_eq!((status.as_str(), owner.as_str()), ("processing", "other"), "the new owner's state is untouched");
+    assert_eq!(runs(&db, id, "done").await, 0, "the handler was cancelled");
+}
+
+#[tokio::test]
+async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
+    let db = TestDb::new().await;
+    for _ in 0..6 {
+        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = db.worker().concurrency(3).shutdown_timeout(Duration::from_millis(300)).start().await.unwrap();
+    db.wait_for("three started", "SELECT COUNT(*) >= 3 FROM test_runs WHERE event = 'start'", Duration::from_secs(20)).await;
+    let report = worker.shutdown().await.unwrap();
+    assert_eq!(report.released, 3);
+    let (pending, zero_attempts, owned): (i64, i64, i64) = sqlx::query_as(
+        "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED), \
+         CAST(SUM(claim_token IS NOT NULL) AS SIGNED) FROM job_queue",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((pending, zero_attempts, owned), (6, 6, 0), "all back to pending at once, attempts given back");
+    let stopped: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_worker WHERE stopped_at IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stopped, 1);
+}
+
+#[tokio::test]
+async fn unknown_kinds_and_bad_payloads_get_a_recorded_error() {
+    let db = TestDb::new().await;
+    let insert = |kind: &'static str, payload: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query("INSERT INTO job_queue (queue_name, kind, payload) VALUES ('test', ?, ?)")
+                .bind(kind)
+                .bind(payload)
+                .execute(&pool)
+                .await
+                .unwrap()
+                .last_insert_id()
+        }
+    };
+    let unknown = insert("no_such_job", "{}").await;
+    let wrong_shape = insert(Noop::KIND, r#"{"n": "not a number"}"#).await;
+    // Plain SQL without a kind: the queue's only job... `test` has several, so it is unknown too.
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for(
+        "both attempted",
+        "SELECT COUNT(*) = 2 FROM job_queue WHERE attempts = 1 AND status = 'pending' AND last_error IS NOT NULL",
+        Duration::from_secs(20),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let (_, _, err) = row(&db, JobId(unknown)).await;
+    assert!(err.unwrap().contains("unknown job kind `no_such_job`"));
+    let (_, _, err) = row(&db, JobId(wrong_shape)).await;
+    assert!(err.unwrap().contains("payload does not match job `noop`"));
+}
+
+#[tokio::test]
+async fn a_too_small_pool_is_a_start_up_error() {
+    let db = TestDb::new().await;
+    let small = sqlx::mysql::MySqlPoolOptions::new().max_connections(2).connect_with(db.options.clone()).await.unwrap();
+    let err = mysqlq::Worker::builder(small).queues(["test"]).start().await.unwrap_err().to_string();
+    assert!(err.contains("recommended_pool_size"), "{err}");
+}
+
+#[tokio::test]
+async fn claims_respect_free_slots() {
+    let db = TestDb::new().await;
+    for _ in 0..10 {
+        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = db.worker().concurrency(4).batch_size(100).shutdown_timeout(Duration::ZERO).start().await.unwrap();
+    db.wait_for("four started", "SELECT COUNT(*) >= 4 FROM test_runs WHERE event = 'start'", Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // several poll cycles while saturated
+    assert_eq!(db.count("processing").await, 4, "never more claimed than free slots");
+    worker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_reaper_runs_on_the_leader_and_recovers_expired_leases() {
+    let db = TestDb::new().await;
+    let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    // A worker that died: claimed with a short lease, never heard from again.
+    let mut conn = db.connect().await;
+    let claimed = store::job_claim(
+        &mut conn,
+        &ClaimParams { queue: "test", limit: 1, worker_id: "dead", token: "dead-0000-0000-0000-000000000000", lease: Duration::from_millis(1) },
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for("re-run and completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    let (_, attempts, _) = row(&db, id).await;
+    assert_eq!(attempts, 2);
+    assert_eq!(m.counters.snapshot().reaped, 1);
+    let leader: Option<String> = sqlx::query_scalar("SELECT leader_id FROM mysqlq_leader WHERE name = 'maintenance'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(leader, None, "a clean shutdown resigns the lease");
+}
+
+#[tokio::test]
+async fn testing_helpers_see_enqueued_jobs_and_run_them_inline() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    Noop { n: 7 }.enqueue(&mut tx).await.unwrap();
+    let found = mysqlq::testing::assert_enqueued::<Noop, _, _>(&mut tx, |j| j.n == 7).await;
+    assert_eq!(found.len(), 1);
+    tx.rollback().await.unwrap();
+    assert!(mysqlq::testing::enqueued::<Noop, _>(&db.pool).await.unwrap().is_empty());
+    let err = mysqlq::testing::run_inline(Permanent {}).await.unwrap_err();
+    // Detached contexts have no pool: the job's first statement fails permanently.
+    assert_eq!(err.class(), mysqlq::ErrorClass::Fail);
+}

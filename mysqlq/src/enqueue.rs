@@ -231,7 +231,9 @@ where
     A: Acquire<'c, Database = MySql> + Send + 'c,
 {
     let mut conn = target.acquire().await?;
-    store::job_insert_one(&mut conn, &job.row).await
+    let out = store::job_insert_one(&mut conn, &job.row).await?;
+    crate::worker::wake_local();
+    Ok(out)
 }
 
 /// Enqueues many jobs through `target` with multi-row INSERTs of up to
@@ -248,5 +250,7 @@ where
         return Ok(Vec::new());
     }
     let mut conn = target.acquire().await?;
-    store::job_insert_many(&mut conn, &rows).await
+    let out = store::job_insert_many(&mut conn, &rows).await?;
+    crate::worker::wake_local();
+    Ok(out)
 }

@@ -40,9 +40,12 @@ mod context;
 mod enqueue;
 mod error;
 mod job;
+mod metrics;
 mod migrate;
 mod registry;
 pub mod store;
+pub mod testing;
+mod worker;
 
 #[doc(hidden)]
 pub mod __private;
@@ -137,5 +140,7 @@ pub use migrate::{check_schema, migrate, schema_version, SCHEMA_VERSION};
 /// }
 /// ```
 pub use mysqlq_macros::job;
+pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
 pub use registry::{JobRegistration, Registry};
+pub use worker::{Config as WorkerConfig, ShutdownReport, Worker, WorkerBuilder, WorkerHandle, RESERVED_CONNECTIONS};
 pub use store::server::{ServerFlavor, ServerInfo};

@@ -6,6 +6,7 @@
 //! - [`PrivateServer`]: a throwaway `mariadbd`/`mysqld` from PATH in a temporary data directory
 //!   on a free port, for tests that kill, pause or restart the database.
 
+pub mod jobs;
 mod private_server;
 
 pub use private_server::{PrivateServer, signal};
@@ -56,6 +57,15 @@ impl TestDb {
             .await
             .expect("connect to the test database");
         mysqlq::migrate(&pool).await.expect("migrate the test database");
+        sqlx::query(
+            "CREATE TABLE test_runs (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+             job_id BIGINT UNSIGNED NOT NULL, attempt INT UNSIGNED NOT NULL, pid INT UNSIGNED NOT NULL, \
+             tag VARCHAR(64) NOT NULL, event VARCHAR(16) NOT NULL, claim_token CHAR(36) NOT NULL, \
+             at DATETIME(6) NOT NULL, KEY (job_id))",
+        )
+        .execute(&pool)
+        .await
+        .expect("create test_runs");
         Self { pool, name, options, server }
     }
 
@@ -75,6 +85,34 @@ impl TestDb {
     /// A new single connection to the test's database.
     pub async fn connect(&self) -> MySqlConnection {
         self.options.connect().await.expect("connect to the test database")
+    }
+
+    /// A worker builder for this database with test-friendly timings (short polls, lease
+    /// 5 s, maintenance every 200 ms).
+    pub fn worker(&self) -> mysqlq::WorkerBuilder {
+        mysqlq::Worker::builder(self.pool.clone())
+            .queues(["test"])
+            .poll_interval(Duration::from_millis(5), Duration::from_millis(100))
+            .lease(Duration::from_secs(5))
+            .maintenance(Duration::from_millis(200), Duration::from_secs(2))
+            .stats_interval(Duration::from_millis(200))
+    }
+
+    /// Waits (polling the database every 20 ms, at most `limit`) until `sql` returns a
+    /// non-zero count; panics with `what` on time-out.
+    pub async fn wait_for(&self, what: &str, sql: &str, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+                .fetch_one(&self.pool)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: `{sql}` failed: {e}"));
+            if n > 0 {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what} (`{sql}`)");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Counts jobs in `status`.

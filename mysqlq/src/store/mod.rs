@@ -13,6 +13,9 @@
 
 pub mod admin;
 pub mod server;
+mod workers;
+
+pub use workers::{WorkerRow, stats_add, stats_prune, worker_register, worker_seen, worker_stopped};
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -749,4 +752,16 @@ mod tests {
         assert!(cut.len() <= MAX_ERROR_BYTES && cut.chars().all(|c| c == 'é'));
         assert_eq!(truncate_error("short"), "short");
     }
+}
+
+/// `job_list_pending_of_kind`: pending jobs of one kind, oldest first (for [`crate::testing`]).
+pub async fn job_list_pending_of_kind(conn: &mut MySqlConnection, kind: &str) -> Result<Vec<(JobId, String)>, Error> {
+    let rows: Vec<(u64, String)> = sqlx::query_as(
+        "/* mysqlq:job_list_pending_of_kind */ SELECT id, CAST(payload AS CHAR) FROM job_queue \
+         WHERE status = 'pending' AND kind = ? ORDER BY id LIMIT 10000",
+    )
+    .bind(kind)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|(id, p)| (JobId(id), p)).collect())
 }

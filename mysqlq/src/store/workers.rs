@@ -1,0 +1,140 @@
+//! Statements the worker uses for its own row and its per-minute statistics.
+
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, MySqlConnection};
+
+use crate::Error;
+use crate::metrics::{CounterSnapshot, KindStats};
+
+/// A worker's row in `mysqlq_worker`.
+#[derive(Debug, Clone)]
+pub struct WorkerRow<'a> {
+    /// The worker's id (`locked_by` of its claims).
+    pub worker_id: &'a str,
+    /// Host name.
+    pub host: &'a str,
+    /// Process id.
+    pub pid: u32,
+    /// Queues, comma-separated.
+    pub queues: &'a str,
+    /// Concurrency.
+    pub concurrency: u32,
+}
+
+/// `worker_register`: inserts or refreshes the worker's row at start-up.
+pub async fn worker_register(conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> Result<(), Error> {
+    sqlx::query(
+        "/* mysqlq:worker_register */ INSERT INTO mysqlq_worker \
+         (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at, stopped_at) \
+         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL) \
+         ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), queues = VALUES(queues), \
+         concurrency = VALUES(concurrency), running = 0, started_at = VALUES(started_at), \
+         last_seen_at = VALUES(last_seen_at), stopped_at = NULL",
+    )
+    .bind(w.worker_id)
+    .bind(w.host)
+    .bind(w.pid)
+    .bind(w.queues)
+    .bind(w.concurrency)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `worker_seen`: the worker is alive with `running` jobs.
+pub async fn worker_seen(conn: &mut MySqlConnection, worker_id: &str, running: u64) -> Result<(), Error> {
+    sqlx::query(
+        "/* mysqlq:worker_seen */ UPDATE mysqlq_worker SET last_seen_at = UTC_TIMESTAMP(6), running = ? \
+         WHERE worker_id = ?",
+    )
+    .bind(running)
+    .bind(worker_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `worker_stopped`: the worker shut down cleanly.
+pub async fn worker_stopped(conn: &mut MySqlConnection, worker_id: &str) -> Result<(), Error> {
+    sqlx::query(
+        "/* mysqlq:worker_stopped */ UPDATE mysqlq_worker SET stopped_at = UTC_TIMESTAMP(6), running = 0, \
+         last_seen_at = UTC_TIMESTAMP(6) WHERE worker_id = ?",
+    )
+    .bind(worker_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `stats_add`: adds counter deltas to the current minute's rows (one statement per table).
+pub async fn stats_add(
+    conn: &mut MySqlConnection,
+    worker_id: &str,
+    d: &CounterSnapshot,
+    kinds: &[(String, KindStats)],
+) -> Result<(), Error> {
+    sqlx::query(
+        "/* mysqlq:stats_add */ INSERT INTO mysqlq_stats_minute \
+         (minute, worker_id, claims, completions, retries, failures, snoozes, cancels, lost, polls, \
+          empty_polls, deadlocks, lock_waits, db_errors) \
+         VALUES (DATE_FORMAT(UTC_TIMESTAMP(), '%Y-%m-%d %H:%i:00'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON DUPLICATE KEY UPDATE claims = claims + VALUES(claims), completions = completions + VALUES(completions), \
+         retries = retries + VALUES(retries), failures = failures + VALUES(failures), \
+         snoozes = snoozes + VALUES(snoozes), cancels = cancels + VALUES(cancels), lost = lost + VALUES(lost), \
+         polls = polls + VALUES(polls), empty_polls = empty_polls + VALUES(empty_polls), \
+         deadlocks = deadlocks + VALUES(deadlocks), lock_waits = lock_waits + VALUES(lock_waits), \
+         db_errors = db_errors + VALUES(db_errors)",
+    )
+    .bind(worker_id)
+    .bind(d.claims)
+    .bind(d.completions)
+    .bind(d.retries)
+    .bind(d.failures)
+    .bind(d.snoozes)
+    .bind(d.cancels)
+    .bind(d.lost)
+    .bind(d.polls)
+    .bind(d.empty_polls)
+    .bind(d.deadlocks)
+    .bind(d.lock_waits)
+    .bind(d.db_errors)
+    .execute(&mut *conn)
+    .await?;
+    if kinds.is_empty() {
+        return Ok(());
+    }
+    let mut sql = String::from(
+        "/* mysqlq:stats_add */ INSERT INTO mysqlq_kind_minute (minute, kind, runs, errors, total_us, max_us) VALUES ",
+    );
+    for i in 0..kinds.len() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str("(DATE_FORMAT(UTC_TIMESTAMP(), '%Y-%m-%d %H:%i:00'), ?, ?, ?, ?, ?)");
+    }
+    sql.push_str(
+        " ON DUPLICATE KEY UPDATE runs = runs + VALUES(runs), errors = errors + VALUES(errors), \
+         total_us = total_us + VALUES(total_us), max_us = GREATEST(max_us, VALUES(max_us))",
+    );
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for (kind, k) in kinds {
+        q = q.bind(kind.as_str()).bind(k.runs).bind(k.errors).bind(k.total_us).bind(k.max_us);
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// `stats_prune`: drops statistics rows older than `older_than`, and rows of workers stopped
+/// or silent for that long.
+pub async fn stats_prune(conn: &mut MySqlConnection, older_than: Duration) -> Result<(), Error> {
+    let us = super::micros(older_than);
+    for sql in [
+        "/* mysqlq:stats_prune */ DELETE FROM mysqlq_stats_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
+        "/* mysqlq:stats_prune */ DELETE FROM mysqlq_kind_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
+        "/* mysqlq:stats_prune */ DELETE FROM mysqlq_worker WHERE last_seen_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT 1000",
+    ] {
+        sqlx::query(sql).bind(us).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
