@@ -180,13 +180,13 @@ impl NewJob {
         }
         let ordering_key = o.ordering_key.clone().or(default_ordering_key);
         for (what, key) in [("dedupe key", &o.dedupe_key), ("ordering key", &ordering_key)] {
-            if let Some(k) = key {
-                if k.is_empty() || k.chars().count() > MAX_KEY_LEN {
-                    return Err(Error::invalid(
-                        what,
-                        format!("`{k}` must be 1 to {MAX_KEY_LEN} characters long"),
-                    ));
-                }
+            if let Some(k) = key
+                && (k.is_empty() || k.chars().count() > MAX_KEY_LEN)
+            {
+                return Err(Error::invalid(
+                    what,
+                    format!("`{k}` must be 1 to {MAX_KEY_LEN} characters long"),
+                ));
             }
         }
         let (delay_us, run_at) = match o.run_at {

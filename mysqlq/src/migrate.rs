@@ -66,13 +66,13 @@ async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
     let done: Vec<u32> = sqlx::query_scalar("/* mysqlq:migrate */ SELECT version FROM mysqlq_migrations")
         .fetch_all(&mut *conn)
         .await?;
-    if let Some(&newest) = done.iter().max() {
-        if newest > SCHEMA_VERSION {
-            return Err(Error::SchemaVersion {
-                found: newest,
-                expected: SCHEMA_VERSION,
-            });
-        }
+    if let Some(&newest) = done.iter().max()
+        && newest > SCHEMA_VERSION
+    {
+        return Err(Error::SchemaVersion {
+            found: newest,
+            expected: SCHEMA_VERSION,
+        });
     }
     for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
         for statement in statements(m.sql) {

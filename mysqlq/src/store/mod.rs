@@ -724,6 +724,19 @@ pub fn datetime_utc(t: SystemTime) -> Result<String, Error> {
     Ok(s)
 }
 
+/// `job_list_pending_of_kind`: pending jobs of one kind, oldest first (for [`crate::testing`]).
+pub async fn job_list_pending_of_kind(conn: &mut MySqlConnection, kind: &str) -> Result<Vec<(JobId, String)>, Error> {
+    let rows: Vec<(u64, String)> = sqlx::query_as(
+        "/* mysqlq:job_list_pending_of_kind */ SELECT id, CAST(payload AS CHAR) FROM job_queue \
+         WHERE status = 'pending' AND kind = ? ORDER BY id LIMIT 10000",
+    )
+    .bind(kind)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|(id, p)| (JobId(id), p)).collect())
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -752,16 +765,4 @@ mod tests {
         assert!(cut.len() <= MAX_ERROR_BYTES && cut.chars().all(|c| c == 'é'));
         assert_eq!(truncate_error("short"), "short");
     }
-}
-
-/// `job_list_pending_of_kind`: pending jobs of one kind, oldest first (for [`crate::testing`]).
-pub async fn job_list_pending_of_kind(conn: &mut MySqlConnection, kind: &str) -> Result<Vec<(JobId, String)>, Error> {
-    let rows: Vec<(u64, String)> = sqlx::query_as(
-        "/* mysqlq:job_list_pending_of_kind */ SELECT id, CAST(payload AS CHAR) FROM job_queue \
-         WHERE status = 'pending' AND kind = ? ORDER BY id LIMIT 10000",
-    )
-    .bind(kind)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows.into_iter().map(|(id, p)| (JobId(id), p)).collect())
 }

@@ -44,10 +44,8 @@ pub(crate) async fn run(s: Arc<Shared>) {
             break;
         }
     }
-    if was_leader {
-        if let Ok(mut conn) = s.pool.acquire().await {
-            let _ = store::leader_resign(&mut conn, LEADER_NAME, &s.worker_id).await;
-        }
+    if was_leader && let Ok(mut conn) = s.pool.acquire().await {
+        let _ = store::leader_resign(&mut conn, LEADER_NAME, &s.worker_id).await;
     }
 }
 
