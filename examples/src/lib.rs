@@ -1,1 +1,13 @@
-//! placeholder
+//! Runnable examples of mysqlq, and the helpers they share.
+//!
+//! Each example is a `[[example]]` of this package (`cargo run --example order-email`) whose
+//! scenario lives in a module of this library, so that an integration test can run the very same
+//! code and assert on its outcome.
+//!
+//! - [`server`]: finds a MySQL/MariaDB server (`DATABASE_URL`, else `127.0.0.1:3306`, else a
+//!   private throwaway `mariadbd`/`mysqld` started in a temp dir) and creates fresh databases.
+//! - [`order_email`]: an order and its e-mail job committed in one transaction; a flaky fake mail
+//!   server; retries, the idempotency key, and the `failed` state.
+
+pub mod order_email;
+pub mod server;

@@ -1,0 +1,402 @@
+//! Where the examples' database comes from.
+//!
+//! [`Server::locate`] picks, in order:
+//! 1. `DATABASE_URL`, if set (a server URL, with or without a database name);
+//! 2. `mysql://root@127.0.0.1:3306`, if something answers there;
+//! 3. a private, throwaway `mariadbd` (or `mysqld`) found on `PATH` or in `/usr/sbin`, with its
+//!    own data directory in a temp dir and a free port. It is stopped and its directory deleted
+//!    when the [`Server`] is dropped. Setting `MYSQLQ_EXAMPLES_PRIVATE_SERVER=1` skips 1 and 2.
+//!
+//! Examples never touch the database named in the URL: [`fresh_database`] drops and recreates a
+//! database of the example's own name next to it, then applies mysqlq's migrations.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sqlx::MySqlPool;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+
+/// The server the examples use when `DATABASE_URL` is not set.
+pub const LOCAL_URL: &str = "mysql://root@127.0.0.1:3306";
+
+/// A database server for an example: its URL, and the private server process if one was started.
+#[derive(Debug)]
+pub struct Server {
+    url: String,
+    private: Option<PrivateServer>,
+}
+
+impl Server {
+    /// `DATABASE_URL`, else `127.0.0.1:3306` if it answers, else a private server started now.
+    /// `MYSQLQ_EXAMPLES_PRIVATE_SERVER=1` forces the private server.
+    pub async fn locate() -> Result<Self, String> {
+        let forced = std::env::var("MYSQLQ_EXAMPLES_PRIVATE_SERVER").is_ok_and(|v| v == "1");
+        if forced {
+            return Self::start_private().await;
+        }
+        if let Some(url) = std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        {
+            return Ok(Self { url, private: None });
+        }
+        let local: SocketAddr = ([127, 0, 0, 1], 3306).into();
+        let answers = tokio::task::spawn_blocking(move || {
+            TcpStream::connect_timeout(&local, Duration::from_secs(1)).is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if answers {
+            return Ok(Self {
+                url: LOCAL_URL.to_owned(),
+                private: None,
+            });
+        }
+        Self::start_private().await
+    }
+
+    async fn start_private() -> Result<Self, String> {
+        let private = tokio::task::spawn_blocking(PrivateServer::start)
+            .await
+            .map_err(|e| format!("starting the private server panicked: {e}"))??;
+        Ok(Self {
+            url: private.url(),
+            private: Some(private),
+        })
+    }
+
+    /// A server at `url` (e.g. for tests that must not start one).
+    pub fn at(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            private: None,
+        }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The private server, if this process started one.
+    pub fn private(&self) -> Option<&PrivateServer> {
+        self.private.as_ref()
+    }
+
+    /// A one-line description for the example's output (password hidden).
+    pub fn describe(&self) -> String {
+        match &self.private {
+            Some(p) => format!(
+                "private throwaway server {} at {} (data in {}, removed at exit)",
+                p.binary().display(),
+                redact(&self.url),
+                p.dir().display()
+            ),
+            None => format!("server at {}", redact(&self.url)),
+        }
+    }
+}
+
+/// `url` without its database name (and with its query string kept): the server itself.
+pub fn server_part(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => (&url[..i + 3], &url[i + 3..]),
+        None => ("", url),
+    };
+    let query = rest.find('?').map_or("", |i| &rest[i..]);
+    let before_query = rest.find('?').map_or(rest, |i| &rest[..i]);
+    let authority = before_query
+        .find('/')
+        .map_or(before_query, |i| &before_query[..i]);
+    format!("{scheme}{authority}{query}")
+}
+
+/// `url` with the password (if any) replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
+        return url.to_owned();
+    };
+    match url[start..at].find(':').map(|i| start + i) {
+        Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Drops and recreates database `name` on the server of `url`, applies mysqlq's migrations, and
+/// returns a pool of at most `max_connections` on it. `name` must be `[a-z0-9_]+`.
+pub async fn fresh_database(
+    url: &str,
+    name: &str,
+    max_connections: u32,
+) -> Result<MySqlPool, String> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(format!(
+            "database name `{name}` must be made of a-z, 0-9 and _"
+        ));
+    }
+    let admin_url = server_part(url);
+    let server: MySqlConnectOptions = admin_url
+        .parse()
+        .map_err(|e| format!("bad database URL `{}`: {e}", redact(url)))?;
+    let admin = connect_with_retry(&server, Duration::from_secs(30)).await?;
+    for sql in [
+        format!("DROP DATABASE IF EXISTS `{name}`"),
+        format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&admin)
+            .await
+            .map_err(|e| format!("`{sql}` failed on {}: {e}", redact(&admin_url)))?;
+    }
+    admin.close().await;
+    let pool = MySqlPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(server.database(name))
+        .await
+        .map_err(|e| format!("cannot connect to database `{name}`: {e}"))?;
+    mysqlq::migrate(&pool)
+        .await
+        .map_err(|e| format!("mysqlq::migrate on `{name}` failed: {}", error_chain(&e)))?;
+    Ok(pool)
+}
+
+/// Connects a one-connection pool, retrying for up to `patience` (a server that was just started
+/// may accept TCP before it accepts logins). The error says how to get a server.
+async fn connect_with_retry(
+    options: &MySqlConnectOptions,
+    patience: Duration,
+) -> Result<MySqlPool, String> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match MySqlPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options.clone())
+            .await
+        {
+            Ok(pool) => return Ok(pool),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "cannot reach the MySQL/MariaDB server ({e}). Set DATABASE_URL, start a server on \
+                     127.0.0.1:3306, or install mariadb-server so that a private one can be started"
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// An error and its causes, joined by `: `.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// A throwaway `mariadbd`/`mysqld` with its own data directory and port; killed and deleted on
+/// drop.
+#[derive(Debug)]
+pub struct PrivateServer {
+    dir: PathBuf,
+    port: u16,
+    binary: PathBuf,
+    child: Option<Child>,
+}
+
+fn find_binary(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.push("/usr/sbin".into());
+    dirs.push("/usr/local/sbin".into());
+    names
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |d| d.join(name)))
+        .find(|p| p.is_file())
+}
+
+impl PrivateServer {
+    /// Initialises a data directory in a temp dir and starts the server on a free port; waits
+    /// until it answers (at most 60 s).
+    pub fn start() -> Result<Self, String> {
+        let binary = find_binary(&["mariadbd", "mysqld"]).ok_or(
+            "no DATABASE_URL, nothing on 127.0.0.1:3306, and no mariadbd or mysqld on PATH or in /usr/sbin: \
+             set DATABASE_URL or install mariadb-server",
+        )?;
+        let dir = std::env::temp_dir().join(format!(
+            "mysqlq-example-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data)
+            .map_err(|e| format!("cannot create {}: {e}", data.display()))?;
+        // From here on, dropping `server` cleans up.
+        let mut server = Self {
+            dir,
+            port: free_port()?,
+            binary,
+            child: None,
+        };
+        server.initialise()?;
+        server.launch()?;
+        Ok(server)
+    }
+
+    fn initialise(&self) -> Result<(), String> {
+        let data = self.dir.join("data");
+        let is_mariadb = self.binary.file_name().is_some_and(|n| n == "mariadbd");
+        let mut cmd = match find_binary(&["mariadb-install-db", "mysql_install_db"]) {
+            Some(tool) if is_mariadb => {
+                let mut c = Command::new(tool);
+                c.args([
+                    "--no-defaults",
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ]);
+                c
+            }
+            _ => {
+                let mut c = Command::new(&self.binary);
+                c.args(["--no-defaults", "--initialize-insecure", "--user=root"]);
+                c
+            }
+        };
+        let out = cmd
+            .arg(format!("--datadir={}", data.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("cannot run the data-directory initialiser: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "initialising the private server failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let log =
+            std::fs::File::create(self.dir.join("server.log")).map_or(Stdio::null(), Stdio::from);
+        let child = Command::new(&self.binary)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .arg(format!("--pid-file={}", self.dir.join("pid").display()))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                "--innodb-buffer-pool-size=64M",
+            ])
+            .args(["--skip-name-resolve", "--max-connections=200"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
+        while Instant::now() < deadline {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                return Err(format!(
+                    "the private server exited ({status}); log:\n{}",
+                    self.log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!(
+            "the private server did not answer within 60 s; log:\n{}",
+            self.log()
+        ))
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// `mysql://root@127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    /// The server binary.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The temp directory holding the data directory, socket and log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot find a free port: {e}"))
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_part_strips_the_database() {
+        assert_eq!(server_part("mysql://root@h:3306"), "mysql://root@h:3306");
+        assert_eq!(server_part("mysql://root@h:3306/"), "mysql://root@h:3306");
+        assert_eq!(server_part("mysql://u:p@h:3306/app"), "mysql://u:p@h:3306");
+        assert_eq!(
+            server_part("mysql://u@h/app?ssl-mode=disabled"),
+            "mysql://u@h?ssl-mode=disabled"
+        );
+    }
+
+    #[test]
+    fn redact_hides_the_password() {
+        assert_eq!(
+            redact("mysql://u:secret@h:3306/db"),
+            "mysql://u:***@h:3306/db"
+        );
+        assert_eq!(redact("mysql://root@h:3306"), "mysql://root@h:3306");
+        assert_eq!(redact("mysql://h:3306/db"), "mysql://h:3306/db");
+    }
+}
