@@ -38,10 +38,19 @@ CREATE TABLE IF NOT EXISTS job_queue (
   kind VARCHAR(128) NULL,
   priority SMALLINT NOT NULL DEFAULT 0,
   dedupe_key VARCHAR(191) NULL,
+  dedupe_until ENUM('finished', 'started') NOT NULL DEFAULT 'finished',
+  -- The key while it is held: 'finished' holds it while pending or processing, 'started' only
+  -- until the first claim. NULL otherwise, so the unique index below is a partial index.
   dedupe_active VARCHAR(191) GENERATED ALWAYS AS (
-    CASE WHEN status IN ('pending', 'processing') THEN dedupe_key END
+    CASE
+      WHEN status = 'pending' AND (dedupe_until = 'finished' OR first_claimed_at IS NULL) THEN dedupe_key
+      WHEN status = 'processing' AND dedupe_until = 'finished' THEN dedupe_key
+    END
   ) STORED,
   ordering_key VARCHAR(191) NULL,
+  concurrency_key VARCHAR(191) NULL,
+  concurrency_limit SMALLINT UNSIGNED NULL,
+  first_claimed_at DATETIME(6) NULL,
   finished_at DATETIME(6) NULL,
 
   PRIMARY KEY (id),
@@ -58,6 +67,7 @@ CREATE TABLE IF NOT EXISTS job_queue (
   ),
   UNIQUE KEY uq_job_dedupe (dedupe_active),
   KEY idx_job_ordering (ordering_key, status, id),
+  KEY idx_job_concurrency (concurrency_key, status),
   KEY idx_job_finished (status, finished_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
@@ -81,3 +91,20 @@ CREATE TABLE IF NOT EXISTS mysqlq_leader (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 INSERT IGNORE INTO mysqlq_leader (name) VALUES ('maintenance');
+
+-- Per-key concurrency limits: the claim locks a key's row here (in sorted key order) before
+-- counting the key's running jobs, so two claimers never both take the last slot.
+CREATE TABLE IF NOT EXISTS mysqlq_concurrency (
+  concurrency_key VARCHAR(191) NOT NULL,
+  PRIMARY KEY (concurrency_key)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Periodic jobs: one row per (schedule, tick), written in the transaction that enqueues the
+-- tick's job, so each tick is enqueued once however many workers run the scheduler.
+CREATE TABLE IF NOT EXISTS mysqlq_cron (
+  name VARCHAR(128) NOT NULL,
+  tick DATETIME NOT NULL,
+  job_id BIGINT UNSIGNED NULL,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  PRIMARY KEY (name, tick)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -1,0 +1,892 @@
+//! The CLI in real processes: `mysqlq-test-worker` (an application binary whose `main` is
+//! `mysqlq_cli::main()`, with the test jobs linked in) against the real server, one database per
+//! test. Every command, and every kind of bad input: each must be one `error: …; …` line on
+//! stderr with a non-zero exit, never a panic.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mysqlq::store::admin;
+use mysqlq_tests::{PrivateServer, TestDb};
+use serde_json::Value;
+use sqlx::Row;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+
+fn cmd(url: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env("DATABASE_URL", url)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    c
+}
+
+fn run(url: &str, args: &[&str]) -> Output {
+    cmd(url, args).output().expect("spawn mysqlq-test-worker")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs and expects success; returns stdout.
+fn ok(url: &str, args: &[&str]) -> String {
+    let o = run(url, args);
+    assert!(
+        o.status.success(),
+        "{args:?} failed ({}):\n{}{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// Runs and expects exit `code` with exactly one `error: <problem>; <fix>` line on stderr.
+fn fails(url: &str, args: &[&str], code: i32) -> String {
+    let o = run(url, args);
+    let err = stderr(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{args:?}: stdout {}\nstderr {err}",
+        stdout(&o)
+    );
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: want one error line, got:\n{err}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("; "),
+        "{args:?}: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    lines[0].to_owned()
+}
+
+async fn exec(db: &TestDb, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn scalar_i64(db: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Inserts a job row by hand (the documented plain-SQL row format).
+async fn insert(db: &TestDb, queue: &str, status: &str, extra_cols: &str, extra_vals: &str) -> u64 {
+    let sql = format!(
+        "INSERT INTO job_queue (queue_name, kind, payload, status{extra_cols}) \
+         VALUES ('{queue}', 'noop', '{{\"n\": 7}}', '{status}'{extra_vals})"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&db.pool)
+        .await
+        .expect("insert job")
+        .last_insert_id()
+}
+
+async fn insert_failed(db: &TestDb, queue: &str) -> u64 {
+    insert(
+        db,
+        queue,
+        "failed",
+        ", attempts, max_attempts, last_error, finished_at",
+        ", 4, 4, 'upstream returned 503', UTC_TIMESTAMP(6)",
+    )
+    .await
+}
+
+#[test]
+fn help_and_usage_errors() {
+    let url = "mysql://root@127.0.0.1:1/none";
+    let help = ok(url, &["--help"]);
+    for c in [
+        "work", "migrate", "stats", "failed", "purge", "doctor", "pause", "resume", "enqueue",
+    ] {
+        assert!(help.contains(c), "help lacks {c}:\n{help}");
+    }
+    assert!(ok(url, &["purge", "--help"]).contains("--older-than"));
+    let e = fails(url, &["purge", "--older-than", "7x"], 2);
+    assert!(e.contains("such as 30s"), "{e}");
+    let e = fails(url, &["stats", "--watch", "--interval", "soon"], 2);
+    assert!(e.contains("--interval"), "{e}");
+    let e = fails(url, &["enqueue", "noop", "--json", "{bad"], 2);
+    assert!(e.contains("invalid JSON"), "{e}");
+    let e = fails(url, &["pause", "bad name!"], 2);
+    assert!(e.contains("queue name"), "{e}");
+    fails(url, &["failed", "retry"], 2);
+    fails(url, &["failed", "show", "abc"], 2);
+    fails(url, &["no-such-command"], 2);
+    let o = cmd(url, &["stats"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("DATABASE_URL"), "{}", stderr(&o));
+}
+
+#[test]
+fn connection_errors_are_one_line_and_redact_the_password() {
+    let e = fails("mysql://app:sup3rsecret@127.0.0.1:1/app", &["stats"], 1);
+    assert!(
+        e.contains("cannot connect to mysql://app:***@127.0.0.1:1/app"),
+        "{e}"
+    );
+    assert!(!e.contains("sup3rsecret"), "{e}");
+    let e = fails("postgres://app:sup3rsecret@127.0.0.1/app", &["doctor"], 2);
+    assert!(
+        e.contains("invalid database URL") && !e.contains("sup3rsecret"),
+        "{e}"
+    );
+    let e = fails(
+        "mysql://app:sup3rsecret@127.0.0.1:99999/app",
+        &["migrate"],
+        2,
+    );
+    assert!(!e.contains("sup3rsecret"), "{e}");
+    let e = fails("mysql://x:y@127.0.0.1:3306", &["stats"], 2);
+    assert!(e.contains("names no database"), "{e}");
+    // The flag wins over the environment, and is redacted too.
+    let o = cmd(
+        "mysql://root@127.0.0.1:3306/x",
+        &[
+            "--database-url",
+            "mysql://u:pa55word@127.0.0.1:1/x",
+            "stats",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("u:***@127.0.0.1:1") && !stderr(&o).contains("pa55word"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test]
+async fn migrate_prints_the_schema_version_and_unmigrated_databases_say_so() {
+    let db = TestDb::new().await;
+    let out = ok(&db.url(), &["migrate"]);
+    assert!(
+        out.contains(&format!("schema version {}", mysqlq::SCHEMA_VERSION)),
+        "{out}"
+    );
+    exec(&db, "DROP TABLE job_queue").await;
+    let e = fails(&db.url(), &["stats"], 1);
+    assert!(e.contains("migrate"), "{e}");
+    let o = run(&db.url(), &["doctor"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
+    // Forget the applied migrations: `migrate` applies them again (idempotently) and the
+    // dropped table comes back.
+    exec(&db, "DELETE FROM mysqlq_migrations").await;
+    let o = run(&db.url(), &["doctor"]);
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("run `mysqlq-cli migrate`")),
+        "{}",
+        stdout(&o)
+    );
+    ok(&db.url(), &["migrate"]);
+    ok(&db.url(), &["stats"]);
+}
+
+#[tokio::test]
+async fn enqueue_uses_the_registered_defaults_and_reports_duplicates() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let id: u64 = ok(&url, &["enqueue", "noop", "--json", r#"{"n": 1}"#])
+        .trim()
+        .parse()
+        .expect("an id");
+    let row = sqlx::query(
+        "SELECT queue_name, max_attempts, CAST(payload AS CHAR) AS p FROM job_queue WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(row.get::<String, _>("queue_name"), "test");
+    assert_eq!(row.get::<u32, _>("max_attempts"), 4, "noop has retries = 3");
+    assert_eq!(
+        serde_json::from_str::<Value>(&row.get::<String, _>("p")).unwrap(),
+        serde_json::json!({"n": 1})
+    );
+
+    let args = [
+        "enqueue",
+        "noop",
+        "--json",
+        r#"{"n": 2}"#,
+        "--dedupe-key",
+        "k1",
+        "--delay",
+        "1h",
+        "--priority",
+        "-5",
+    ];
+    let first: u64 = ok(&url, &args).trim().parse().unwrap();
+    assert_eq!(ok(&url, &args).trim(), format!("duplicate of id {first}"));
+    let (prio, delayed): (i16, i64) = sqlx::query_as(
+        "SELECT priority, CAST(available_at > UTC_TIMESTAMP(6) + INTERVAL 50 MINUTE AS SIGNED) FROM job_queue WHERE id = ?",
+    )
+    .bind(first)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((prio, delayed), (-5, 1));
+
+    let o = run(
+        &url,
+        &[
+            "enqueue",
+            "other.kind",
+            "--json",
+            "{}",
+            "--max-attempts",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not registered"), "{}", stderr(&o));
+    let id: u64 = stdout(&o).trim().parse().unwrap();
+    let q: String = sqlx::query_scalar("SELECT queue_name FROM job_queue WHERE id = ?")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(q, "default");
+    fails(
+        &url,
+        &["enqueue", "noop", "--json", "{}", "--queue", "no spaces"],
+        2,
+    );
+}
+
+#[tokio::test]
+async fn stats_json_agrees_with_the_articles_monitoring_sql() {
+    let db = TestDb::new().await;
+    // Ready jobs of two queues (of several ages), scheduled, processing with a live and an
+    // expired lease, failed, completed, and a paused queue without jobs.
+    for (q, age) in [("alpha", 30), ("alpha", 90), ("alpha", 5), ("beta", 3600)] {
+        insert(
+            &db,
+            q,
+            "pending",
+            ", available_at",
+            &format!(", UTC_TIMESTAMP(6) - INTERVAL {age} SECOND"),
+        )
+        .await;
+    }
+    insert(
+        &db,
+        "alpha",
+        "pending",
+        ", available_at",
+        ", UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+    )
+    .await;
+    insert(
+        &db,
+        "beta",
+        "processing",
+        ", lease_expires_at, attempts",
+        ", UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, 1",
+    )
+    .await;
+    insert(
+        &db,
+        "beta",
+        "processing",
+        ", lease_expires_at, attempts",
+        ", UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, 1",
+    )
+    .await;
+    insert_failed(&db, "beta").await;
+    insert(
+        &db,
+        "alpha",
+        "completed",
+        ", finished_at",
+        ", UTC_TIMESTAMP(6) - INTERVAL 2 DAY",
+    )
+    .await;
+    ok(&db.url(), &["pause", "gamma"]);
+    // What workers write: two workers' minutes and a kind's processing times.
+    exec(
+        &db,
+        "INSERT INTO mysqlq_worker (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at) \
+         VALUES ('w1', 'h1', 11, 'alpha', 8, 2, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6)), \
+                ('w2', 'h2', 22, 'beta', 4, 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6)); \
+         INSERT INTO mysqlq_stats_minute (minute, worker_id, claims, completions, retries, failures, polls, empty_polls, deadlocks, lock_waits) \
+         VALUES (DATE_FORMAT(UTC_TIMESTAMP(), '%Y-%m-%d %H:%i:00'), 'w1', 10, 8, 1, 1, 20, 5, 2, 1), \
+                (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 1 MINUTE, '%Y-%m-%d %H:%i:00'), 'w2', 5, 5, 0, 0, 10, 5, 0, 0), \
+                (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 3 HOUR, '%Y-%m-%d %H:%i:00'), 'w2', 1000, 0, 0, 0, 0, 0, 0, 0); \
+         INSERT INTO mysqlq_kind_minute (minute, kind, runs, errors, total_us, max_us) \
+         VALUES (DATE_FORMAT(UTC_TIMESTAMP(), '%Y-%m-%d %H:%i:00'), 'noop', 4, 1, 4000, 2500)",
+    )
+    .await;
+
+    let out = ok(&db.url(), &["stats", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+
+    // The article's query, verbatim, in a session whose NOW(6) is UTC (as mysqlq stores).
+    let mut conn = db.connect().await;
+    sqlx::query("SET time_zone = '+00:00'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let article = sqlx::query(
+        "SELECT queue_name, COUNT(*) AS ready_jobs, \
+           TIMESTAMPDIFF(SECOND, MIN(available_at), NOW(6)) AS oldest_ready_age_seconds \
+         FROM job_queue WHERE status = 'pending' AND available_at <= NOW(6) GROUP BY queue_name",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(article.len(), 2);
+    let queues = s["queues"].as_array().unwrap();
+    for r in &article {
+        let name: String = r.get("queue_name");
+        let q = queues
+            .iter()
+            .find(|q| q["queue"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} missing: {s}"));
+        assert_eq!(
+            q["ready"].as_i64().unwrap(),
+            r.get::<i64, _>("ready_jobs"),
+            "{name}"
+        );
+        let age = q["oldest_ready_age_seconds"].as_i64().unwrap();
+        assert!(
+            (age - r.get::<i64, _>("oldest_ready_age_seconds")).abs() <= 2,
+            "{name}: {age}"
+        );
+    }
+    let by = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q["queue"] == name)
+            .unwrap_or_else(|| panic!("{name}: {s}"))
+            .clone()
+    };
+    let (alpha, beta, gamma) = (by("alpha"), by("beta"), by("gamma"));
+    assert_eq!(
+        (
+            alpha["ready"].as_u64(),
+            alpha["scheduled"].as_u64(),
+            alpha["paused"].as_bool()
+        ),
+        (Some(3), Some(1), Some(false))
+    );
+    assert!(alpha["oldest_ready_age_seconds"].as_i64().unwrap() >= 89);
+    assert_eq!(
+        (
+            beta["processing"].as_u64(),
+            beta["expired_leases"].as_u64(),
+            beta["failed"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+    assert_eq!(
+        (gamma["ready"].as_u64(), gamma["paused"].as_bool()),
+        (Some(0), Some(true))
+    );
+    assert_eq!(
+        (
+            s["leases"]["processing"].as_u64(),
+            s["leases"]["expired"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
+    // The 5-minute window holds the two recent minute rows, not the one from 3 hours ago.
+    let a = &s["activity"];
+    assert_eq!(
+        (
+            a["claims"].as_u64(),
+            a["completions"].as_u64(),
+            a["retries"].as_u64(),
+            a["failures"].as_u64()
+        ),
+        (Some(15), Some(13), Some(1), Some(1))
+    );
+    assert_eq!(
+        (a["deadlocks"].as_u64(), a["lock_waits"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(s["per_minute"]["claims"].as_f64(), Some(3.0));
+    assert!((s["empty_poll_ratio"].as_f64().unwrap() - 10.0 / 30.0).abs() < 1e-9);
+    let workers = s["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2);
+    assert_eq!(
+        (
+            workers[0]["worker_id"].as_str(),
+            workers[0]["claims"].as_u64(),
+            workers[0]["failures"].as_u64()
+        ),
+        (Some("w1"), Some(10), Some(1))
+    );
+    assert_eq!(workers[1]["claims"].as_u64(), Some(5));
+    let kinds = s["kinds"].as_array().unwrap();
+    assert_eq!(
+        (
+            kinds[0]["kind"].as_str(),
+            kinds[0]["runs"].as_u64(),
+            kinds[0]["avg_us"].as_u64(),
+            kinds[0]["max_us"].as_u64()
+        ),
+        (Some("noop"), Some(4), Some(1000), Some(2500))
+    );
+    assert!(s["table"]["data_bytes"].as_u64().unwrap() > 0);
+    let lag = s["table"]["oldest_completed_age_seconds"].as_i64().unwrap();
+    assert!((2 * 86_400 - 5..2 * 86_400 + 5).contains(&lag), "{lag}");
+
+    // The human form: aligned tables with the same numbers.
+    let human = ok(&db.url(), &["stats"]);
+    let header = human.lines().next().unwrap();
+    assert!(
+        header.starts_with("QUEUE") && header.contains("OLDEST READY"),
+        "{human}"
+    );
+    let alpha_line = human.lines().find(|l| l.starts_with("alpha")).unwrap();
+    assert_eq!(
+        alpha_line.len(),
+        header.len() - "PAUSED".len() + "no".len(),
+        "aligned:\n{human}"
+    );
+    assert!(human.contains("cleanup lag"), "{human}");
+}
+
+#[tokio::test]
+async fn stats_queries_never_scan_job_queue() {
+    let db = TestDb::new().await;
+    // Enough rows of every state for the optimizer to choose as it would in production.
+    exec(
+        &db,
+        "INSERT INTO job_queue (queue_name, kind, payload, status, available_at, finished_at, lease_expires_at) \
+         SELECT CONCAT('q', seq % 4), 'noop', '{}', \
+                ELT(1 + seq % 8, 'completed', 'completed', 'completed', 'completed', 'pending', 'processing', 'failed', 'cancelled'), \
+                UTC_TIMESTAMP(6) - INTERVAL (seq % 100) SECOND, \
+                IF(seq % 8 IN (0, 1, 2, 3, 6, 7), UTC_TIMESTAMP(6) - INTERVAL seq SECOND, NULL), \
+                IF(seq % 8 = 5, UTC_TIMESTAMP(6), NULL) \
+         FROM seq_1_to_20000; ANALYZE TABLE job_queue",
+    )
+    .await;
+    let mut conn = db.connect().await;
+    let plans = admin::stats_explain(&mut conn).await.unwrap();
+    assert!(plans.len() >= 7);
+    for (tag, plan) in &plans {
+        assert!(!plan.is_empty(), "{tag}");
+        for row in plan {
+            let on_jobs = matches!(row.table.as_deref(), Some("job_queue" | "j"));
+            assert!(
+                !(on_jobs && row.access.as_deref() == Some("ALL")),
+                "{tag} scans job_queue: {plan:?}"
+            );
+            if on_jobs {
+                assert!(
+                    row.key.is_some() || row.access.is_none(),
+                    "{tag} uses no index: {plan:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn stats_watch_refreshes_until_interrupted() {
+    let db = TestDb::new().await;
+    let mut child = cmd(
+        &db.url(),
+        &["stats", "--json", "--watch", "--interval", "100ms"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        let line = lines.next().unwrap().unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["queues"].is_array());
+    }
+    assert!(mysqlq_tests::signal(child.id(), "INT"));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn failed_list_show_retry_discard() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    assert!(ok(&url, &["failed", "list"]).contains("no failed jobs"));
+    let a = insert_failed(&db, "alpha").await;
+    let b = insert_failed(&db, "beta").await;
+    let pending = insert(&db, "alpha", "pending", "", "").await;
+
+    let list: Value = serde_json::from_str(&ok(&url, &["failed", "list", "--json"])).unwrap();
+    let ids: Vec<u64> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&a) && ids.contains(&b));
+    let only_beta: Value =
+        serde_json::from_str(&ok(&url, &["failed", "list", "--queue", "beta", "--json"])).unwrap();
+    assert_eq!(only_beta.as_array().unwrap().len(), 1);
+    let human = ok(&url, &["failed", "list"]);
+    assert!(
+        human.starts_with("ID") && human.contains("upstream returned 503"),
+        "{human}"
+    );
+
+    let show = ok(&url, &["failed", "show", &a.to_string()]);
+    assert!(
+        show.contains("status:       failed") && show.contains("attempts:     4 of 4"),
+        "{show}"
+    );
+    assert!(
+        show.contains("upstream returned 503") && show.contains("\"n\": 7"),
+        "{show}"
+    );
+    let e = fails(&url, &["failed", "show", "987654321"], 1);
+    assert!(e.contains("no job with id 987654321"), "{e}");
+
+    // Single retry: back to pending, attempts reset, runnable now, finished_at cleared.
+    assert!(ok(&url, &["failed", "retry", &a.to_string()]).contains(&format!("retried job {a}")));
+    let (status, attempts, finished, ready): (String, u32, Option<i64>, i64) = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), attempts, CAST(UNIX_TIMESTAMP(finished_at) AS SIGNED), \
+           CAST(available_at <= UTC_TIMESTAMP(6) AS SIGNED) FROM job_queue WHERE id = ?",
+    )
+    .bind(a)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), attempts, finished, ready),
+        ("pending", 0, None, 1)
+    );
+    let e = fails(&url, &["failed", "retry", &pending.to_string()], 1);
+    assert!(e.contains("is pending, not failed"), "{e}");
+    fails(&url, &["failed", "retry", "987654321"], 1);
+
+    // Single discard.
+    assert!(ok(&url, &["failed", "discard", &b.to_string()]).contains("discarded"));
+    assert_eq!(
+        scalar_i64(
+            &db,
+            &format!("SELECT COUNT(*) FROM job_queue WHERE id = {b}")
+        )
+        .await,
+        0
+    );
+    fails(&url, &["failed", "discard", &b.to_string()], 1);
+}
+
+#[tokio::test]
+async fn failed_retry_all_reports_dedupe_conflicts_per_job() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let mut plain = Vec::new();
+    for _ in 0..7 {
+        plain.push(insert_failed(&db, "alpha").await);
+    }
+    // A failed job whose dedupe key a newer pending job holds now.
+    let conflicted = insert(
+        &db,
+        "alpha",
+        "failed",
+        ", dedupe_key, finished_at",
+        ", 'order-42', UTC_TIMESTAMP(6)",
+    )
+    .await;
+    let holder = insert(&db, "alpha", "pending", ", dedupe_key", ", 'order-42'").await;
+    let other_queue = insert_failed(&db, "beta").await;
+
+    let e = fails(&url, &["failed", "retry", &conflicted.to_string()], 1);
+    assert!(e.contains(&format!("held by job {holder}")), "{e}");
+
+    let o = run(&url, &["failed", "retry", "--all", "--queue", "alpha"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("retried 7 failed jobs of queue `alpha`; 1 left failed"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains(&format!("job {conflicted} not retried")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(db.count("failed").await, 2, "the conflicted job and beta's");
+    let status: String =
+        sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
+            .bind(other_queue)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "failed", "--queue alpha leaves beta alone");
+
+    // Discard everything still failed, across queues; rows failed by hand-written SQL without
+    // finished_at (the article's recovery statement) are included.
+    insert(&db, "gamma", "failed", "", "").await;
+    let out = ok(&url, &["failed", "discard", "--all"]);
+    assert!(out.contains("discarded 3 failed jobs"), "{out}");
+    assert_eq!(db.count("failed").await, 0);
+    assert_eq!(db.count("pending").await, 8);
+}
+
+#[tokio::test]
+async fn purge_deletes_old_finished_rows_only() {
+    let db = TestDb::new().await;
+    for _ in 0..5 {
+        insert(
+            &db,
+            "alpha",
+            "completed",
+            ", finished_at",
+            ", UTC_TIMESTAMP(6) - INTERVAL 10 DAY",
+        )
+        .await;
+    }
+    let recent = insert(
+        &db,
+        "alpha",
+        "completed",
+        ", finished_at",
+        ", UTC_TIMESTAMP(6) - INTERVAL 1 DAY",
+    )
+    .await;
+    let old_failed = insert(
+        &db,
+        "alpha",
+        "failed",
+        ", finished_at",
+        ", UTC_TIMESTAMP(6) - INTERVAL 10 DAY",
+    )
+    .await;
+    let out = ok(&db.url(), &["purge", "--batch", "2"]);
+    assert!(out.contains("deleted 5 completed jobs"), "{out}");
+    assert_eq!(db.count("completed").await, 1);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            &format!("SELECT COUNT(*) FROM job_queue WHERE id IN ({recent}, {old_failed})")
+        )
+        .await,
+        2
+    );
+    let out = ok(
+        &db.url(),
+        &["purge", "--older-than", "12h", "--status", "completed"],
+    );
+    assert!(out.contains("deleted 1 completed jobs"), "{out}");
+    let out = ok(&db.url(), &["purge", "--status", "failed"]);
+    assert!(out.contains("deleted 1 failed jobs"), "{out}");
+    assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM job_queue").await, 0);
+    fails(&db.url(), &["purge", "--status", "pending"], 2);
+}
+
+#[tokio::test]
+async fn pause_and_resume_set_the_flag_and_warn_about_unknown_queues() {
+    let db = TestDb::new().await;
+    let paused = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(paused AS SIGNED) FROM mysqlq_queue WHERE queue_name = 'test'",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+    };
+    let o = run(&db.url(), &["pause", "test"]);
+    assert!(o.status.success() && stdout(&o).contains("paused queue `test`"));
+    assert!(
+        !stderr(&o).contains("warning"),
+        "`test` is a registered job's queue: {}",
+        stderr(&o)
+    );
+    assert_eq!(paused().await, Some(1));
+    ok(&db.url(), &["resume", "test"]);
+    assert_eq!(paused().await, Some(0));
+    let o = run(&db.url(), &["pause", "nosuch"]);
+    assert!(o.status.success());
+    assert!(
+        stderr(&o).contains("warning: no job of queue `nosuch`"),
+        "{}",
+        stderr(&o)
+    );
+    insert(&db, "hand-made", "pending", "", "").await;
+    let o = run(&db.url(), &["pause", "hand-made"]);
+    assert!(
+        o.status.success() && !stderr(&o).contains("warning"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test]
+async fn doctor_passes_on_the_test_server() {
+    let db = TestDb::new().await;
+    let out = ok(&db.url(), &["doctor"]);
+    for check in [
+        "server",
+        "binlog",
+        "writer",
+        "isolation",
+        "time zone",
+        "schema",
+        "indexes",
+        "claim plan",
+    ] {
+        assert!(
+            out.lines().any(|l| l.contains(check)),
+            "{check} missing:\n{out}"
+        );
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+    // An index dropped by hand is a failure naming it.
+    exec(&db, "ALTER TABLE job_queue DROP INDEX idx_job_finished").await;
+    let o = run(&db.url(), &["doctor"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("idx_job_finished")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[tokio::test]
+async fn doctor_fails_on_statement_based_binlog() {
+    // A relative --log-bin basename puts the binary log in the server's own data directory.
+    let server = PrivateServer::start_with(&[
+        "--log-bin=mysqlq-bin",
+        "--binlog-format=STATEMENT",
+        "--server-id=1",
+    ]);
+    let db = TestDb::on(&server.url()).await;
+    let url = format!("{}/{}", server.url(), db.name);
+    let o = run(&url, &["doctor"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", stderr(&o));
+    let line = out
+        .lines()
+        .find(|l| l.contains("binlog"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains("binlog_format=STATEMENT")
+            && line.contains("SET GLOBAL binlog_format=ROW"),
+        "{line}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok") && l.contains("schema")),
+        "{out}"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut s =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
+    let db = TestDb::new().await;
+    for n in 0..20 {
+        ok(
+            &db.url(),
+            &["enqueue", "noop", "--json", &format!(r#"{{"n": {n}}}"#)],
+        );
+    }
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = cmd(
+        &db.url(),
+        &[
+            "work",
+            "--queues",
+            "test",
+            "--concurrency",
+            "4",
+            "--batch",
+            "5",
+            "--lease",
+            "30s",
+            "--shutdown-timeout",
+            "5s",
+            "--metrics-addr",
+            &addr,
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while db.count("completed").await < 20 {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("the worker exited early ({status}):\n{err}");
+        }
+        assert!(Instant::now() < deadline, "20 jobs not completed in 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = http_get(port, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    assert!(metrics.contains("mysqlq_"), "{metrics}");
+    assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
+    assert!(mysqlq_tests::signal(child.id(), "TERM"));
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(db.count("processing").await, 0);
+
+    // A taken metrics address is a start-up error.
+    let _hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = _hold.local_addr().unwrap().to_string();
+    let e = fails(&db.url(), &["work", "--metrics-addr", &taken], 1);
+    assert!(e.contains("cannot listen"), "{e}");
+    fails(&db.url(), &["work", "--lease", "forever"], 2);
+    fails(&db.url(), &["work", "--concurrency", "0"], 2);
+}

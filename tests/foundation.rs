@@ -2,7 +2,6 @@
 //! writes, the article's recovery SQL, and the claim plan. Real server, one database per test.
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::time::Duration;
 
 use mysqlq::store::{self, ClaimParams, Owned};
@@ -19,8 +18,8 @@ impl Job for Noop {
     const KIND: &'static str = "noop";
     const QUEUE: &'static str = "test";
 
-    fn run(self, _ctx: JobContext) -> impl Future<Output = Result<(), JobError>> + Send {
-        async { Ok(()) }
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
     }
 }
 
@@ -32,17 +31,28 @@ struct Big {
 impl Job for Big {
     const KIND: &'static str = "big";
 
-    fn run(self, _ctx: JobContext) -> impl Future<Output = Result<(), JobError>> + Send {
-        async { Ok(()) }
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
     }
 }
 
-async fn claim(db: &TestDb, queue: &str, limit: u32, lease: Duration) -> (String, Vec<store::ClaimedJob>) {
+async fn claim(
+    db: &TestDb,
+    queue: &str,
+    limit: u32,
+    lease: Duration,
+) -> (String, Vec<store::ClaimedJob>) {
     let token = uuid_like();
     let mut conn = db.pool.acquire().await.unwrap();
     let jobs = store::job_claim(
         &mut conn,
-        &ClaimParams { queue, limit, worker_id: "test-worker", token: &token, lease },
+        &ClaimParams {
+            queue,
+            limit,
+            worker_id: "test-worker",
+            token: &token,
+            lease,
+        },
     )
     .await
     .unwrap();
@@ -50,18 +60,38 @@ async fn claim(db: &TestDb, queue: &str, limit: u32, lease: Duration) -> (String
 }
 
 fn uuid_like() -> String {
-    format!("{:08x}-0000-4000-8000-{:012x}", fastrand::u32(..), fastrand::u64(..) & 0xffff_ffff_ffff)
+    format!(
+        "{:08x}-0000-4000-8000-{:012x}",
+        fastrand::u32(..),
+        fastrand::u64(..) & 0xffff_ffff_ffff
+    )
 }
 
 #[tokio::test]
 async fn migrate_is_idempotent_and_creates_the_articles_table() {
     let db = TestDb::new().await;
-    assert_eq!(mysqlq::migrate(&db.pool).await.unwrap(), mysqlq::SCHEMA_VERSION);
-    assert_eq!(mysqlq::migrate(&db.pool).await.unwrap(), mysqlq::SCHEMA_VERSION);
+    assert_eq!(
+        mysqlq::migrate(&db.pool).await.unwrap(),
+        mysqlq::SCHEMA_VERSION
+    );
+    assert_eq!(
+        mysqlq::migrate(&db.pool).await.unwrap(),
+        mysqlq::SCHEMA_VERSION
+    );
     let mut conn = db.connect().await;
-    assert_eq!(mysqlq::schema_version(&mut conn).await.unwrap(), mysqlq::SCHEMA_VERSION);
-    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_migrations").fetch_one(&db.pool).await.unwrap();
-    assert_eq!(applied, i64::from(mysqlq::SCHEMA_VERSION), "each migration is recorded once");
+    assert_eq!(
+        mysqlq::schema_version(&mut conn).await.unwrap(),
+        mysqlq::SCHEMA_VERSION
+    );
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_migrations")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        applied,
+        i64::from(mysqlq::SCHEMA_VERSION),
+        "each migration is recorded once"
+    );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT DISTINCT index_name FROM information_schema.statistics \
          WHERE table_schema = DATABASE() AND table_name = 'job_queue' ORDER BY index_name",
@@ -69,8 +99,16 @@ async fn migrate_is_idempotent_and_creates_the_articles_table() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    for name in ["PRIMARY", "idx_job_claim", "idx_job_recover", "uq_job_dedupe"] {
-        assert!(indexes.iter().any(|i| i == name), "{name} missing from {indexes:?}");
+    for name in [
+        "PRIMARY",
+        "idx_job_claim",
+        "idx_job_recover",
+        "uq_job_dedupe",
+    ] {
+        assert!(
+            indexes.iter().any(|i| i == name),
+            "{name} missing from {indexes:?}"
+        );
     }
     // The article's own INSERT (no kind, no mysqlq columns) still works.
     sqlx::query(
@@ -86,21 +124,36 @@ async fn migrate_is_idempotent_and_creates_the_articles_table() {
 #[tokio::test]
 async fn enqueue_follows_the_callers_transaction() {
     let db = TestDb::new().await;
-    sqlx::query("CREATE TABLE orders (id BIGINT PRIMARY KEY)").execute(&db.pool).await.unwrap();
+    sqlx::query("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
 
     let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders (id) VALUES (1)").execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO orders (id) VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let rolled_back = Noop { n: 1 }.enqueue(&mut tx).await.unwrap();
     assert!(!rolled_back.is_duplicate());
     tx.rollback().await.unwrap();
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue").fetch_one(&db.pool).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(rows, 0, "rollback removes the job with the order");
 
     let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders (id) VALUES (2)").execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO orders (id) VALUES (2)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let id = Noop { n: 2 }.enqueue(&mut tx).await.unwrap().id();
     // Not visible to others before commit.
-    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue").fetch_one(&db.pool).await.unwrap();
+    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(before, 0);
     tx.commit().await.unwrap();
     let (kind, queue, payload, status, attempts, max_attempts): (String, String, String, String, u32, u32) =
@@ -111,8 +164,14 @@ async fn enqueue_follows_the_callers_transaction() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!((kind.as_str(), queue.as_str(), status.as_str()), ("noop", "test", "pending"));
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&payload).unwrap(), serde_json::json!({"n": 2}));
+    assert_eq!(
+        (kind.as_str(), queue.as_str(), status.as_str()),
+        ("noop", "test", "pending")
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&payload).unwrap(),
+        serde_json::json!({"n": 2})
+    );
     assert_eq!((attempts, max_attempts), (0, 5));
 
     // On a pool and on a plain connection too.
@@ -131,8 +190,18 @@ async fn per_call_options_are_stored() {
         .max_attempts(9)
         .delay(Duration::from_secs(3600))
         .ordering_key("order-7");
-    let id = Noop { n: 1 }.enqueue_with(&db.pool, &opts).await.unwrap().id();
-    let (queue, priority, max_attempts, ordering_key, delay_s): (String, i16, u32, Option<String>, i64) = sqlx::query_as(
+    let id = Noop { n: 1 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap()
+        .id();
+    let (queue, priority, max_attempts, ordering_key, delay_s): (
+        String,
+        i16,
+        u32,
+        Option<String>,
+        i64,
+    ) = sqlx::query_as(
         "SELECT queue_name, priority, max_attempts, ordering_key, \
          TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), available_at) FROM job_queue WHERE id = ?",
     )
@@ -142,28 +211,50 @@ async fn per_call_options_are_stored() {
     .unwrap();
     assert_eq!((queue.as_str(), priority, max_attempts), ("other", -5, 9));
     assert_eq!(ordering_key.as_deref(), Some("order-7"));
-    assert!((3590..=3600).contains(&delay_s), "delay of an hour, got {delay_s}s");
+    assert!(
+        (3590..=3600).contains(&delay_s),
+        "delay of an hour, got {delay_s}s"
+    );
 
     // Absolute run time.
     let at = std::time::SystemTime::now() + Duration::from_secs(7200);
-    let id = Noop { n: 2 }.enqueue_with(&db.pool, &EnqueueOptions::new().run_at(at)).await.unwrap().id();
-    let delay_s: i64 = sqlx::query_scalar("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), available_at) FROM job_queue WHERE id = ?")
-        .bind(id.0)
-        .fetch_one(&db.pool)
+    let id = Noop { n: 2 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().run_at(at))
         .await
-        .unwrap();
-    assert!((7190..=7200).contains(&delay_s), "run_at two hours ahead, got {delay_s}s");
+        .unwrap()
+        .id();
+    let delay_s: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), available_at) FROM job_queue WHERE id = ?",
+    )
+    .bind(id.0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        (7190..=7200).contains(&delay_s),
+        "run_at two hours ahead, got {delay_s}s"
+    );
 
     // Bad input is refused with a message naming it, and nothing is written.
     let err = Noop { n: 3 }
-        .enqueue_with(&db.pool, &EnqueueOptions::new().queue("bad queue'; DROP TABLE job_queue; --"))
+        .enqueue_with(
+            &db.pool,
+            &EnqueueOptions::new().queue("bad queue'; DROP TABLE job_queue; --"),
+        )
         .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("queue name"), "{err}");
-    let err = Noop { n: 3 }.enqueue_with(&db.pool, &EnqueueOptions::new().max_attempts(0)).await.unwrap_err().to_string();
+    let err = Noop { n: 3 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().max_attempts(0))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("max_attempts"), "{err}");
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue").fetch_one(&db.pool).await.unwrap();
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(total, 2);
 }
 
@@ -186,9 +277,21 @@ async fn dedupe_key_returns_the_holder() {
 
     // Once the holder finished, the key is free again.
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
-    let owned: Vec<Owned> = jobs.iter().map(|j| Owned { id: j.id, token: token.clone() }).collect();
+    let owned: Vec<Owned> = jobs
+        .iter()
+        .map(|j| Owned {
+            id: j.id,
+            token: token.clone(),
+        })
+        .collect();
     let mut conn = db.connect().await;
-    assert_eq!(store::job_complete_many(&mut conn, &owned).await.unwrap().done, 2);
+    assert_eq!(
+        store::job_complete_many(&mut conn, &owned)
+            .await
+            .unwrap()
+            .done,
+        2
+    );
     let again = Noop { n: 5 }.enqueue_with(&db.pool, &opts).await.unwrap();
     assert!(matches!(again, Enqueued::Inserted(id) if id != first.id()));
 }
@@ -196,11 +299,22 @@ async fn dedupe_key_returns_the_holder() {
 #[tokio::test]
 async fn oversized_payload_is_refused() {
     let db = TestDb::new().await;
-    let err = Big { blob: "x".repeat(mysqlq::MAX_PAYLOAD_BYTES + 1) }.enqueue(&db.pool).await.unwrap_err();
+    let err = Big {
+        blob: "x".repeat(mysqlq::MAX_PAYLOAD_BYTES + 1),
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, mysqlq::Error::PayloadTooLarge { .. }), "{msg}");
+    assert!(
+        matches!(err, mysqlq::Error::PayloadTooLarge { .. }),
+        "{msg}"
+    );
     assert!(msg.contains("big") && msg.contains("limit"), "{msg}");
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue").fetch_one(&db.pool).await.unwrap();
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(total, 0);
 }
 
@@ -214,10 +328,11 @@ async fn bulk_enqueue_lands_every_row_with_its_id() {
     let out = mysqlq::enqueue_many(&mut tx, jobs).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(out.len(), 10_000);
-    let rows: Vec<(u64, String)> = sqlx::query_as("SELECT id, CAST(payload AS CHAR) FROM job_queue ORDER BY id")
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
+    let rows: Vec<(u64, String)> =
+        sqlx::query_as("SELECT id, CAST(payload AS CHAR) FROM job_queue ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(rows.len(), 10_000);
     for (n, (enq, (id, payload))) in out.iter().zip(&rows).enumerate() {
         assert_eq!(enq.id().0, *id, "returned id of job {n}");
@@ -251,7 +366,13 @@ async fn concurrent_claimers_claim_every_job_exactly_once() {
             loop {
                 let token = uuid_like();
                 let worker = format!("claimer-{w}");
-                let params = ClaimParams { queue: "test", limit: 37, worker_id: &worker, token: &token, lease: Duration::from_secs(300) };
+                let params = ClaimParams {
+                    queue: "test",
+                    limit: 37,
+                    worker_id: &worker,
+                    token: &token,
+                    lease: Duration::from_secs(300),
+                };
                 match store::job_claim(&mut conn, &params).await {
                     Ok(batch) if batch.is_empty() => break,
                     Ok(batch) => mine.extend(batch.into_iter().map(|j| j.id)),
@@ -284,15 +405,35 @@ async fn stale_token_changes_nothing_and_is_reported() {
     let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
     assert_eq!(jobs.len(), 1);
-    assert_eq!((jobs[0].id, jobs[0].attempt, jobs[0].kind.as_deref()), (id, 1, Some("noop")));
+    assert_eq!(
+        (jobs[0].id, jobs[0].attempt, jobs[0].kind.as_deref()),
+        (id, 1, Some("noop"))
+    );
     let mut conn = db.connect().await;
 
-    let stale = [Owned { id, token: uuid_like() }];
+    let stale = [Owned {
+        id,
+        token: uuid_like(),
+    }];
     let report = store::job_complete_many(&mut conn, &stale).await.unwrap();
     assert_eq!((report.done, report.lost.clone()), (0, vec![id]));
-    assert!(!store::job_finish_attempt(&mut conn, &stale[0], &store::Outcome::Fail, "late").await.unwrap());
-    assert_eq!(store::job_heartbeat(&mut conn, Duration::from_secs(60), &stale).await.unwrap().lost, vec![id]);
-    assert_eq!(db.count("processing").await, 1, "the stale writes changed nothing");
+    assert!(
+        !store::job_finish_attempt(&mut conn, &stale[0], &store::Outcome::Fail, "late")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store::job_heartbeat(&mut conn, Duration::from_secs(60), &stale)
+            .await
+            .unwrap()
+            .lost,
+        vec![id]
+    );
+    assert_eq!(
+        db.count("processing").await,
+        1,
+        "the stale writes changed nothing"
+    );
 
     let good = [Owned { id, token }];
     let report = store::job_complete_many(&mut conn, &good).await.unwrap();
@@ -311,13 +452,47 @@ async fn attempt_outcomes_move_jobs_as_documented() {
     }
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
     assert_eq!(jobs.len(), 4);
-    let owned: Vec<Owned> = jobs.iter().map(|j| Owned { id: j.id, token: token.clone() }).collect();
+    let owned: Vec<Owned> = jobs
+        .iter()
+        .map(|j| Owned {
+            id: j.id,
+            token: token.clone(),
+        })
+        .collect();
     let mut conn = db.connect().await;
     let delay = Duration::from_secs(100);
-    assert!(store::job_finish_attempt(&mut conn, &owned[0], &store::Outcome::Retry { delay }, "boom").await.unwrap());
-    assert!(store::job_finish_attempt(&mut conn, &owned[1], &store::Outcome::Snooze { delay }, "snoozed").await.unwrap());
-    assert!(store::job_finish_attempt(&mut conn, &owned[2], &store::Outcome::Fail, "bad input").await.unwrap());
-    assert_eq!(store::job_release(&mut conn, &owned[3..]).await.unwrap().done, 1);
+    assert!(
+        store::job_finish_attempt(
+            &mut conn,
+            &owned[0],
+            &store::Outcome::Retry { delay },
+            "boom"
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        store::job_finish_attempt(
+            &mut conn,
+            &owned[1],
+            &store::Outcome::Snooze { delay },
+            "snoozed"
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        store::job_finish_attempt(&mut conn, &owned[2], &store::Outcome::Fail, "bad input")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store::job_release(&mut conn, &owned[3..])
+            .await
+            .unwrap()
+            .done,
+        1
+    );
 
     let rows: Vec<(u64, String, u32, Option<String>, i64)> = sqlx::query_as(
         "SELECT id, status, attempts, last_error, TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), available_at) \
@@ -326,11 +501,29 @@ async fn attempt_outcomes_move_jobs_as_documented() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!((rows[0].1.as_str(), rows[0].2, rows[0].3.as_deref()), ("pending", 1, Some("boom")));
-    assert!((90..=100).contains(&rows[0].4), "retry at +100s, got {}", rows[0].4);
-    assert_eq!((rows[1].1.as_str(), rows[1].2), ("pending", 0), "snooze gives the attempt back");
-    assert_eq!((rows[2].1.as_str(), rows[2].3.as_deref()), ("failed", Some("bad input")));
-    assert_eq!((rows[3].1.as_str(), rows[3].2), ("pending", 0), "release gives the attempt back");
+    assert_eq!(
+        (rows[0].1.as_str(), rows[0].2, rows[0].3.as_deref()),
+        ("pending", 1, Some("boom"))
+    );
+    assert!(
+        (90..=100).contains(&rows[0].4),
+        "retry at +100s, got {}",
+        rows[0].4
+    );
+    assert_eq!(
+        (rows[1].1.as_str(), rows[1].2),
+        ("pending", 0),
+        "snooze gives the attempt back"
+    );
+    assert_eq!(
+        (rows[2].1.as_str(), rows[2].3.as_deref()),
+        ("failed", Some("bad input"))
+    );
+    assert_eq!(
+        (rows[3].1.as_str(), rows[3].2),
+        ("pending", 0),
+        "release gives the attempt back"
+    );
     assert!(rows[3].4 <= 0, "a released job is runnable at once");
 }
 
@@ -338,7 +531,11 @@ async fn attempt_outcomes_move_jobs_as_documented() {
 async fn the_articles_recovery_sql_returns_expired_jobs() {
     let db = TestDb::new().await;
     let keep = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
-    let last = Noop { n: 2 }.enqueue_with(&db.pool, &EnqueueOptions::new().max_attempts(1)).await.unwrap().id();
+    let last = Noop { n: 2 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().max_attempts(1))
+        .await
+        .unwrap()
+        .id();
     let (_token, jobs) = claim(&db, "test", 10, Duration::ZERO).await;
     assert_eq!(jobs.len(), 2);
     tokio::time::sleep(Duration::from_millis(5)).await; // the lease (zero) must be in the past
@@ -410,7 +607,10 @@ async fn claim_query_uses_the_claim_index_without_filesort() {
         })
         .collect();
     mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
-    sqlx::query("ANALYZE TABLE job_queue").execute(&db.pool).await.unwrap();
+    sqlx::query("ANALYZE TABLE job_queue")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let mut conn = db.connect().await;
     let plan = store::job_claim_explain(&mut conn, "test").await.unwrap();
     let main = plan
@@ -430,12 +630,20 @@ async fn priority_orders_claims_and_pause_stops_them() {
     for n in 0..5 {
         Noop { n }.enqueue(&db.pool).await.unwrap();
     }
-    let urgent = Noop { n: 99 }.enqueue_with(&db.pool, &EnqueueOptions::new().priority(-10)).await.unwrap().id();
+    let urgent = Noop { n: 99 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().priority(-10))
+        .await
+        .unwrap()
+        .id();
     let mut conn = db.connect().await;
-    store::queue_set_paused(&mut conn, "test", true).await.unwrap();
+    store::queue_set_paused(&mut conn, "test", true)
+        .await
+        .unwrap();
     let (_t, none) = claim(&db, "test", 1, Duration::from_secs(60)).await;
     assert!(none.is_empty(), "a paused queue hands out nothing");
-    store::queue_set_paused(&mut conn, "test", false).await.unwrap();
+    store::queue_set_paused(&mut conn, "test", false)
+        .await
+        .unwrap();
     let (_t, first) = claim(&db, "test", 1, Duration::from_secs(60)).await;
     assert_eq!(first[0].id, urgent, "lower priority value runs first");
 }
@@ -445,11 +653,36 @@ async fn leader_lease_has_one_holder_and_fails_over() {
     let db = TestDb::new().await;
     let mut conn = db.connect().await;
     let ttl = Duration::from_millis(300);
-    assert!(store::leader_elect(&mut conn, "maintenance", "a", ttl).await.unwrap());
-    assert!(!store::leader_elect(&mut conn, "maintenance", "b", ttl).await.unwrap());
-    assert!(store::leader_elect(&mut conn, "maintenance", "a", ttl).await.unwrap(), "renewal");
+    assert!(
+        store::leader_elect(&mut conn, "maintenance", "a", ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store::leader_elect(&mut conn, "maintenance", "b", ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store::leader_elect(&mut conn, "maintenance", "a", ttl)
+            .await
+            .unwrap(),
+        "renewal"
+    );
     tokio::time::sleep(Duration::from_millis(400)).await; // let the lease lapse
-    assert!(store::leader_elect(&mut conn, "maintenance", "b", ttl).await.unwrap(), "failover after expiry");
-    store::leader_resign(&mut conn, "maintenance", "b").await.unwrap();
-    assert!(store::leader_elect(&mut conn, "maintenance", "a", ttl).await.unwrap(), "takeover after resign");
+    assert!(
+        store::leader_elect(&mut conn, "maintenance", "b", ttl)
+            .await
+            .unwrap(),
+        "failover after expiry"
+    );
+    store::leader_resign(&mut conn, "maintenance", "b")
+        .await
+        .unwrap();
+    assert!(
+        store::leader_elect(&mut conn, "maintenance", "a", ttl)
+            .await
+            .unwrap(),
+        "takeover after resign"
+    );
 }

@@ -2,6 +2,7 @@
 //! heartbeats, lost leases, graceful shutdown, and (in real processes) SIGKILL recovery,
 //! multi-process draining and leader failover.
 
+#[path = "worker_procs.rs"]
 mod worker_procs;
 
 use std::time::Duration;
@@ -39,8 +40,12 @@ async fn completes_jobs_and_counts_them() {
         v
     };
     let worker = db.worker().concurrency(8).start().await.unwrap();
-    db.wait_for("all completed", "SELECT COUNT(*) = 50 FROM job_queue WHERE status = 'completed'", Duration::from_secs(30))
-        .await;
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 50 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
     let metrics = worker.metrics();
     let report = worker.shutdown().await.unwrap();
     assert_eq!(report.released, 0);
@@ -68,7 +73,10 @@ async fn retry_schedule_is_written_to_available_at() {
     let worker = db.worker().start().await.unwrap();
     db.wait_for(
         "first retry scheduled",
-        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'pending' AND attempts = 1", id.0),
+        &format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'pending' AND attempts = 1",
+            id.0
+        ),
         Duration::from_secs(20),
     )
     .await;
@@ -81,8 +89,14 @@ async fn retry_schedule_is_written_to_available_at() {
     .await
     .unwrap();
     // First entry of "10s, 20s, 40s", jittered by ±10 %.
-    assert!((9_000..=11_000).contains(&delay_ms), "retry in {delay_ms} ms");
-    assert!(err.contains("upstream returned 503") && err.contains("attempt 1 of 4"), "{err}");
+    assert!(
+        (9_000..=11_000).contains(&delay_ms),
+        "retry in {delay_ms} ms"
+    );
+    assert!(
+        err.contains("upstream returned 503") && err.contains("attempt 1 of 4"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -90,12 +104,20 @@ async fn permanent_error_fails_after_one_attempt() {
     let db = TestDb::new().await;
     let id = Permanent {}.enqueue(&db.pool).await.unwrap().id();
     let worker = db.worker().start().await.unwrap();
-    db.wait_for("failed", "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'", Duration::from_secs(20)).await;
+    db.wait_for(
+        "failed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'",
+        Duration::from_secs(20),
+    )
+    .await;
     let m = worker.metrics();
     worker.shutdown().await.unwrap();
     let (status, attempts, err) = row(&db, id).await;
     assert_eq!((status.as_str(), attempts), ("failed", 1));
-    assert!(err.unwrap().contains("invalid e-mail address (permanent error)"));
+    assert!(
+        err.unwrap()
+            .contains("invalid e-mail address (permanent error)")
+    );
     assert_eq!(m.counters.snapshot().failures, 1);
 }
 
@@ -104,7 +126,12 @@ async fn snooze_does_not_consume_an_attempt() {
     let db = TestDb::new().await;
     let id = Snoozer {}.enqueue(&db.pool).await.unwrap().id();
     let worker = db.worker().start().await.unwrap();
-    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    db.wait_for(
+        "completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(20),
+    )
+    .await;
     worker.shutdown().await.unwrap();
     let (_, attempts, _) = row(&db, id).await;
     // retries = 0 means a single attempt; it ran twice because the snooze gave it back.
@@ -118,12 +145,20 @@ async fn a_panic_is_recorded_and_retried() {
     let db = TestDb::new().await;
     let id = Panicker {}.enqueue(&db.pool).await.unwrap().id();
     let worker = db.worker().start().await.unwrap();
-    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    db.wait_for(
+        "completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(20),
+    )
+    .await;
     let m = worker.metrics();
     worker.shutdown().await.unwrap();
     let (_, attempts, err) = row(&db, id).await;
     assert_eq!(attempts, 2);
-    assert!(err.unwrap().contains("handler panicked: deliberate panic on attempt 1"));
+    assert!(
+        err.unwrap()
+            .contains("handler panicked: deliberate panic on attempt 1")
+    );
     assert_eq!(m.counters.snapshot().panics, 1);
 }
 
@@ -132,11 +167,18 @@ async fn a_job_past_its_timeout_is_stopped_and_retried() {
     let db = TestDb::new().await;
     let id = Forever {}.enqueue(&db.pool).await.unwrap().id();
     let worker = db.worker().start().await.unwrap();
-    db.wait_for("failed after two timeouts", "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'", Duration::from_secs(20))
-        .await;
+    db.wait_for(
+        "failed after two timeouts",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'",
+        Duration::from_secs(20),
+    )
+    .await;
     let m = worker.metrics();
     // The never-returning handler does not block shutdown.
-    tokio::time::timeout(Duration::from_secs(10), worker.shutdown()).await.expect("shutdown not blocked").unwrap();
+    tokio::time::timeout(Duration::from_secs(10), worker.shutdown())
+        .await
+        .expect("shutdown not blocked")
+        .unwrap();
     let (_, attempts, err) = row(&db, id).await;
     assert_eq!(attempts, 2);
     assert!(err.unwrap().contains("timed out after 1s"));
@@ -154,7 +196,12 @@ async fn heartbeats_keep_a_job_longer_than_its_lease() {
         .start()
         .await
         .unwrap();
-    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    db.wait_for(
+        "completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(20),
+    )
+    .await;
     let m = worker.metrics();
     worker.shutdown().await.unwrap();
     let (_, attempts, _) = row(&db, id).await;
@@ -174,7 +221,12 @@ async fn a_lost_lease_cancels_the_job_and_its_late_result_is_refused() {
         .start()
         .await
         .unwrap();
-    db.wait_for("started", "SELECT COUNT(*) FROM test_runs WHERE event = 'start'", Duration::from_secs(20)).await;
+    db.wait_for(
+        "started",
+        "SELECT COUNT(*) FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(20),
+    )
+    .await;
     // Another owner takes the job over (as after a lease expiry and a re-claim elsewhere).
     sqlx::query("UPDATE job_queue SET claim_token = 'someone-else-0000-0000-000000000000', locked_by = 'other' WHERE id = ?")
         .bind(id.0)
@@ -183,13 +235,24 @@ async fn a_lost_lease_cancels_the_job_and_its_late_result_is_refused() {
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while worker.metrics().counters.snapshot().lost == 0 {
-        assert!(std::time::Instant::now() < deadline, "lease loss not detected");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lease loss not detected"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     worker.shutdown().await.unwrap();
     let (status, _, _): (String, u32, Option<String>) = row(&db, id).await;
-    let owner: String = sqlx::query_scalar("SELECT locked_by FROM job_queue WHERE id = ?").bind(id.0).fetch_one(&db.pool).await.unwrap();
-    assert_eq!((status.as_str(), owner.as_str()), ("processing", "other"), "the new owner's state is untouched");
+    let owner: String = sqlx::query_scalar("SELECT locked_by FROM job_queue WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), owner.as_str()),
+        ("processing", "other"),
+        "the new owner's state is untouched"
+    );
     assert_eq!(runs(&db, id, "done").await, 0, "the handler was cancelled");
 }
 
@@ -199,8 +262,19 @@ async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
     for _ in 0..6 {
         Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
     }
-    let worker = db.worker().concurrency(3).shutdown_timeout(Duration::from_millis(300)).start().await.unwrap();
-    db.wait_for("three started", "SELECT COUNT(*) >= 3 FROM test_runs WHERE event = 'start'", Duration::from_secs(20)).await;
+    let worker = db
+        .worker()
+        .concurrency(3)
+        .shutdown_timeout(Duration::from_millis(300))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "three started",
+        "SELECT COUNT(*) >= 3 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(20),
+    )
+    .await;
     let report = worker.shutdown().await.unwrap();
     assert_eq!(report.released, 3);
     let (pending, zero_attempts, owned): (i64, i64, i64) = sqlx::query_as(
@@ -210,11 +284,16 @@ async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!((pending, zero_attempts, owned), (6, 6, 0), "all back to pending at once, attempts given back");
-    let stopped: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_worker WHERE stopped_at IS NOT NULL")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    assert_eq!(
+        (pending, zero_attempts, owned),
+        (6, 6, 0),
+        "all back to pending at once, attempts given back"
+    );
+    let stopped: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_worker WHERE stopped_at IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(stopped, 1);
 }
 
@@ -253,8 +332,17 @@ async fn unknown_kinds_and_bad_payloads_get_a_recorded_error() {
 #[tokio::test]
 async fn a_too_small_pool_is_a_start_up_error() {
     let db = TestDb::new().await;
-    let small = sqlx::mysql::MySqlPoolOptions::new().max_connections(2).connect_with(db.options.clone()).await.unwrap();
-    let err = mysqlq::Worker::builder(small).queues(["test"]).start().await.unwrap_err().to_string();
+    let small = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_with(db.options.clone())
+        .await
+        .unwrap();
+    let err = mysqlq::Worker::builder(small)
+        .queues(["test"])
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("recommended_pool_size"), "{err}");
 }
 
@@ -264,10 +352,26 @@ async fn claims_respect_free_slots() {
     for _ in 0..10 {
         Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
     }
-    let worker = db.worker().concurrency(4).batch_size(100).shutdown_timeout(Duration::ZERO).start().await.unwrap();
-    db.wait_for("four started", "SELECT COUNT(*) >= 4 FROM test_runs WHERE event = 'start'", Duration::from_secs(20)).await;
+    let worker = db
+        .worker()
+        .concurrency(4)
+        .batch_size(100)
+        .shutdown_timeout(Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "four started",
+        "SELECT COUNT(*) >= 4 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(20),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await; // several poll cycles while saturated
-    assert_eq!(db.count("processing").await, 4, "never more claimed than free slots");
+    assert_eq!(
+        db.count("processing").await,
+        4,
+        "never more claimed than free slots"
+    );
     worker.shutdown().await.unwrap();
 }
 
@@ -279,22 +383,34 @@ async fn the_reaper_runs_on_the_leader_and_recovers_expired_leases() {
     let mut conn = db.connect().await;
     let claimed = store::job_claim(
         &mut conn,
-        &ClaimParams { queue: "test", limit: 1, worker_id: "dead", token: "dead-0000-0000-0000-000000000000", lease: Duration::from_millis(1) },
+        &ClaimParams {
+            queue: "test",
+            limit: 1,
+            worker_id: "dead",
+            token: "dead-0000-0000-0000-000000000000",
+            lease: Duration::from_millis(1),
+        },
     )
     .await
     .unwrap();
     assert_eq!(claimed.len(), 1);
     let worker = db.worker().start().await.unwrap();
-    db.wait_for("re-run and completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(20)).await;
+    db.wait_for(
+        "re-run and completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(20),
+    )
+    .await;
     let m = worker.metrics();
     worker.shutdown().await.unwrap();
     let (_, attempts, _) = row(&db, id).await;
     assert_eq!(attempts, 2);
     assert_eq!(m.counters.snapshot().reaped, 1);
-    let leader: Option<String> = sqlx::query_scalar("SELECT leader_id FROM mysqlq_leader WHERE name = 'maintenance'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let leader: Option<String> =
+        sqlx::query_scalar("SELECT leader_id FROM mysqlq_leader WHERE name = 'maintenance'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(leader, None, "a clean shutdown resigns the lease");
 }
 
@@ -306,8 +422,34 @@ async fn testing_helpers_see_enqueued_jobs_and_run_them_inline() {
     let found = mysqlq::testing::assert_enqueued::<Noop, _, _>(&mut tx, |j| j.n == 7).await;
     assert_eq!(found.len(), 1);
     tx.rollback().await.unwrap();
-    assert!(mysqlq::testing::enqueued::<Noop, _>(&db.pool).await.unwrap().is_empty());
+    assert!(
+        mysqlq::testing::enqueued::<Noop, _>(&db.pool)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let err = mysqlq::testing::run_inline(Permanent {}).await.unwrap_err();
     // Detached contexts have no pool: the job's first statement fails permanently.
     assert_eq!(err.class(), mysqlq::ErrorClass::Fail);
+}
+
+#[tokio::test]
+async fn an_enqueue_in_this_process_wakes_an_idle_worker() {
+    let db = TestDb::new().await;
+    // An idle ceiling of 60 s: without the local wake-up the job would wait up to a minute.
+    let worker = db
+        .worker()
+        .poll_interval(Duration::from_millis(5), Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // let the idle backoff grow past 1 s
+    Noop { n: 1 }.enqueue(&db.pool).await.unwrap();
+    db.wait_for(
+        "picked up long before the next poll",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(10),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
 }

@@ -1,90 +1,68 @@
 //! Worker processes: the test application binary (`mysqlq-test-worker`, whose `main` is
 //! `mysqlq_cli::main()`) run as real processes, killed with SIGKILL or stopped with SIGTERM.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysqlq::{EnqueueOptions, NewJob};
 use mysqlq_tests::jobs::{Noop, Sleepy};
-use mysqlq_tests::{TestDb, signal};
+use mysqlq_tests::{Proc, TestDb};
 
-/// A worker process on the test database, with test-friendly timings.
-struct Proc {
-    child: Child,
-    id: String,
-}
-
-impl Proc {
-    fn start(db: &TestDb, id: &str, extra: &[&str]) -> Self {
-        let log = std::env::temp_dir().join(format!("{}-{id}.log", db.name));
-        let child = Command::new(env!("CARGO_BIN_EXE_mysqlq-test-worker"))
-            .args(["work", "--queues", "test", "--worker-id", id])
-            .args(["--lease", "2s", "--maintenance-interval", "200ms", "--leader-ttl", "1s", "--poll-ceiling", "100ms"])
-            .args(extra)
-            .env("DATABASE_URL", db.url())
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).map(Stdio::from).unwrap_or(Stdio::null()))
-            .spawn()
-            .expect("spawn the test worker binary");
-        Self { child, id: id.to_owned() }
-    }
-
-    fn kill(&mut self) {
-        assert!(signal(self.child.id(), "KILL"));
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, then the exit status within `limit`.
-    fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
-        assert!(signal(self.child.id(), "TERM"));
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the worker") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "worker {} did not stop within {limit:?}", self.id);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = signal(self.child.id(), "KILL");
-            let _ = self.child.wait();
-        }
-    }
-}
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_workers_job_is_recovered_by_another_worker() {
     let db = TestDb::new().await;
     let id = Sleepy { ms: 1_500 }.enqueue(&db.pool).await.unwrap().id();
-    let mut a = Proc::start(&db, "worker-a", &[]);
-    db.wait_for("started on a", "SELECT COUNT(*) FROM test_runs WHERE event = 'start'", Duration::from_secs(30)).await;
+    let mut a = Proc::start(BIN, &db, "worker-a", &["--queues", "test"]);
+    db.wait_for(
+        "started on a",
+        "SELECT COUNT(*) FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
     a.kill();
-    let b = Proc::start(&db, "worker-b", &[]);
-    db.wait_for("completed", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(30)).await;
-    let (attempts, err): (u32, Option<String>) = sqlx::query_as("SELECT attempts, last_error FROM job_queue WHERE id = ?")
-        .bind(id.0)
-        .fetch_one(&db.pool)
+    let b = Proc::start(BIN, &db, "worker-b", &["--queues", "test"]);
+    db.wait_for(
+        "completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let (attempts, err): (u32, Option<String>) =
+        sqlx::query_as("SELECT attempts, last_error FROM job_queue WHERE id = ?")
+            .bind(id.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 2, "run once by a (killed), once by b");
+    assert!(
+        err.unwrap_or_default()
+            .contains("lease expired while held by worker-a")
+    );
+    let done_by: Vec<u32> = sqlx::query_scalar("SELECT pid FROM test_runs WHERE event = 'done'")
+        .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(attempts, 2, "run once by a (killed), once by b");
-    assert!(err.unwrap_or_default().contains("lease expired while held by worker-a"));
-    let done_by: Vec<u32> = sqlx::query_scalar("SELECT pid FROM test_runs WHERE event = 'done'").fetch_all(&db.pool).await.unwrap();
     assert_eq!(done_by, vec![b.child.id()], "finished by b");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_worker_processes_drain_ten_thousand_jobs_exactly_once() {
     let db = TestDb::new().await;
-    let jobs: Vec<NewJob> = (0..10_000u64).map(|n| NewJob::from_job(&Noop { n }, &EnqueueOptions::new()).unwrap()).collect();
+    let jobs: Vec<NewJob> = (0..10_000u64)
+        .map(|n| NewJob::from_job(&Noop { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
     mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
-    let mut procs: Vec<Proc> = (0..4).map(|i| Proc::start(&db, &format!("drain-{i}"), &["--concurrency", "16"])).collect();
+    let mut procs: Vec<Proc> = (0..4)
+        .map(|i| {
+            Proc::start(
+                BIN,
+                &db,
+                &format!("drain-{i}"),
+                &["--queues", "test", "--concurrency", "16"],
+            )
+        })
+        .collect();
     db.wait_for(
         "all 10,000 completed",
         "SELECT COUNT(*) = 10000 FROM job_queue WHERE status = 'completed'",
@@ -92,7 +70,11 @@ async fn four_worker_processes_drain_ten_thousand_jobs_exactly_once() {
     )
     .await;
     for p in &mut procs {
-        assert!(p.terminate(Duration::from_secs(30)).success(), "worker {} exited cleanly", p.id);
+        assert!(
+            p.terminate(Duration::from_secs(30)).success(),
+            "worker {} exited cleanly",
+            p.id
+        );
     }
     let (runs, distinct, twice): (i64, i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), COUNT(DISTINCT job_id), \
@@ -101,14 +83,28 @@ async fn four_worker_processes_drain_ten_thousand_jobs_exactly_once() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!((runs, distinct, twice), (10_000, 10_000, 0), "every job ran exactly once");
-    let once: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE attempts = 1 AND finished_at IS NOT NULL")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    assert_eq!(
+        (runs, distinct, twice),
+        (10_000, 10_000, 0),
+        "every job ran exactly once"
+    );
+    let once: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM job_queue WHERE attempts = 1 AND finished_at IS NOT NULL",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(once, 10_000);
-    let by_worker: Vec<(u32, i64)> = sqlx::query_as("SELECT pid, COUNT(*) FROM test_runs GROUP BY pid").fetch_all(&db.pool).await.unwrap();
-    assert_eq!(by_worker.len(), 4, "all four processes worked: {by_worker:?}");
+    let by_worker: Vec<(u32, i64)> =
+        sqlx::query_as("SELECT pid, COUNT(*) FROM test_runs GROUP BY pid")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        by_worker.len(),
+        4,
+        "all four processes worked: {by_worker:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,21 +113,46 @@ async fn leader_failover_hands_the_reaper_to_another_process() {
     let leader = || {
         let pool = db.pool.clone();
         async move {
-            sqlx::query_scalar::<_, Option<String>>("SELECT leader_id FROM mysqlq_leader WHERE name = 'maintenance'")
-                .fetch_one(&pool)
-                .await
-                .unwrap()
+            sqlx::query_scalar::<_, Option<String>>(
+                "SELECT leader_id FROM mysqlq_leader WHERE name = 'maintenance'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap()
         }
     };
-    let mut a = Proc::start(&db, "leader-a", &[]);
-    db.wait_for("a leads", "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id = 'leader-a'", Duration::from_secs(30)).await;
-    let _b = Proc::start(&db, "leader-b", &[]);
-    db.wait_for("b registered", "SELECT COUNT(*) FROM mysqlq_worker WHERE worker_id = 'leader-b'", Duration::from_secs(30)).await;
-    assert_eq!(leader().await.as_deref(), Some("leader-a"), "one leader at a time");
+    let mut a = Proc::start(BIN, &db, "leader-a", &["--queues", "test"]);
+    db.wait_for(
+        "a leads",
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id = 'leader-a'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let _b = Proc::start(BIN, &db, "leader-b", &["--queues", "test"]);
+    db.wait_for(
+        "b registered",
+        "SELECT COUNT(*) FROM mysqlq_worker WHERE worker_id = 'leader-b'",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        leader().await.as_deref(),
+        Some("leader-a"),
+        "one leader at a time"
+    );
     a.kill();
-    db.wait_for("b leads", "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id = 'leader-b'", Duration::from_secs(30)).await;
+    db.wait_for(
+        "b leads",
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id = 'leader-b'",
+        Duration::from_secs(30),
+    )
+    .await;
     // The new leader reaps: a job held by a dead worker with an expired lease comes back and runs.
-    let id = Noop { n: 1 }.enqueue_with(&db.pool, &EnqueueOptions::new().queue("orphans")).await.unwrap().id();
+    let id = Noop { n: 1 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().queue("orphans"))
+        .await
+        .unwrap()
+        .id();
     sqlx::query(
         "UPDATE job_queue SET queue_name = 'test', status = 'processing', attempts = 1, locked_by = 'ghost', \
          claim_token = 'ghost-000-0000-0000-000000000000', lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
@@ -140,7 +161,12 @@ async fn leader_failover_hands_the_reaper_to_another_process() {
     .execute(&db.pool)
     .await
     .unwrap();
-    db.wait_for("reaped and run", "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'", Duration::from_secs(30)).await;
+    db.wait_for(
+        "reaped and run",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,13 +175,34 @@ async fn sigterm_stops_gracefully_and_releases_jobs_at_once() {
     for _ in 0..4 {
         Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
     }
-    let mut p = Proc::start(&db, "graceful", &["--concurrency", "2", "--shutdown-timeout", "500ms"]);
-    db.wait_for("two started", "SELECT COUNT(*) >= 2 FROM test_runs WHERE event = 'start'", Duration::from_secs(30)).await;
+    let mut p = Proc::start(
+        BIN,
+        &db,
+        "graceful",
+        &[
+            "--queues",
+            "test",
+            "--concurrency",
+            "2",
+            "--shutdown-timeout",
+            "500ms",
+        ],
+    );
+    db.wait_for(
+        "two started",
+        "SELECT COUNT(*) >= 2 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
     assert!(p.terminate(Duration::from_secs(20)).success());
     let (pending, fresh): (i64, i64) =
         sqlx::query_as("SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED) FROM job_queue")
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    assert_eq!((pending, fresh), (4, 4), "nothing waits for a lease after a clean stop");
+    assert_eq!(
+        (pending, fresh),
+        (4, 4),
+        "nothing waits for a lease after a clean stop"
+    );
 }

@@ -16,6 +16,7 @@ const KEYS: &[&str] = &[
     "priority",
     "name",
     "ordering_key",
+    "cron",
     "crate",
 ];
 
@@ -66,6 +67,7 @@ pub(crate) struct Args {
     pub(crate) priority: Option<IntArg>,
     pub(crate) name: Option<LitStr>,
     pub(crate) ordering_key: Option<Ident>,
+    pub(crate) cron: Option<LitStr>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -118,6 +120,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             "backoff" => set_once(&mut args.backoff, string(&name, &value, errors)),
             "timeout" => set_once(&mut args.timeout, string(&name, &value, errors)),
             "name" => set_once(&mut args.name, string(&name, &value, errors)),
+            "cron" => set_once(&mut args.cron, string(&name, &value, errors)),
             "retries" => set_once(&mut args.retries, integer(&name, &value, errors)),
             "priority" => set_once(&mut args.priority, integer(&name, &value, errors)),
             "ordering_key" => set_once(&mut args.ordering_key, argument_name(&value, errors)),
@@ -179,6 +182,7 @@ fn example(key: &str) -> &'static str {
         "priority" => "priority = -10",
         "name" => "name = \"send_email\"",
         "ordering_key" => "ordering_key = customer_id",
+        "cron" => "cron = \"*/5 * * * *\"",
         _ => "crate = \"::my_app::mysqlq\"",
     }
 }

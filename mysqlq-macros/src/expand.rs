@@ -47,6 +47,7 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
         timeout_ms,
         priority,
         ordering_key,
+        cron,
         krate,
         takes_ctx,
         fields,
@@ -102,6 +103,11 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
         Some(ms) => quote!(#p::Option::Some(#p::Duration::from_millis(#ms))),
         None => quote!(#p::Option::None),
     };
+    let cron_const = cron.as_ref().map(|expr| {
+        quote! {
+            const CRON: #p::Option<&'static str> = #p::Option::Some(#expr);
+        }
+    });
     let ordering_key_fn = ordering_key.as_ref().map(|key| {
         let call = quote_spanned!(key.span()=> #p::ToString::to_string(&self.#key));
         quote! {
@@ -187,6 +193,7 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
                     #timeout
                 }
 
+                #cron_const
                 #ordering_key_fn
 
                 fn run(self, #ctx_param: #p::JobContext) -> #run_ret {

@@ -42,6 +42,8 @@ pub(crate) struct Job {
     pub(crate) priority: i16,
     /// The field named by `ordering_key`, spanned on the attribute's token.
     pub(crate) ordering_key: Option<Ident>,
+    /// The cron expression of a periodic job.
+    pub(crate) cron: Option<String>,
     pub(crate) krate: syn::Path,
     pub(crate) takes_ctx: bool,
     pub(crate) fields: Vec<Field>,
@@ -162,6 +164,32 @@ pub(crate) fn job(args: Args, func: &ItemFn, errors: &mut Errors) -> Job {
         })
     });
 
+    let cron = args.cron.as_ref().and_then(|lit| {
+        let expr = lit.value();
+        let fields_n = expr.split_whitespace().count();
+        let full = match fields_n {
+            5 => format!("0 {expr}"),
+            6 | 7 => expr.clone(),
+            _ => {
+                errors.at(lit, format!(
+                    "invalid `cron` `{expr}`: {fields_n} fields; use 5 (`\"*/5 * * * *\"`: minute hour day month weekday, UTC) or 6 with seconds first"
+                ));
+                return None;
+            }
+        };
+        if let Err(e) = <cron::Schedule as std::str::FromStr>::from_str(&full) {
+            errors.at(lit, format!("invalid `cron` `{expr}`: {e}"));
+            return None;
+        }
+        if let Some(first) = fields.first() {
+            errors.at(&first.ident, format!(
+                "`cron` jobs are enqueued without arguments, but `{fn_name}` takes `{}`; remove the arguments (a `ctx: JobContext` is fine)",
+                first.ident.unraw()
+            ));
+        }
+        Some(expr)
+    });
+
     let krate = args.krate.unwrap_or_else(|| syn::parse_quote!(::mysqlq));
 
     Job {
@@ -173,6 +201,7 @@ pub(crate) fn job(args: Args, func: &ItemFn, errors: &mut Errors) -> Job {
         timeout_ms,
         priority,
         ordering_key,
+        cron,
         krate,
         takes_ctx,
         fields,

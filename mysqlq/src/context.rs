@@ -52,13 +52,19 @@ impl Extensions {
 
 impl fmt::Debug for Extensions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Extensions").field("len", &self.map.len()).finish()
+        f.debug_struct("Extensions")
+            .field("len", &self.map.len())
+            .finish()
     }
 }
 
 /// Something that can extend the lease of one job now (the worker's lease service).
 pub(crate) trait Heartbeat: Send + Sync {
-    fn beat(&self, id: JobId, token: &str) -> futures_util::future::BoxFuture<'static, Result<bool, crate::Error>>;
+    fn beat(
+        &self,
+        id: JobId,
+        token: &str,
+    ) -> futures_util::future::BoxFuture<'static, Result<bool, crate::Error>>;
 }
 
 /// The context argument of a job: who it is, and how to cooperate with the worker.

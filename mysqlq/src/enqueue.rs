@@ -48,6 +48,18 @@ enum RunAt {
     At(SystemTime),
 }
 
+/// How long a dedupe key is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DedupeScope {
+    /// While the job is `pending` or `processing` (retries included): at most one job per key
+    /// waiting or running. The default.
+    #[default]
+    UntilFinished,
+    /// Only until the job is claimed for the first time: at most one job per key *waiting*;
+    /// a new one can be enqueued while the first runs.
+    UntilStarted,
+}
+
 /// Per-call enqueue options. Unset fields take the job's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnqueueOptions {
@@ -56,7 +68,9 @@ pub struct EnqueueOptions {
     max_attempts: Option<u32>,
     run_at: RunAt,
     dedupe_key: Option<String>,
+    dedupe_scope: DedupeScope,
     ordering_key: Option<String>,
+    concurrency: Option<(String, u16)>,
 }
 
 impl Default for EnqueueOptions {
@@ -74,7 +88,9 @@ impl EnqueueOptions {
             max_attempts: None,
             run_at: RunAt::Now,
             dedupe_key: None,
+            dedupe_scope: DedupeScope::UntilFinished,
             ordering_key: None,
+            concurrency: None,
         }
     }
 
@@ -115,9 +131,22 @@ impl EnqueueOptions {
         self
     }
 
+    /// How long the dedupe key is held (default [`DedupeScope::UntilFinished`]).
+    pub fn dedupe_scope(mut self, scope: DedupeScope) -> Self {
+        self.dedupe_scope = scope;
+        self
+    }
+
     /// Jobs sharing this key run one at a time, in enqueue order.
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// At most `limit` jobs with this key run at once (across all workers); others with the key
+    /// wait without holding up jobs of other keys.
+    pub fn concurrency_limit(mut self, key: impl Into<String>, limit: u16) -> Self {
+        self.concurrency = Some((key.into(), limit));
         self
     }
 }
@@ -131,12 +160,31 @@ pub struct NewJob {
 
 impl NewJob {
     /// A job of `kind` on `queue` with a JSON `payload` (checked for size and validity).
-    pub fn new(kind: &str, queue: &str, payload: &serde_json::Value, options: &EnqueueOptions) -> Result<Self, Error> {
+    pub fn new(
+        kind: &str,
+        queue: &str,
+        payload: &serde_json::Value,
+        options: &EnqueueOptions,
+    ) -> Result<Self, Error> {
         let payload = serde_json::to_string(payload).map_err(|source| Error::Serialize {
             kind: kind.to_owned(),
             source,
         })?;
-        Self::build(kind, queue, 0, crate::RetryPolicy::default().max_attempts, payload, None, options)
+        Self::build(
+            kind,
+            queue,
+            0,
+            crate::RetryPolicy::default().max_attempts,
+            payload,
+            None,
+            options,
+        )
+    }
+
+    /// The same job without an ordering key.
+    pub fn without_ordering_key(mut self) -> Self {
+        self.row.ordering_key = None;
+        self
     }
 
     /// The row for `job` with `options` over the job's defaults.
@@ -176,10 +224,21 @@ impl NewJob {
         validate_queue_name(queue)?;
         let max_attempts = o.max_attempts.unwrap_or(default_max_attempts);
         if max_attempts == 0 {
-            return Err(Error::invalid("max_attempts", "must be at least 1 (the first attempt counts)"));
+            return Err(Error::invalid(
+                "max_attempts",
+                "must be at least 1 (the first attempt counts)",
+            ));
         }
         let ordering_key = o.ordering_key.clone().or(default_ordering_key);
-        for (what, key) in [("dedupe key", &o.dedupe_key), ("ordering key", &ordering_key)] {
+        let concurrency_key = o.concurrency.as_ref().map(|(k, _)| k.clone());
+        if let Some((_, 0)) = o.concurrency {
+            return Err(Error::invalid("concurrency limit", "must be at least 1"));
+        }
+        for (what, key) in [
+            ("dedupe key", &o.dedupe_key),
+            ("ordering key", &ordering_key),
+            ("concurrency key", &concurrency_key),
+        ] {
             if let Some(k) = key
                 && (k.is_empty() || k.chars().count() > MAX_KEY_LEN)
             {
@@ -204,7 +263,10 @@ impl NewJob {
                 delay_us,
                 run_at,
                 dedupe_key: o.dedupe_key.clone(),
+                dedupe_until_started: o.dedupe_scope == DedupeScope::UntilStarted,
                 ordering_key,
+                concurrency_key,
+                concurrency_limit: o.concurrency.as_ref().map(|(_, n)| *n),
             },
         })
     }

@@ -12,7 +12,9 @@ use sqlx::{Acquire, MySql};
 use crate::{EnqueueOptions, Enqueued, Error, JobContext, JobError, RetryPolicy};
 
 /// The id of a job: `job_queue.id`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct JobId(pub u64);
 
@@ -33,6 +35,9 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     const QUEUE: &'static str = "default";
     /// Claim priority: lower values run first. Default 0.
     const PRIORITY: i16 = 0;
+    /// A cron schedule (UTC) on which the worker enqueues this job, for jobs without
+    /// arguments: see [`Periodic`](crate::Periodic). Default: none.
+    const CRON: Option<&'static str> = None;
 
     /// Attempts and backoff. Default: [`RetryPolicy::default`] (5 attempts, exponential).
     fn retry_policy() -> RetryPolicy {

@@ -42,6 +42,7 @@ mod error;
 mod job;
 mod metrics;
 mod migrate;
+mod periodic;
 mod registry;
 pub mod store;
 pub mod testing;
@@ -53,12 +54,13 @@ pub mod __private;
 pub use backoff::{Backoff, RetryPolicy};
 pub use context::{CancelReason, Extensions, JobContext};
 pub use enqueue::{
-    EnqueueOptions, Enqueued, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME, NewJob, enqueue_many,
-    validate_queue_name,
+    DedupeScope, EnqueueOptions, Enqueued, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME, NewJob,
+    enqueue_many, validate_queue_name,
 };
 pub use error::{Classify, Error, ErrorClass, JobError};
 pub use job::{Job, JobId};
-pub use migrate::{check_schema, migrate, schema_version, SCHEMA_VERSION};
+pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
+pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
 /// Turns an `async fn` into a job: a struct holding its arguments, a [`Job`] implementation, and
 /// a registration that [`Registry::from_inventory`] finds.
 ///
@@ -117,6 +119,7 @@ pub use migrate::{check_schema, migrate, schema_version, SCHEMA_VERSION};
 /// | `priority = -10` | claim priority, an `i16`; lower runs first | `0` |
 /// | `name = "send_email.v1"` | the kind name stored in each row (1–128 characters, no spaces); keep it stable | the function's name |
 /// | `ordering_key = customer_id` | an argument (implementing `Display`) whose value orders jobs: jobs sharing it run one at a time, in enqueue order | none |
+/// | `cron = "*/5 * * * *"` | enqueue this job on a cron schedule (UTC; 5 fields, or 6 with seconds first), once per tick across all workers; only for jobs without arguments (see [`Periodic`]) | none |
 /// | `crate = "::my_app::mysqlq"` | path of this crate, when it is re-exported | `::mysqlq` |
 ///
 /// Durations are whole numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.
@@ -140,7 +143,10 @@ pub use migrate::{check_schema, migrate, schema_version, SCHEMA_VERSION};
 /// }
 /// ```
 pub use mysqlq_macros::job;
-pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
+pub use periodic::{Periodic, parse_schedule};
 pub use registry::{JobRegistration, Registry};
-pub use worker::{Config as WorkerConfig, ShutdownReport, Worker, WorkerBuilder, WorkerHandle, RESERVED_CONNECTIONS};
 pub use store::server::{ServerFlavor, ServerInfo};
+pub use worker::{
+    Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,
+    WorkerHandle,
+};

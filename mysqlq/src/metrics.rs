@@ -114,7 +114,10 @@ impl Metrics {
     pub(crate) fn job_finished(&self, kind: &str, took: Duration, error: bool) {
         self.running.fetch_sub(1, Ordering::Relaxed);
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let mut kinds = self.kinds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut kinds = self
+            .kinds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let k = kinds.entry(kind.to_owned()).or_default();
         k.runs += 1;
         k.errors += u64::from(error);
@@ -124,7 +127,10 @@ impl Metrics {
 
     /// Per-kind statistics so far.
     pub fn kinds(&self) -> HashMap<String, KindStats> {
-        self.kinds.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.kinds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The Prometheus text exposition of every metric.
@@ -132,33 +138,65 @@ impl Metrics {
         let mut out = String::new();
         let worker = escape_label(&self.worker_id);
         self.counters.snapshot().render(&mut out, &worker);
-        let _ = writeln!(out, "# HELP mysqlq_running Jobs whose handlers are running now.");
+        let _ = writeln!(
+            out,
+            "# HELP mysqlq_running Jobs whose handlers are running now."
+        );
         let _ = writeln!(out, "# TYPE mysqlq_running gauge");
-        let _ = writeln!(out, "mysqlq_running{{worker=\"{worker}\"}} {}", self.running());
+        let _ = writeln!(
+            out,
+            "mysqlq_running{{worker=\"{worker}\"}} {}",
+            self.running()
+        );
         let mut kinds: Vec<(String, KindStats)> = self.kinds().into_iter().collect();
         kinds.sort_by(|a, b| a.0.cmp(&b.0));
-        let _ = writeln!(out, "# HELP mysqlq_job_runs_total Attempts finished, by kind.");
+        let _ = writeln!(
+            out,
+            "# HELP mysqlq_job_runs_total Attempts finished, by kind."
+        );
         let _ = writeln!(out, "# TYPE mysqlq_job_runs_total counter");
         for (kind, k) in &kinds {
-            let _ = writeln!(out, "mysqlq_job_runs_total{{worker=\"{worker}\",kind=\"{}\"}} {}", escape_label(kind), k.runs);
+            let _ = writeln!(
+                out,
+                "mysqlq_job_runs_total{{worker=\"{worker}\",kind=\"{}\"}} {}",
+                escape_label(kind),
+                k.runs
+            );
         }
-        let _ = writeln!(out, "# HELP mysqlq_job_errors_total Attempts that failed, by kind.");
+        let _ = writeln!(
+            out,
+            "# HELP mysqlq_job_errors_total Attempts that failed, by kind."
+        );
         let _ = writeln!(out, "# TYPE mysqlq_job_errors_total counter");
         for (kind, k) in &kinds {
-            let _ = writeln!(out, "mysqlq_job_errors_total{{worker=\"{worker}\",kind=\"{}\"}} {}", escape_label(kind), k.errors);
+            let _ = writeln!(
+                out,
+                "mysqlq_job_errors_total{{worker=\"{worker}\",kind=\"{}\"}} {}",
+                escape_label(kind),
+                k.errors
+            );
         }
-        let _ = writeln!(out, "# HELP mysqlq_job_seconds_total Handler time, by kind.");
+        let _ = writeln!(
+            out,
+            "# HELP mysqlq_job_seconds_total Handler time, by kind."
+        );
         let _ = writeln!(out, "# TYPE mysqlq_job_seconds_total counter");
         for (kind, k) in &kinds {
             let secs = k.total_us as f64 / 1e6;
-            let _ = writeln!(out, "mysqlq_job_seconds_total{{worker=\"{worker}\",kind=\"{}\"}} {secs}", escape_label(kind));
+            let _ = writeln!(
+                out,
+                "mysqlq_job_seconds_total{{worker=\"{worker}\",kind=\"{}\"}} {secs}",
+                escape_label(kind)
+            );
         }
         out
     }
 }
 
 fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -172,9 +210,18 @@ mod tests {
         m.job_started();
         m.job_finished("send_email", Duration::from_millis(1500), false);
         let text = m.render_prometheus();
-        assert!(text.contains("mysqlq_claims_total{worker=\"w\\\"1\"} 3"), "{text}");
-        assert!(text.contains("mysqlq_job_seconds_total{worker=\"w\\\"1\",kind=\"send_email\"} 1.5"), "{text}");
-        assert!(text.contains("mysqlq_running{worker=\"w\\\"1\"} 0"), "{text}");
+        assert!(
+            text.contains("mysqlq_claims_total{worker=\"w\\\"1\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mysqlq_job_seconds_total{worker=\"w\\\"1\",kind=\"send_email\"} 1.5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mysqlq_running{worker=\"w\\\"1\"} 0"),
+            "{text}"
+        );
         let before = m.counters.snapshot();
         m.add(&m.counters.claims, 2);
         assert_eq!(m.counters.snapshot().delta(&before).claims, 2);

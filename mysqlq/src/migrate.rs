@@ -63,9 +63,10 @@ async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
     )
     .execute(&mut *conn)
     .await?;
-    let done: Vec<u32> = sqlx::query_scalar("/* mysqlq:migrate */ SELECT version FROM mysqlq_migrations")
-        .fetch_all(&mut *conn)
-        .await?;
+    let done: Vec<u32> =
+        sqlx::query_scalar("/* mysqlq:migrate */ SELECT version FROM mysqlq_migrations")
+            .fetch_all(&mut *conn)
+            .await?;
     if let Some(&newest) = done.iter().max()
         && newest > SCHEMA_VERSION
     {
@@ -76,13 +77,17 @@ async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
     }
     for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
         for statement in statements(m.sql) {
-            sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut *conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(statement))
+                .execute(&mut *conn)
+                .await?;
         }
-        sqlx::query("/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)")
-            .bind(m.version)
-            .bind(m.name)
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)",
+        )
+        .bind(m.version)
+        .bind(m.name)
+        .execute(&mut *conn)
+        .await?;
         tracing::info!(version = m.version, name = m.name, "applied migration");
     }
     Ok(SCHEMA_VERSION)
@@ -99,9 +104,11 @@ pub async fn schema_version(conn: &mut MySqlConnection) -> Result<u32, Error> {
     if exists == 0 {
         return Ok(0);
     }
-    let v: Option<u32> = sqlx::query_scalar("/* mysqlq:schema_version */ SELECT MAX(version) FROM mysqlq_migrations")
-        .fetch_one(&mut *conn)
-        .await?;
+    let v: Option<u32> = sqlx::query_scalar(
+        "/* mysqlq:schema_version */ SELECT MAX(version) FROM mysqlq_migrations",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     Ok(v.unwrap_or(0))
 }
 

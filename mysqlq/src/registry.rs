@@ -21,6 +21,7 @@ pub struct JobRegistration {
     kind: &'static str,
     queue: &'static str,
     priority: i16,
+    cron: Option<&'static str>,
     file: &'static str,
     line: u32,
     run: RunFn,
@@ -43,6 +44,7 @@ impl JobRegistration {
             kind: J::KIND,
             queue: J::QUEUE,
             priority: J::PRIORITY,
+            cron: J::CRON,
             file,
             line,
             run: run_erased::<J>,
@@ -64,6 +66,11 @@ impl JobRegistration {
     /// The default priority.
     pub fn priority(&self) -> i16 {
         self.priority
+    }
+
+    /// The cron schedule, for periodic jobs.
+    pub fn cron(&self) -> Option<&'static str> {
+        self.cron
     }
 
     /// `file:line` of the registration.
@@ -113,8 +120,10 @@ impl Registry {
     /// Every job registered with `#[job]` in this binary. Two jobs with one kind name are an
     /// error naming both source locations.
     pub fn from_inventory() -> Result<Self, Error> {
-        let mut all: Vec<JobRegistration> =
-            inventory::iter::<JobRegistration>.into_iter().copied().collect();
+        let mut all: Vec<JobRegistration> = inventory::iter::<JobRegistration>
+            .into_iter()
+            .copied()
+            .collect();
         all.sort_by_key(|r| (r.kind, r.file, r.line));
         let mut registry = Self::new();
         for r in all {
@@ -166,6 +175,17 @@ impl Registry {
         q.sort_unstable();
         q.dedup();
         q
+    }
+
+    /// The periodic jobs declared with `#[job(cron = "...")]`.
+    pub fn periodic(&self) -> Result<Vec<crate::Periodic>, Error> {
+        self.jobs
+            .values()
+            .filter_map(|r| {
+                r.cron
+                    .map(|expr| crate::Periodic::from_registration(r, expr))
+            })
+            .collect()
     }
 
     /// Number of registered jobs.

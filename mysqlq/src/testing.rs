@@ -18,7 +18,12 @@ where
         .map(|(id, payload)| {
             serde_json::from_str(&payload)
                 .map(|job| (id, job))
-                .map_err(|e| Error::invalid("payload", format!("job {id} of kind `{}` does not decode: {e}", J::KIND)))
+                .map_err(|e| {
+                    Error::invalid(
+                        "payload",
+                        format!("job {id} of kind `{}` does not decode: {e}", J::KIND),
+                    )
+                })
         })
         .collect()
 }
@@ -31,7 +36,9 @@ where
     A: Acquire<'c, Database = MySql> + Send + 'c,
     P: Fn(&J) -> bool,
 {
-    let all = enqueued::<J, A>(target).await.expect("read the enqueued jobs");
+    let all = enqueued::<J, A>(target)
+        .await
+        .expect("read the enqueued jobs");
     let total = all.len();
     let matching: Vec<(JobId, J)> = all.into_iter().filter(|(_, j)| pred(j)).collect();
     assert!(
@@ -46,5 +53,6 @@ where
 /// Runs `job` now, in this task, with a detached context (attempt 1 of 1, job id 0): for unit
 /// tests of handlers.
 pub async fn run_inline<J: Job>(job: J) -> Result<(), JobError> {
-    job.run(JobContext::detached(JobId(0), J::KIND, J::QUEUE)).await
+    job.run(JobContext::detached(JobId(0), J::KIND, J::QUEUE))
+        .await
 }

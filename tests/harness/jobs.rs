@@ -11,7 +11,9 @@ pub fn link() {}
 
 /// Records one execution event of the job in `ctx`.
 pub async fn record(ctx: &JobContext, tag: &str, event: &str) -> Result<(), JobError> {
-    let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool in the context"))?;
+    let pool = ctx
+        .pool()
+        .ok_or_else(|| JobError::fail("no pool in the context"))?;
     sqlx::query(
         "INSERT INTO test_runs (job_id, attempt, pid, tag, event, claim_token, at) \
          VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
@@ -49,7 +51,9 @@ pub async fn sleepy(ctx: JobContext, ms: u64) -> Result<(), JobError> {
 #[mysqlq::job(queue = "test", retries = 3, backoff = "10s, 20s, 40s")]
 pub async fn always_fails(ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "always_fails", "start").await?;
-    Err(JobError::retry(std::io::Error::other("upstream returned 503")))
+    Err(JobError::retry(std::io::Error::other(
+        "upstream returned 503",
+    )))
 }
 
 /// A permanent error: fails at once whatever attempts are left.
@@ -90,4 +94,27 @@ pub async fn forever(ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "forever", "start").await?;
     std::future::pending::<()>().await;
     Ok(())
+}
+
+/// A job ordered by `key`: records its start and end under the key, sleeping `ms` between.
+#[mysqlq::job(queue = "keyed", retries = 3, backoff = "100ms", ordering_key = key)]
+pub async fn keyed(ctx: JobContext, key: String, ms: u64) -> Result<(), JobError> {
+    record(&ctx, &key, "start").await?;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    record(&ctx, &key, "done").await
+}
+
+/// A job of queue `limited` that records start and end under `tag`, sleeping `ms` between
+/// (enqueued with a per-key concurrency limit by the tests).
+#[mysqlq::job(queue = "limited", retries = 3, backoff = "100ms")]
+pub async fn limited(ctx: JobContext, tag: String, ms: u64) -> Result<(), JobError> {
+    record(&ctx, &tag, "start").await?;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    record(&ctx, &tag, "done").await
+}
+
+/// A job enqueued by a periodic schedule in the tests.
+#[mysqlq::job(queue = "ticks", retries = 0)]
+pub async fn tick(ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "tick", "done").await
 }

@@ -8,6 +8,9 @@
 
 pub mod jobs;
 mod private_server;
+mod procs;
+
+pub use procs::Proc;
 
 pub use private_server::{PrivateServer, signal};
 
@@ -40,8 +43,10 @@ impl TestDb {
 
     /// Creates and migrates a fresh database on the server at `url`.
     pub async fn on(url: &str) -> Self {
-        let server: MySqlConnectOptions = url.parse().unwrap_or_else(|e| panic!("bad DATABASE_URL `{url}`: {e}"));
-        
+        let server: MySqlConnectOptions = url
+            .parse()
+            .unwrap_or_else(|e| panic!("bad DATABASE_URL `{url}`: {e}"));
+
         let mut admin = connect_or_explain(&server).await;
         let name = format!("mysqlq_t_{}_{:08x}", std::process::id(), fastrand::u32(..));
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
@@ -56,7 +61,9 @@ impl TestDb {
             .connect_with(options.clone())
             .await
             .expect("connect to the test database");
-        mysqlq::migrate(&pool).await.expect("migrate the test database");
+        mysqlq::migrate(&pool)
+            .await
+            .expect("migrate the test database");
         sqlx::query(
             "CREATE TABLE test_runs (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
              job_id BIGINT UNSIGNED NOT NULL, attempt INT UNSIGNED NOT NULL, pid INT UNSIGNED NOT NULL, \
@@ -66,13 +73,22 @@ impl TestDb {
         .execute(&pool)
         .await
         .expect("create test_runs");
-        Self { pool, name, options, server }
+        Self {
+            pool,
+            name,
+            options,
+            server,
+        }
     }
 
     /// The URL of this test's database (for child processes).
     pub fn url(&self) -> String {
         let base = server_url();
-        let base = base.split('?').next().unwrap_or(&base).trim_end_matches('/');
+        let base = base
+            .split('?')
+            .next()
+            .unwrap_or(&base)
+            .trim_end_matches('/');
         // Strip any database already in the URL: mysql://user@host:port[/db]
         let after_scheme = base.find("//").map(|i| i + 2).unwrap_or(0);
         let root = match base[after_scheme..].find('/') {
@@ -84,7 +100,10 @@ impl TestDb {
 
     /// A new single connection to the test's database.
     pub async fn connect(&self) -> MySqlConnection {
-        self.options.connect().await.expect("connect to the test database")
+        self.options
+            .connect()
+            .await
+            .expect("connect to the test database")
     }
 
     /// A worker builder for this database with test-friendly timings (short polls, lease
@@ -110,7 +129,10 @@ impl TestDb {
             if n > 0 {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what} (`{sql}`)");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what} (`{sql}`)"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -132,13 +154,17 @@ impl Drop for TestDb {
         // The pool's connections belong to the test's runtime, which is blocked while we wait
         // here: never touch them. A fresh connection on a runtime of our own drops the database.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             if let Ok(rt) = rt {
                 rt.block_on(async move {
                     if let Ok(mut c) = server.connect().await {
-                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
-                            .execute(&mut c)
-                            .await;
+                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS `{name}`"
+                        )))
+                        .execute(&mut c)
+                        .await;
                     }
                 });
             }

@@ -50,7 +50,11 @@ impl PrivateServer {
     pub fn start_with(extra: &[&str]) -> Self {
         let binary = find_binary(&["mariadbd", "mysqld"])
             .expect("no mariadbd or mysqld on PATH or in /usr/sbin: install mariadb-server to run these tests");
-        let dir = std::env::temp_dir().join(format!("mysqlq-private-{}-{:08x}", std::process::id(), fastrand::u32(..)));
+        let dir = std::env::temp_dir().join(format!(
+            "mysqlq-private-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
         std::fs::create_dir_all(dir.join("data")).expect("create the private server's directory");
         let install = find_binary(&["mariadb-install-db", "mysql_install_db"]);
         let init = match install {
@@ -97,11 +101,19 @@ impl PrivateServer {
             .arg(format!("--port={}", self.port))
             .arg(format!("--socket={}", self.dir.join("sock").display()))
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
-            .args(["--bind-address=127.0.0.1", "--user=root", "--innodb-buffer-pool-size=64M"])
+            .args([
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                "--innodb-buffer-pool-size=64M",
+            ])
             .args(["--skip-name-resolve", "--max-connections=300"])
             .args(&self.extra_args)
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join("server.log")).map(Stdio::from).unwrap_or(Stdio::null()))
+            .stderr(
+                std::fs::File::create(self.dir.join("server.log"))
+                    .map(Stdio::from)
+                    .unwrap_or(Stdio::null()),
+            )
             .spawn()
             .expect("start the private server");
         self.child = Some(child);
@@ -114,14 +126,17 @@ impl PrivateServer {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return;
             }
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("the private server exited ({status}); log:\n{}", self.log());
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("the private server exited ({status}); log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("the private server did not answer within 60 s; log:\n{}", self.log());
+        panic!(
+            "the private server did not answer within 60 s; log:\n{}",
+            self.log()
+        );
     }
 
     /// The server's log so far.

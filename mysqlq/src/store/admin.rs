@@ -221,7 +221,10 @@ fn window_secs(window: Duration) -> i64 {
 }
 
 /// `stats_activity`: worker counters of the minute rows that started within `window` of now.
-pub async fn stats_activity(conn: &mut MySqlConnection, window: Duration) -> Result<ActivityStats, Error> {
+pub async fn stats_activity(
+    conn: &mut MySqlConnection,
+    window: Duration,
+) -> Result<ActivityStats, Error> {
     let r = sqlx::query(STATS_ACTIVITY_SQL)
         .bind(window_secs(window))
         .fetch_one(&mut *conn)
@@ -280,7 +283,10 @@ pub struct WorkerStats {
 
 /// `stats_workers`: workers registered as running or seen within `window`, with their counters
 /// over `window`.
-pub async fn stats_workers(conn: &mut MySqlConnection, window: Duration) -> Result<Vec<WorkerStats>, Error> {
+pub async fn stats_workers(
+    conn: &mut MySqlConnection,
+    window: Duration,
+) -> Result<Vec<WorkerStats>, Error> {
     let secs = window_secs(window);
     let rows = sqlx::query(STATS_WORKERS_SQL)
         .bind(secs)
@@ -326,7 +332,10 @@ pub struct KindStats {
 }
 
 /// `stats_kinds`: runs, errors, mean and longest processing time per kind over `window`.
-pub async fn stats_kinds(conn: &mut MySqlConnection, window: Duration) -> Result<Vec<KindStats>, Error> {
+pub async fn stats_kinds(
+    conn: &mut MySqlConnection,
+    window: Duration,
+) -> Result<Vec<KindStats>, Error> {
     let rows = sqlx::query(STATS_KINDS_SQL)
         .bind(window_secs(window))
         .fetch_all(&mut *conn)
@@ -365,7 +374,9 @@ pub struct TableStats {
 
 /// `stats_table`: table size estimates and the cleanup lag (oldest completed row).
 pub async fn stats_table(conn: &mut MySqlConnection) -> Result<TableStats, Error> {
-    let size = sqlx::query(STATS_TABLE_SIZE_SQL).fetch_optional(&mut *conn).await?;
+    let size = sqlx::query(STATS_TABLE_SIZE_SQL)
+        .fetch_optional(&mut *conn)
+        .await?;
     let (data_bytes, index_bytes, rows_estimate) = match size {
         Some(r) => (
             non_negative(r.try_get("data_bytes")?),
@@ -407,24 +418,43 @@ pub struct PlanRow {
 
 /// `EXPLAIN`s every statement `stats` and the failed-job commands run against `job_queue`,
 /// with the text and binds they run with. Returns `(statement tag, plan)` pairs.
-pub async fn stats_explain(conn: &mut MySqlConnection) -> Result<Vec<(&'static str, Vec<PlanRow>)>, Error> {
+pub async fn stats_explain(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(&'static str, Vec<PlanRow>)>, Error> {
     let secs = 60i64;
     let mut out = Vec::new();
     let plans: [(&'static str, &'static str, Vec<Bind>); 10] = [
         ("stats_queues", STATS_QUEUES_SQL, vec![]),
         ("stats_leases", STATS_LEASES_SQL, vec![]),
         ("stats_activity", STATS_ACTIVITY_SQL, vec![Bind::I(secs)]),
-        ("stats_workers", STATS_WORKERS_SQL, vec![Bind::I(secs), Bind::I(secs)]),
+        (
+            "stats_workers",
+            STATS_WORKERS_SQL,
+            vec![Bind::I(secs), Bind::I(secs)],
+        ),
         ("stats_kinds", STATS_KINDS_SQL, vec![Bind::I(secs)]),
         ("stats_table", STATS_TABLE_SIZE_SQL, vec![]),
-        ("stats_cleanup_lag", STATS_OLDEST_FINISHED_SQL, vec![Bind::S("completed")]),
+        (
+            "stats_cleanup_lag",
+            STATS_OLDEST_FINISHED_SQL,
+            vec![Bind::S("completed")],
+        ),
         ("job_failed_list", FAILED_LIST_SQL, vec![Bind::U(50)]),
         (
             "job_failed_page",
             FAILED_PAGE_SQL,
-            vec![Bind::S(FIRST_FINISHED), Bind::S(FIRST_FINISHED), Bind::U(0), Bind::U(500)],
+            vec![
+                Bind::S(FIRST_FINISHED),
+                Bind::S(FIRST_FINISHED),
+                Bind::U(0),
+                Bind::U(500),
+            ],
         ),
-        ("job_failed_page_null", FAILED_PAGE_NULL_SQL, vec![Bind::U(0), Bind::U(500)]),
+        (
+            "job_failed_page_null",
+            FAILED_PAGE_NULL_SQL,
+            vec![Bind::U(0), Bind::U(500)],
+        ),
     ];
     for (tag, sql, binds) in plans {
         let mut q = sqlx::query(AssertSqlSafe(format!("EXPLAIN {sql}")));
@@ -503,7 +533,10 @@ pub struct FailedListParams<'a> {
 }
 
 /// `job_failed_list`: failed jobs, newest failure first.
-pub async fn job_failed_list(conn: &mut MySqlConnection, p: &FailedListParams<'_>) -> Result<Vec<FailedJob>, Error> {
+pub async fn job_failed_list(
+    conn: &mut MySqlConnection,
+    p: &FailedListParams<'_>,
+) -> Result<Vec<FailedJob>, Error> {
     let rows = match p.queue {
         Some(queue) => {
             crate::enqueue::validate_queue_name(queue)?;
@@ -513,7 +546,12 @@ pub async fn job_failed_list(conn: &mut MySqlConnection, p: &FailedListParams<'_
                 .fetch_all(&mut *conn)
                 .await?
         }
-        None => sqlx::query(FAILED_LIST_SQL).bind(p.limit).fetch_all(&mut *conn).await?,
+        None => {
+            sqlx::query(FAILED_LIST_SQL)
+                .bind(p.limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
     };
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
@@ -610,7 +648,10 @@ pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<Job
 }
 
 /// Number of failed jobs (of one queue), counted on an index.
-pub async fn job_failed_count(conn: &mut MySqlConnection, queue: Option<&str>) -> Result<u64, Error> {
+pub async fn job_failed_count(
+    conn: &mut MySqlConnection,
+    queue: Option<&str>,
+) -> Result<u64, Error> {
     let n: i64 = match queue {
         Some(q) => {
             crate::enqueue::validate_queue_name(q)?;
@@ -622,11 +663,11 @@ pub async fn job_failed_count(conn: &mut MySqlConnection, queue: Option<&str>) -
             .fetch_one(&mut *conn)
             .await?
         }
-        None => {
-            sqlx::query_scalar("/* mysqlq:job_failed_count */ SELECT COUNT(*) FROM job_queue WHERE status = 'failed'")
-                .fetch_one(&mut *conn)
-                .await?
-        }
+        None => sqlx::query_scalar(
+            "/* mysqlq:job_failed_count */ SELECT COUNT(*) FROM job_queue WHERE status = 'failed'",
+        )
+        .fetch_one(&mut *conn)
+        .await?,
     };
     Ok(non_negative(n))
 }
@@ -764,7 +805,11 @@ async fn failed_among(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<Vec<J
         .iter()
         .map(|r| r.try_get("id"))
         .collect::<Result<_, _>>()?;
-    Ok(ids.iter().copied().filter(|id| found.contains(&id.0)).collect())
+    Ok(ids
+        .iter()
+        .copied()
+        .filter(|id| found.contains(&id.0))
+        .collect())
 }
 
 fn retry_sql(n: usize) -> AssertSqlSafe<String> {
@@ -780,20 +825,31 @@ fn retry_sql(n: usize) -> AssertSqlSafe<String> {
 /// `finished_at` cleared; `last_error` kept until the next attempt), up to [`BULK_CHUNK`] ids per
 /// statement. A job whose dedupe key another job now holds (error 1062) stays failed and is
 /// reported in [`RetryReport::conflicts`]; the others go ahead.
-pub async fn job_retry_failed(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<RetryReport, Error> {
+pub async fn job_retry_failed(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<RetryReport, Error> {
     let mut report = RetryReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
         let failed = failed_among(conn, chunk).await?;
-        report.skipped.extend(chunk.iter().filter(|id| !failed.contains(id)));
+        report
+            .skipped
+            .extend(chunk.iter().filter(|id| !failed.contains(id)));
         if failed.is_empty() {
             continue;
         }
-        match bind_ids(sqlx::query(retry_sql(failed.len())), &failed).execute(&mut *conn).await {
+        match bind_ids(sqlx::query(retry_sql(failed.len())), &failed)
+            .execute(&mut *conn)
+            .await
+        {
             Ok(_) => report.retried.extend(&failed),
             Err(e) if super::is_duplicate_key(&e) => {
                 // The statement was rolled back whole: redo it one job at a time.
                 for &id in &failed {
-                    match bind_ids(sqlx::query(retry_sql(1)), &[id]).execute(&mut *conn).await {
+                    match bind_ids(sqlx::query(retry_sql(1)), &[id])
+                        .execute(&mut *conn)
+                        .await
+                    {
                         Ok(done) if done.rows_affected() == 1 => report.retried.push(id),
                         Ok(_) => report.skipped.push(id),
                         Err(e) if super::is_duplicate_key(&e) => {
@@ -845,11 +901,16 @@ pub struct DiscardReport {
 
 /// `job_discard_failed`: deletes failed jobs, up to [`BULK_CHUNK`] ids per statement. Jobs in
 /// any other state are left alone and reported as skipped.
-pub async fn job_discard_failed(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<DiscardReport, Error> {
+pub async fn job_discard_failed(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<DiscardReport, Error> {
     let mut report = DiscardReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
         let failed = failed_among(conn, chunk).await?;
-        report.skipped.extend(chunk.iter().filter(|id| !failed.contains(id)));
+        report
+            .skipped
+            .extend(chunk.iter().filter(|id| !failed.contains(id)));
         if failed.is_empty() {
             continue;
         }
@@ -857,7 +918,9 @@ pub async fn job_discard_failed(conn: &mut MySqlConnection, ids: &[JobId]) -> Re
             "/* mysqlq:job_discard_failed */ DELETE FROM job_queue WHERE id IN ({}) AND status = 'failed'",
             placeholders(padded_len(failed.len()))
         ));
-        bind_ids(sqlx::query(sql), &failed).execute(&mut *conn).await?;
+        bind_ids(sqlx::query(sql), &failed)
+            .execute(&mut *conn)
+            .await?;
         report.discarded.extend(&failed);
     }
     Ok(report)
@@ -896,16 +959,22 @@ pub struct ServerSettings {
     pub innodb_read_only: bool,
     /// The session's isolation level (`transaction_isolation` or `tx_isolation`).
     pub isolation: String,
-    /// `@@session.time_zone`.
+    /// `@@global.time_zone`: what a new session (a DBA's client) gets. sqlx sessions, mysqlq's
+    /// included, set `+00:00` themselves.
     pub time_zone: String,
     /// `@@global.system_time_zone`.
     pub system_time_zone: String,
-    /// `NOW()` minus `UTC_TIMESTAMP()` in seconds: 0 when the session runs in UTC.
-    pub utc_offset_seconds: i64,
+    /// Offset of the global time zone from UTC now, in seconds: 0 when `NOW()` in a new session
+    /// equals `UTC_TIMESTAMP()`. `None` when the zone is named and the time zone tables are not
+    /// loaded.
+    pub utc_offset_seconds: Option<i64>,
 }
 
 /// `server_settings`: binlog, read-only and time settings of the server (doctor).
-pub async fn server_settings(conn: &mut MySqlConnection, info: &ServerInfo) -> Result<ServerSettings, Error> {
+pub async fn server_settings(
+    conn: &mut MySqlConnection,
+    info: &ServerInfo,
+) -> Result<ServerSettings, Error> {
     let super_ro = match info.flavor {
         ServerFlavor::MySql => "CAST(@@global.super_read_only AS SIGNED)",
         ServerFlavor::MariaDb => "NULL",
@@ -915,9 +984,10 @@ pub async fn server_settings(conn: &mut MySqlConnection, info: &ServerInfo) -> R
            CAST(@@session.binlog_format AS CHAR) AS binlog_format, \
            CAST(@@global.read_only AS SIGNED) AS read_only, {super_ro} AS super_read_only, \
            CAST(@@global.innodb_read_only AS SIGNED) AS innodb_read_only, \
-           CAST(@@session.{} AS CHAR) AS isolation, CAST(@@session.time_zone AS CHAR) AS time_zone, \
+           CAST(@@session.{} AS CHAR) AS isolation, CAST(@@global.time_zone AS CHAR) AS time_zone, \
            CAST(@@global.system_time_zone AS CHAR) AS system_time_zone, \
-           CAST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) AS SIGNED) AS utc_offset",
+           TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), \
+             CONVERT_TZ(UTC_TIMESTAMP(), '+00:00', @@global.time_zone)) AS utc_offset",
         info.isolation_variable()
     ));
     let r = sqlx::query(sql).fetch_one(&mut *conn).await?;
@@ -925,7 +995,9 @@ pub async fn server_settings(conn: &mut MySqlConnection, info: &ServerInfo) -> R
         log_bin: r.try_get::<i64, _>("log_bin")? != 0,
         binlog_format: r.try_get("binlog_format")?,
         read_only: r.try_get::<i64, _>("read_only")? != 0,
-        super_read_only: r.try_get::<Option<i64>, _>("super_read_only")?.map(|v| v != 0),
+        super_read_only: r
+            .try_get::<Option<i64>, _>("super_read_only")?
+            .map(|v| v != 0),
         innodb_read_only: r.try_get::<i64, _>("innodb_read_only")? != 0,
         isolation: r.try_get("isolation")?,
         time_zone: r.try_get("time_zone")?,

@@ -12,10 +12,15 @@
 //! statement shapes instead of one per batch size.
 
 pub mod admin;
+mod cron;
 pub mod server;
 mod workers;
 
-pub use workers::{WorkerRow, stats_add, stats_prune, worker_register, worker_seen, worker_stopped};
+pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
+
+pub use workers::{
+    WorkerRow, stats_add, stats_prune, worker_register, worker_seen, worker_stopped,
+};
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,25 +54,35 @@ pub struct InsertRow {
     pub run_at: Option<String>,
     /// `dedupe_key`.
     pub dedupe_key: Option<String>,
+    /// `dedupe_until = 'started'` (else `'finished'`).
+    pub dedupe_until_started: bool,
     /// `ordering_key`.
     pub ordering_key: Option<String>,
+    /// `concurrency_key`.
+    pub concurrency_key: Option<String>,
+    /// `concurrency_limit`.
+    pub concurrency_limit: Option<u16>,
 }
 
 macro_rules! insert_columns {
     () => {
         "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
-         dedupe_key, ordering_key, status, created_at) VALUES "
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, status, created_at) VALUES "
     };
 }
 macro_rules! insert_values {
     () => {
-        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, 'pending', \
+        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, ?, ?, ?, 'pending', \
          UTC_TIMESTAMP(6))"
     };
 }
 const INSERT_COLUMNS: &str = insert_columns!();
 const INSERT_VALUES: &str = insert_values!();
-const INSERT_ONE_SQL: &str = concat!("/* mysqlq:job_insert */ ", insert_columns!(), insert_values!());
+const INSERT_ONE_SQL: &str = concat!(
+    "/* mysqlq:job_insert */ ",
+    insert_columns!(),
+    insert_values!()
+);
 
 fn bind_row<'q>(
     q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
@@ -81,15 +96,39 @@ fn bind_row<'q>(
         .bind(r.run_at.as_deref())
         .bind(r.delay_us)
         .bind(r.dedupe_key.as_deref())
+        .bind(if r.dedupe_until_started {
+            "started"
+        } else {
+            "finished"
+        })
         .bind(r.ordering_key.as_deref())
+        .bind(r.concurrency_key.as_deref())
+        .bind(r.concurrency_limit)
 }
 
 /// `job_insert`: one job; a taken dedupe key returns the holder's id.
-pub async fn job_insert_one(conn: &mut MySqlConnection, row: &InsertRow) -> Result<Enqueued, Error> {
+///
+/// Outside a transaction (a pool or a bare connection: the statement is its own transaction)
+/// a deadlock or lock wait timeout — possible when concurrent enqueuers race for one dedupe
+/// key and the first rolls back — is retried here. Inside the caller's transaction it is
+/// returned: the caller's transaction was rolled back and only the caller can redo it.
+pub async fn job_insert_one(
+    conn: &mut MySqlConnection,
+    row: &InsertRow,
+) -> Result<Enqueued, Error> {
     // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
     for _ in 0..5 {
-        match bind_row(sqlx::query(INSERT_ONE_SQL), row).execute(&mut *conn).await {
+        match bind_row(sqlx::query(INSERT_ONE_SQL), row)
+            .execute(&mut *conn)
+            .await
+        {
             Ok(done) => return Ok(Enqueued::Inserted(JobId(done.last_insert_id()))),
+            Err(e)
+                if !conn.is_in_transaction()
+                    && matches!(sqlx_error_number(&e), Some(1213 | 1205)) =>
+            {
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
+            }
             Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
                 let key = row.dedupe_key.as_deref().unwrap_or_default();
                 if let Some(id) = job_dedupe_holder(conn, key).await? {
@@ -122,14 +161,19 @@ async fn job_dedupe_holder(conn: &mut MySqlConnection, key: &str) -> Result<Opti
 /// insert", whose auto-increment ids are consecutive in every `innodb_autoinc_lock_mode`, so the
 /// ids are `LAST_INSERT_ID() + i × auto_increment_increment`. Rows with a dedupe key go one
 /// statement each, to report each duplicate.
-pub async fn job_insert_many(conn: &mut MySqlConnection, rows: &[InsertRow]) -> Result<Vec<Enqueued>, Error> {
+pub async fn job_insert_many(
+    conn: &mut MySqlConnection,
+    rows: &[InsertRow],
+) -> Result<Vec<Enqueued>, Error> {
     let step: u64 = sqlx::query_scalar(
         "/* mysqlq:job_insert_many */ SELECT CAST(@@session.auto_increment_increment AS UNSIGNED)",
     )
     .fetch_one(&mut *conn)
     .await?;
     let mut out = vec![Enqueued::Inserted(JobId(0)); rows.len()];
-    let plain: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].dedupe_key.is_none()).collect();
+    let plain: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].dedupe_key.is_none())
+        .collect();
     for chunk in plain.chunks(INSERT_CHUNK_ROWS) {
         let mut sql = format!("/* mysqlq:job_insert_many */ {INSERT_COLUMNS}");
         for (n, _) in chunk.iter().enumerate() {
@@ -190,13 +234,17 @@ pub struct ClaimParams<'a> {
 fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
-         SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts \
+         SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
+                j.concurrency_key, j.concurrency_limit \
          FROM job_queue j \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
            AND (j.ordering_key IS NULL OR NOT EXISTS ( \
                  SELECT 1 FROM job_queue o WHERE o.ordering_key = j.ordering_key AND o.id <> j.id \
                  AND (o.status = 'processing' OR (o.status = 'pending' AND o.id < j.id)))) \
+           AND (j.concurrency_key IS NULL OR ( \
+                 SELECT COUNT(*) FROM job_queue c \
+                 WHERE c.concurrency_key = j.concurrency_key AND c.status = 'processing') < j.concurrency_limit) \
          ORDER BY j.priority, j.available_at, j.id \
          LIMIT ? \
          FOR UPDATE SKIP LOCKED"
@@ -212,7 +260,10 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
 /// included, rolls back and is returned to the caller, which redoes the whole claim
 /// ([`is_lock_error`]). Paused queues return nothing; a job whose ordering key has an earlier
 /// unfinished job, or a running one, is skipped without blocking the jobs behind it.
-pub async fn job_claim(conn: &mut MySqlConnection, p: &ClaimParams<'_>) -> Result<Vec<ClaimedJob>, Error> {
+pub async fn job_claim(
+    conn: &mut MySqlConnection,
+    p: &ClaimParams<'_>,
+) -> Result<Vec<ClaimedJob>, Error> {
     crate::enqueue::validate_queue_name(p.queue)?;
     let select = AssertSqlSafe(claim_select_sql(p.queue, "job_claim"));
     let mut tx = conn
@@ -229,7 +280,14 @@ pub async fn job_claim(conn: &mut MySqlConnection, p: &ClaimParams<'_>) -> Resul
         return Ok(Vec::new());
     }
     let mut jobs = Vec::with_capacity(rows.len());
+    let mut limited: Vec<(String, u16, usize)> = Vec::new();
     for r in &rows {
+        if let (Some(key), Some(limit)) = (
+            r.try_get::<Option<String>, _>("concurrency_key")?,
+            r.try_get::<Option<u16>, _>("concurrency_limit")?,
+        ) {
+            limited.push((key, limit, jobs.len()));
+        }
         jobs.push(ClaimedJob {
             id: JobId(r.try_get("id")?),
             kind: r.try_get("kind")?,
@@ -238,11 +296,24 @@ pub async fn job_claim(conn: &mut MySqlConnection, p: &ClaimParams<'_>) -> Resul
             max_attempts: r.try_get("max_attempts")?,
         });
     }
+    if !limited.is_empty() {
+        let dropped = concurrency_admit(&mut tx, &limited).await?;
+        let mut i = 0;
+        jobs.retain(|_| {
+            i += 1;
+            !dropped.contains(&(i - 1))
+        });
+        if jobs.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+    }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_claim */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
          claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-         attempts = attempts + 1 WHERE id IN ({}) AND status = 'pending'",
+         attempts = attempts + 1, first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)) \
+         WHERE id IN ({}) AND status = 'pending'",
         placeholders(padded_len(ids.len()))
     ));
     let q = sqlx::query(sql)
@@ -255,11 +326,56 @@ pub async fn job_claim(conn: &mut MySqlConnection, p: &ClaimParams<'_>) -> Resul
         tx.rollback().await?;
         return Err(Error::invalid(
             "claim",
-            format!("claimed {} rows but updated {updated}; the claim was rolled back", ids.len()),
+            format!(
+                "claimed {} rows but updated {updated}; the claim was rolled back",
+                ids.len()
+            ),
         ));
     }
     tx.commit().await?;
     Ok(jobs)
+}
+
+/// The strict half of per-key concurrency limits, inside the claim transaction: for each key
+/// among the candidates (in sorted order, so claimers never wait on each other in a cycle),
+/// lock the key's row in `mysqlq_concurrency`, count the key's running jobs, and admit only as
+/// many candidates as the limit leaves. Returns the indexes (into the candidates) not admitted;
+/// they stay `pending`. The claim SELECT already skipped keys that looked full, so a full key
+/// does not hold up other jobs.
+async fn concurrency_admit(
+    conn: &mut MySqlConnection,
+    limited: &[(String, u16, usize)],
+) -> Result<Vec<usize>, Error> {
+    let mut keys: Vec<&str> = limited.iter().map(|(k, _, _)| k.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut dropped = Vec::new();
+    for key in keys {
+        sqlx::query(
+            "/* mysqlq:job_claim_concurrency */ INSERT INTO mysqlq_concurrency (concurrency_key) VALUES (?) \
+             ON DUPLICATE KEY UPDATE concurrency_key = concurrency_key",
+        )
+        .bind(key)
+        .execute(&mut *conn)
+        .await?;
+        let running: i64 = sqlx::query_scalar(
+            "/* mysqlq:job_claim_concurrency */ SELECT COUNT(*) FROM job_queue \
+             WHERE concurrency_key = ? AND status = 'processing'",
+        )
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await?;
+        let candidates: Vec<&(String, u16, usize)> =
+            limited.iter().filter(|(k, _, _)| k == key).collect();
+        let limit = candidates
+            .iter()
+            .map(|(_, l, _)| i64::from(*l))
+            .min()
+            .unwrap_or(1);
+        let room = usize::try_from((limit - running).max(0)).unwrap_or(0);
+        dropped.extend(candidates.iter().skip(room).map(|(_, _, i)| *i));
+    }
+    Ok(dropped)
 }
 
 /// A job a worker holds: its id and the token of the claim that gave it.
@@ -313,7 +429,10 @@ async fn guarded_update(
         q = q.bind(j.id.0).bind(j.token.as_str());
     }
     let done = q.execute(&mut *conn).await?.rows_affected();
-    let mut report = GuardedReport { done, lost: Vec::new() };
+    let mut report = GuardedReport {
+        done,
+        lost: Vec::new(),
+    };
     if done < jobs.len() as u64 {
         report.lost = job_not_owned(conn, jobs).await?;
     }
@@ -327,13 +446,19 @@ async fn job_not_owned(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<Vec
         "/* mysqlq:job_ownership */ SELECT id, status, claim_token FROM job_queue WHERE id IN ({})",
         placeholders(padded_len(ids.len()))
     ));
-    let rows = bind_ids(sqlx::query(sql), &ids).fetch_all(&mut *conn).await?;
+    let rows = bind_ids(sqlx::query(sql), &ids)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut lost = Vec::new();
     for j in jobs {
         let still = rows.iter().any(|r| {
             r.try_get::<u64, _>("id").ok() == Some(j.id.0)
                 && r.try_get::<String, _>("status").ok().as_deref() == Some("processing")
-                && r.try_get::<Option<String>, _>("claim_token").ok().flatten().as_deref() == Some(j.token.as_str())
+                && r.try_get::<Option<String>, _>("claim_token")
+                    .ok()
+                    .flatten()
+                    .as_deref()
+                    == Some(j.token.as_str())
         });
         if !still {
             lost.push(j.id);
@@ -345,24 +470,33 @@ async fn job_not_owned(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<Vec
 const CLEAR_OWNER: &str = "locked_by = NULL, claim_token = NULL, lease_expires_at = NULL";
 
 /// `job_complete_many`: marks jobs `completed` in one statement (token-guarded).
-pub async fn job_complete_many(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<GuardedReport, Error> {
+pub async fn job_complete_many(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
     let set = format!("status = 'completed', finished_at = UTC_TIMESTAMP(6), {CLEAR_OWNER}");
     guarded_update(conn, "job_complete_many", &set, None, jobs).await
 }
 
 /// `job_heartbeat`: extends the leases of in-flight jobs in one statement (token-guarded).
 /// Returns the jobs whose lease was already lost.
-pub async fn job_heartbeat(conn: &mut MySqlConnection, lease: Duration, jobs: &[Owned]) -> Result<GuardedReport, Error> {
+pub async fn job_heartbeat(
+    conn: &mut MySqlConnection,
+    lease: Duration,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
     let set = "lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
     guarded_update(conn, "job_heartbeat", set, Some(micros(lease)), jobs).await
 }
 
 /// `job_release`: hands claimed jobs back to `pending` without consuming the attempt (worker
 /// shutdown; jobs claimed but never started, or cancelled at the deadline).
-pub async fn job_release(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<GuardedReport, Error> {
-    let set = format!(
-        "status = 'pending', attempts = IF(attempts > 0, attempts - 1, 0), {CLEAR_OWNER}"
-    );
+pub async fn job_release(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
+    let set =
+        format!("status = 'pending', attempts = IF(attempts > 0, attempts - 1, 0), {CLEAR_OWNER}");
     guarded_update(conn, "job_release", &set, None, jobs).await
 }
 
@@ -491,21 +625,15 @@ pub async fn job_prune(
     older_than: Duration,
     limit: u32,
 ) -> Result<u64, Error> {
-    let sql = match status {
-        PruneStatus::Completed => {
-            "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = 'completed' \
-             AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?"
-        }
-        PruneStatus::Failed => {
-            "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = 'failed' \
-             AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?"
-        }
-        PruneStatus::Cancelled => {
-            "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = 'cancelled' \
-             AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?"
-        }
+    let status = match status {
+        PruneStatus::Completed => "completed",
+        PruneStatus::Failed => "failed",
+        PruneStatus::Cancelled => "cancelled",
     };
+    let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
+               AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?";
     Ok(sqlx::query(sql)
+        .bind(status)
         .bind(micros(older_than))
         .bind(limit)
         .execute(&mut *conn)
@@ -526,7 +654,12 @@ pub enum PruneStatus {
 
 /// `leader_elect`: takes or keeps the named leader lease for `ttl`. `true` when `leader_id`
 /// holds it afterwards. The lease row exists from the migration.
-pub async fn leader_elect(conn: &mut MySqlConnection, name: &str, leader_id: &str, ttl: Duration) -> Result<bool, Error> {
+pub async fn leader_elect(
+    conn: &mut MySqlConnection,
+    name: &str,
+    leader_id: &str,
+    ttl: Duration,
+) -> Result<bool, Error> {
     let done = sqlx::query(
         "/* mysqlq:leader_elect */ UPDATE mysqlq_leader \
          SET elected_at = IF(leader_id <=> ?, elected_at, UTC_TIMESTAMP(6)), leader_id = ?, \
@@ -546,7 +679,11 @@ pub async fn leader_elect(conn: &mut MySqlConnection, name: &str, leader_id: &st
 
 /// `leader_resign`: gives the lease up at once (clean shutdown), so another worker takes over
 /// without waiting for it to expire.
-pub async fn leader_resign(conn: &mut MySqlConnection, name: &str, leader_id: &str) -> Result<(), Error> {
+pub async fn leader_resign(
+    conn: &mut MySqlConnection,
+    name: &str,
+    leader_id: &str,
+) -> Result<(), Error> {
     sqlx::query(
         "/* mysqlq:leader_resign */ UPDATE mysqlq_leader SET leader_id = NULL, \
          expires_at = '1970-01-01 00:00:01' WHERE name = ? AND leader_id = ?",
@@ -559,7 +696,11 @@ pub async fn leader_resign(conn: &mut MySqlConnection, name: &str, leader_id: &s
 }
 
 /// `queue_pause` / `queue_resume`: sets a queue's pause flag. Workers see it on their next claim.
-pub async fn queue_set_paused(conn: &mut MySqlConnection, queue: &str, paused: bool) -> Result<(), Error> {
+pub async fn queue_set_paused(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    paused: bool,
+) -> Result<(), Error> {
     crate::enqueue::validate_queue_name(queue)?;
     sqlx::query(
         "/* mysqlq:queue_pause */ INSERT INTO mysqlq_queue (queue_name, paused) VALUES (?, ?) \
@@ -574,9 +715,15 @@ pub async fn queue_set_paused(conn: &mut MySqlConnection, queue: &str, paused: b
 
 /// The claim SELECT of [`job_claim`] for `EXPLAIN` (doctor, tests): same text, so the plan shown
 /// is the plan used.
-pub async fn job_claim_explain(conn: &mut MySqlConnection, queue: &str) -> Result<Vec<ExplainRow>, Error> {
+pub async fn job_claim_explain(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<Vec<ExplainRow>, Error> {
     crate::enqueue::validate_queue_name(queue)?;
-    let sql = AssertSqlSafe(format!("EXPLAIN {}", claim_select_sql(queue, "job_claim_explain")));
+    let sql = AssertSqlSafe(format!(
+        "EXPLAIN {}",
+        claim_select_sql(queue, "job_claim_explain")
+    ));
     let rows = sqlx::query(sql)
         .bind(queue)
         .bind(queue)
@@ -589,7 +736,9 @@ pub async fn job_claim_explain(conn: &mut MySqlConnection, queue: &str) -> Resul
             table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
             key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
             extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-            select_type: r.try_get::<Option<String>, _>("select_type").unwrap_or_default(),
+            select_type: r
+                .try_get::<Option<String>, _>("select_type")
+                .unwrap_or_default(),
         });
     }
     Ok(out)
@@ -637,18 +786,22 @@ pub fn is_transient(e: &Error) -> bool {
 /// The server's error number, when `e` is a server error.
 pub fn db_error_number(e: &Error) -> Option<u16> {
     match e {
-        Error::Database(sqlx::Error::Database(db)) => db.try_downcast_ref::<MySqlDatabaseError>().map(|d| d.number()),
+        Error::Database(e) => sqlx_error_number(e),
+        _ => None,
+    }
+}
+
+fn sqlx_error_number(e: &sqlx::Error) -> Option<u16> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(|d| d.number()),
         _ => None,
     }
 }
 
 fn is_duplicate_key(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(db) => db
-            .try_downcast_ref::<MySqlDatabaseError>()
-            .is_some_and(|d| d.number() == 1062),
-        _ => false,
-    }
+    sqlx_error_number(e) == Some(1062)
 }
 
 /// Cuts an error message to [`MAX_ERROR_BYTES`] at a character boundary.
@@ -697,7 +850,8 @@ pub fn datetime_utc(t: SystemTime) -> Result<String, Error> {
         .duration_since(UNIX_EPOCH)
         .map_err(|_| Error::invalid("run_at", "times before 1970 are not supported"))?;
     let secs = since.as_secs();
-    let days = i64::try_from(secs / 86_400).map_err(|_| Error::invalid("run_at", "too far in the future"))?;
+    let days = i64::try_from(secs / 86_400)
+        .map_err(|_| Error::invalid("run_at", "too far in the future"))?;
     let rem = secs % 86_400;
     // Civil-from-days (proleptic Gregorian), Howard Hinnant's algorithm.
     let z = days + 719_468;
@@ -725,7 +879,10 @@ pub fn datetime_utc(t: SystemTime) -> Result<String, Error> {
 }
 
 /// `job_list_pending_of_kind`: pending jobs of one kind, oldest first (for [`crate::testing`]).
-pub async fn job_list_pending_of_kind(conn: &mut MySqlConnection, kind: &str) -> Result<Vec<(JobId, String)>, Error> {
+pub async fn job_list_pending_of_kind(
+    conn: &mut MySqlConnection,
+    kind: &str,
+) -> Result<Vec<(JobId, String)>, Error> {
     let rows: Vec<(u64, String)> = sqlx::query_as(
         "/* mysqlq:job_list_pending_of_kind */ SELECT id, CAST(payload AS CHAR) FROM job_queue \
          WHERE status = 'pending' AND kind = ? ORDER BY id LIMIT 10000",
@@ -736,7 +893,6 @@ pub async fn job_list_pending_of_kind(conn: &mut MySqlConnection, kind: &str) ->
     Ok(rows.into_iter().map(|(id, p)| (JobId(id), p)).collect())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,7 +901,10 @@ mod tests {
     fn formats_utc_datetimes() {
         let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
         assert_eq!(datetime_utc(t).unwrap(), "2023-11-14 22:13:20.123456");
-        assert_eq!(datetime_utc(UNIX_EPOCH).unwrap(), "1970-01-01 00:00:00.000000");
+        assert_eq!(
+            datetime_utc(UNIX_EPOCH).unwrap(),
+            "1970-01-01 00:00:00.000000"
+        );
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(&datetime_utc(leap).unwrap()[..10], "2000-02-29");
     }

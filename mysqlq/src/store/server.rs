@@ -40,7 +40,9 @@ impl ServerInfo {
             ServerFlavor::MySql
         };
         // MariaDB once prefixed "5.5.5-" for old clients.
-        let s = version_string.strip_prefix("5.5.5-").unwrap_or(version_string);
+        let s = version_string
+            .strip_prefix("5.5.5-")
+            .unwrap_or(version_string);
         let mut nums = s
             .split(|c: char| !c.is_ascii_digit())
             .take(3)
@@ -128,7 +130,10 @@ mod tests {
 
         let old = ServerInfo::parse("5.7.44").unwrap();
         let err = old.check_supported().unwrap_err().to_string();
-        assert!(err.contains("SKIP LOCKED") && err.contains("MySQL 8.0.1"), "{err}");
+        assert!(
+            err.contains("SKIP LOCKED") && err.contains("MySQL 8.0.1"),
+            "{err}"
+        );
         let old_maria = ServerInfo::parse("5.5.5-10.5.2-MariaDB").unwrap();
         assert_eq!(old_maria.version, (10, 5, 2));
         assert!(old_maria.check_supported().is_err());

@@ -43,7 +43,11 @@ pub async fn worker_register(conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> R
 }
 
 /// `worker_seen`: the worker is alive with `running` jobs.
-pub async fn worker_seen(conn: &mut MySqlConnection, worker_id: &str, running: u64) -> Result<(), Error> {
+pub async fn worker_seen(
+    conn: &mut MySqlConnection,
+    worker_id: &str,
+    running: u64,
+) -> Result<(), Error> {
     sqlx::query(
         "/* mysqlq:worker_seen */ UPDATE mysqlq_worker SET last_seen_at = UTC_TIMESTAMP(6), running = ? \
          WHERE worker_id = ?",
@@ -119,7 +123,12 @@ pub async fn stats_add(
     );
     let mut q = sqlx::query(AssertSqlSafe(sql));
     for (kind, k) in kinds {
-        q = q.bind(kind.as_str()).bind(k.runs).bind(k.errors).bind(k.total_us).bind(k.max_us);
+        q = q
+            .bind(kind.as_str())
+            .bind(k.runs)
+            .bind(k.errors)
+            .bind(k.total_us)
+            .bind(k.max_us);
     }
     q.execute(&mut *conn).await?;
     Ok(())

@@ -36,7 +36,13 @@ impl Completer {
 }
 
 pub(crate) async fn run(s: Arc<Shared>) {
-    let Some(mut rx) = s.completer.rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() else {
+    let Some(mut rx) = s
+        .completer
+        .rx
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+    else {
         return;
     };
     let mut batch: Vec<Owned> = Vec::with_capacity(MAX_FLUSH);

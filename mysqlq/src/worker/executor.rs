@@ -29,7 +29,10 @@ impl Heartbeat for LeaseExtender {
     fn beat(&self, id: JobId, token: &str) -> BoxFuture<'static, Result<bool, Error>> {
         let pool = self.pool.clone();
         let lease = self.lease;
-        let owned = [Owned { id, token: token.to_owned() }];
+        let owned = [Owned {
+            id,
+            token: token.to_owned(),
+        }];
         Box::pin(async move {
             let mut conn = pool.acquire().await?;
             let report = store::job_heartbeat(&mut conn, lease, &owned).await?;
@@ -39,7 +42,13 @@ impl Heartbeat for LeaseExtender {
 }
 
 /// Starts the supervisor task of one claimed job; the permit is its slot.
-pub(crate) fn spawn(s: Arc<Shared>, job: ClaimedJob, queue: &str, token: Arc<str>, permit: OwnedSemaphorePermit) {
+pub(crate) fn spawn(
+    s: Arc<Shared>,
+    job: ClaimedJob,
+    queue: &str,
+    token: Arc<str>,
+    permit: OwnedSemaphorePermit,
+) {
     let ctx = JobContext::from_parts(ContextParts {
         id: job.id,
         kind: job.kind.clone().unwrap_or_default(),
@@ -82,7 +91,10 @@ async fn supervise(
     ctx: JobContext,
     permit: OwnedSemaphorePermit,
 ) {
-    let owned = Owned { id: job.id, token: token.to_string() };
+    let owned = Owned {
+        id: job.id,
+        token: token.to_string(),
+    };
     if s.stopping.load(Ordering::SeqCst) {
         // Claimed but not started when shutdown began: shutdown's release hands it back.
         drop(permit);
@@ -94,7 +106,10 @@ async fn supervise(
         None => s.registry.sole_job_of_queue(&queue),
     }
     .copied();
-    let kind_label = registration.map_or_else(|| job.kind.clone().unwrap_or_default(), |r| r.kind().to_owned());
+    let kind_label = registration.map_or_else(
+        || job.kind.clone().unwrap_or_default(),
+        |r| r.kind().to_owned(),
+    );
     let policy = registration.map(|r| r.retry_policy()).unwrap_or_default();
     let started = Instant::now();
     s.metrics.job_started();
@@ -108,11 +123,16 @@ async fn supervise(
             UNKNOWN_KIND_DELAY.as_secs()
         ))),
         Some(r) => match (r.runner())(ctx.clone(), &job.payload) {
-            Err(e) if matches!(e.classify(), serde_json::error::Category::Data) => Ran::Err(JobError::retry(format!(
-                "payload does not match job `{}`: {e} (retried: a newer worker may know this shape)",
+            Err(e) if matches!(e.classify(), serde_json::error::Category::Data) => {
+                Ran::Err(JobError::retry(format!(
+                    "payload does not match job `{}`: {e} (retried: a newer worker may know this shape)",
+                    r.kind()
+                )))
+            }
+            Err(e) => Ran::Err(JobError::fail(format!(
+                "payload of job `{}` is not valid JSON: {e}",
                 r.kind()
             ))),
-            Err(e) => Ran::Err(JobError::fail(format!("payload of job `{}` is not valid JSON: {e}", r.kind()))),
             Ok(fut) => {
                 let timeout = r.timeout().unwrap_or(s.config.job_timeout);
                 let span = tracing::info_span!("job", kind = r.kind(), id = job.id.0, queue = %queue, attempt = job.attempt);
@@ -135,7 +155,14 @@ async fn supervise(
         Ran::Err(err) => {
             mark_finished(&s, job.id);
             let unknown = registration.is_none();
-            let outcome = decide(err.class(), job.attempt, job.max_attempts, &policy, unknown, unit_random());
+            let outcome = decide(
+                err.class(),
+                job.attempt,
+                job.max_attempts,
+                &policy,
+                unknown,
+                unit_random(),
+            );
             let message = describe(&err, &outcome, job.attempt, job.max_attempts);
             if let Outcome::Fail = outcome {
                 tracing::warn!(id = job.id.0, kind = %kind_label, error = %message, "job failed");
@@ -216,7 +243,9 @@ pub(crate) fn decide(
         ErrorClass::Cancel => Outcome::Cancel,
         ErrorClass::Fail => Outcome::Fail,
         _ if attempt >= max_attempts => Outcome::Fail,
-        _ if unknown_kind => Outcome::Retry { delay: UNKNOWN_KIND_DELAY },
+        _ if unknown_kind => Outcome::Retry {
+            delay: UNKNOWN_KIND_DELAY,
+        },
         _ => Outcome::Retry {
             delay: policy.backoff.delay_with_jitter(attempt, unit),
         },
@@ -225,7 +254,9 @@ pub(crate) fn decide(
 
 fn describe(err: &JobError, outcome: &Outcome, attempt: u32, max_attempts: u32) -> String {
     match outcome {
-        Outcome::Fail if matches!(err.class(), ErrorClass::Fail) => format!("{err} (permanent error)"),
+        Outcome::Fail if matches!(err.class(), ErrorClass::Fail) => {
+            format!("{err} (permanent error)")
+        }
         Outcome::Fail => format!("{err} (attempt {attempt} of {max_attempts}; no attempts left)"),
         Outcome::Retry { delay } => format!(
             "{err} (attempt {attempt} of {max_attempts}; retry in {})",
@@ -255,7 +286,10 @@ async fn record(s: &Arc<Shared>, owned: &Owned, outcome: &Outcome, message: &str
         },
         Some(false) => {
             m.add(&m.counters.lost, 1);
-            tracing::warn!(id = owned.id.0, "lost ownership before the outcome was written: another worker owns the job now");
+            tracing::warn!(
+                id = owned.id.0,
+                "lost ownership before the outcome was written: another worker owns the job now"
+            );
         }
         None => {}
     }
@@ -316,8 +350,14 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 pub(crate) async fn release_all(s: &Arc<Shared>, reason: CancelReason) -> usize {
     let taken: Vec<(JobId, InFlight)> = {
         let mut map = s.in_flight();
-        let ids: Vec<JobId> = map.iter().filter(|(_, f)| !f.finished).map(|(id, _)| *id).collect();
-        ids.into_iter().filter_map(|id| map.remove(&id).map(|f| (id, f))).collect()
+        let ids: Vec<JobId> = map
+            .iter()
+            .filter(|(_, f)| !f.finished)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| map.remove(&id).map(|f| (id, f)))
+            .collect()
     };
     if taken.is_empty() {
         return 0;
@@ -329,7 +369,10 @@ pub(crate) async fn release_all(s: &Arc<Shared>, reason: CancelReason) -> usize 
             if let Some(a) = &f.abort {
                 a.abort();
             }
-            Owned { id: *id, token: f.token.to_string() }
+            Owned {
+                id: *id,
+                token: f.token.to_string(),
+            }
         })
         .collect();
     let report = retry_write(s, "release jobs", || {
@@ -357,12 +400,34 @@ mod tests {
     #[test]
     fn decisions_follow_the_error_class() {
         let p = RetryPolicy::new(2, Backoff::Fixed(Duration::from_secs(10)));
-        assert_eq!(decide(ErrorClass::Retry, 1, 3, &p, false, 0.5), Outcome::Retry { delay: Duration::from_secs(10) });
-        assert_eq!(decide(ErrorClass::Retry, 3, 3, &p, false, 0.5), Outcome::Fail);
-        assert_eq!(decide(ErrorClass::Fail, 1, 3, &p, false, 0.5), Outcome::Fail);
+        assert_eq!(
+            decide(ErrorClass::Retry, 1, 3, &p, false, 0.5),
+            Outcome::Retry {
+                delay: Duration::from_secs(10)
+            }
+        );
+        assert_eq!(
+            decide(ErrorClass::Retry, 3, 3, &p, false, 0.5),
+            Outcome::Fail
+        );
+        assert_eq!(
+            decide(ErrorClass::Fail, 1, 3, &p, false, 0.5),
+            Outcome::Fail
+        );
         let d = Duration::from_secs(7);
-        assert_eq!(decide(ErrorClass::Snooze(d), 3, 3, &p, false, 0.5), Outcome::Snooze { delay: d });
-        assert_eq!(decide(ErrorClass::Cancel, 1, 3, &p, false, 0.5), Outcome::Cancel);
-        assert_eq!(decide(ErrorClass::Retry, 1, 3, &p, true, 0.5), Outcome::Retry { delay: UNKNOWN_KIND_DELAY });
+        assert_eq!(
+            decide(ErrorClass::Snooze(d), 3, 3, &p, false, 0.5),
+            Outcome::Snooze { delay: d }
+        );
+        assert_eq!(
+            decide(ErrorClass::Cancel, 1, 3, &p, false, 0.5),
+            Outcome::Cancel
+        );
+        assert_eq!(
+            decide(ErrorClass::Retry, 1, 3, &p, true, 0.5),
+            Outcome::Retry {
+                delay: UNKNOWN_KIND_DELAY
+            }
+        );
     }
 }

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::CancelReason;
 use crate::store::{self, Owned};
 use crate::worker::{Shared, sleep_or_cancel};
-use crate::CancelReason;
 
 /// Most jobs per heartbeat statement.
 const CHUNK: usize = 1000;
@@ -23,7 +23,10 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> usize {
     let owned: Vec<Owned> = s
         .in_flight()
         .iter()
-        .map(|(id, f)| Owned { id: *id, token: f.token.to_string() })
+        .map(|(id, f)| Owned {
+            id: *id,
+            token: f.token.to_string(),
+        })
         .collect();
     let mut lost_total = 0;
     for chunk in owned.chunks(CHUNK) {

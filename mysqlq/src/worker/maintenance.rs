@@ -1,6 +1,7 @@
 //! Leader-only maintenance. Every worker tries to take or renew the leader lease (a row in
 //! `mysqlq_leader`) each interval; the holder runs the reaper (the article's recovery SQL for
-//! expired leases) and the pruner (batched deletes of old finished rows and statistics).
+//! expired leases), the pruner (batched deletes of old finished rows and statistics) and the
+//! periodic-job scheduler.
 //! When the leader dies its lease expires and another worker takes over within `leader_ttl`;
 //! a clean shutdown resigns at once.
 
@@ -22,6 +23,7 @@ pub(crate) struct Report {
     pub(crate) leader: bool,
     pub(crate) reaped: u64,
     pub(crate) pruned: u64,
+    pub(crate) scheduled: u64,
 }
 
 pub(crate) async fn run(s: Arc<Shared>) {
@@ -51,8 +53,12 @@ pub(crate) async fn run(s: Arc<Shared>) {
 
 pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
     let mut conn = s.pool.acquire().await?;
-    let leader = store::leader_elect(&mut conn, LEADER_NAME, &s.worker_id, s.config.leader_ttl).await?;
-    let mut report = Report { leader, ..Report::default() };
+    let leader =
+        store::leader_elect(&mut conn, LEADER_NAME, &s.worker_id, s.config.leader_ttl).await?;
+    let mut report = Report {
+        leader,
+        ..Report::default()
+    };
     if !leader {
         return Ok(report);
     }
@@ -61,7 +67,11 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
         let r = store::job_reap_expired(&mut conn, BATCH).await?;
         let n = r.retried + r.failed;
         if n > 0 {
-            tracing::warn!(retried = r.retried, failed = r.failed, "reaped jobs with expired leases");
+            tracing::warn!(
+                retried = r.retried,
+                failed = r.failed,
+                "reaped jobs with expired leases"
+            );
         }
         report.reaped += n;
         if r.retried < u64::from(BATCH) && r.failed < u64::from(BATCH) {
@@ -85,6 +95,7 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
         }
     }
     m.add(&m.counters.pruned, report.pruned);
+    report.scheduled = super::scheduler::run_once(s, &mut conn).await?;
     store::stats_prune(&mut conn, STATS_RETENTION).await?;
     Ok(report)
 }

@@ -10,6 +10,7 @@ mod executor;
 mod lease;
 mod maintenance;
 mod producer;
+mod scheduler;
 mod stats;
 
 use std::collections::HashMap;
@@ -132,6 +133,7 @@ impl Worker {
             registry: None,
             extensions: Extensions::default(),
             worker_id: None,
+            periodic: Vec::new(),
         }
     }
 
@@ -151,6 +153,7 @@ pub struct WorkerBuilder {
     registry: Option<Registry>,
     extensions: Extensions,
     worker_id: Option<String>,
+    periodic: Vec<crate::Periodic>,
 }
 
 impl WorkerBuilder {
@@ -245,6 +248,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Adds a periodic job (besides those declared with `#[job(cron = "...")]`). Periodic jobs
+    /// are enqueued by the elected leader.
+    pub fn periodic(mut self, periodic: crate::Periodic) -> Self {
+        self.periodic.push(periodic);
+        self
+    }
+
     /// The worker's id in `locked_by` (default `host:pid:random`).
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
@@ -268,6 +278,8 @@ impl WorkerBuilder {
             crate::migrate::check_schema(&mut conn).await?;
         }
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
+        let mut periodic = registry.periodic()?;
+        periodic.extend(self.periodic);
         let shared = Arc::new(Shared {
             pool: self.pool,
             slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -282,6 +294,7 @@ impl WorkerBuilder {
             slot_freed: Notify::new(),
             stopping: AtomicBool::new(false),
             completer: completer::Completer::new(),
+            periodic,
         });
         stats::register_worker(&shared).await?;
         let tasks = vec![
@@ -311,16 +324,26 @@ fn validate(c: &Config, pool: &MySqlPool) -> Result<(), Error> {
         crate::validate_queue_name(q)?;
     }
     if c.concurrency == 0 || c.concurrency > 10_000 {
-        return bad(format!("concurrency {} must be between 1 and 10000", c.concurrency));
+        return bad(format!(
+            "concurrency {} must be between 1 and 10000",
+            c.concurrency
+        ));
     }
     if c.batch_size == 0 || c.batch_size > 5_000 {
-        return bad(format!("batch size {} must be between 1 and 5000", c.batch_size));
+        return bad(format!(
+            "batch size {} must be between 1 and 5000",
+            c.batch_size
+        ));
     }
     if c.lease < Duration::from_millis(500) {
         return bad(format!("lease {:?} is too short: at least 500ms", c.lease));
     }
     if c.heartbeat() >= c.lease {
-        return bad(format!("heartbeat interval {:?} must be shorter than the lease {:?}", c.heartbeat(), c.lease));
+        return bad(format!(
+            "heartbeat interval {:?} must be shorter than the lease {:?}",
+            c.heartbeat(),
+            c.lease
+        ));
     }
     if c.poll_floor.is_zero() || c.poll_floor > c.poll_ceiling {
         return bad(format!(
@@ -380,11 +403,14 @@ pub(crate) struct Shared {
     pub(crate) slot_freed: Notify,
     pub(crate) stopping: AtomicBool,
     pub(crate) completer: completer::Completer,
+    pub(crate) periodic: Vec<crate::Periodic>,
 }
 
 impl Shared {
     pub(crate) fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, InFlight>> {
-        self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -415,7 +441,9 @@ pub struct WorkerHandle {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("worker_id", &self.worker_id).finish_non_exhaustive()
+        f.debug_struct("Shared")
+            .field("worker_id", &self.worker_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -474,7 +502,10 @@ async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
             (Ok(mut int), Ok(mut term)) => {
                 tokio::select! {
                     _ = int.recv() => {}

@@ -73,7 +73,10 @@ pub(crate) async fn run(s: Arc<Shared>) {
 
 /// Claims up to the free slots from one queue and starts the jobs. Returns (claimed, asked).
 async fn claim_queue(s: &Arc<Shared>, queue: &str) -> Result<(usize, usize), ()> {
-    let want = s.config.batch_size.min(u32::try_from(s.slots.available_permits()).unwrap_or(u32::MAX));
+    let want = s
+        .config
+        .batch_size
+        .min(u32::try_from(s.slots.available_permits()).unwrap_or(u32::MAX));
     if want == 0 {
         return Ok((0, 0));
     }

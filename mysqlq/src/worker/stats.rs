@@ -31,7 +31,8 @@ pub(crate) async fn unregister_worker(s: &Arc<Shared>) {
 
 pub(crate) async fn run(s: Arc<Shared>) {
     let mut flushed = CounterSnapshot::default();
-    let mut kinds_flushed: std::collections::HashMap<String, crate::metrics::KindStats> = std::collections::HashMap::new();
+    let mut kinds_flushed: std::collections::HashMap<String, crate::metrics::KindStats> =
+        std::collections::HashMap::new();
     loop {
         let go_on = sleep_or_cancel(s.config.stats_interval, &s.stop_services).await;
         let now = s.metrics.counters.snapshot();
@@ -61,7 +62,9 @@ pub(crate) async fn run(s: Arc<Shared>) {
                 flushed = now;
                 kinds_flushed = kinds;
             }
-            Err(e) => tracing::debug!(error = %crate::worker::executor::error_chain(&e), "statistics flush failed; will retry"),
+            Err(e) => {
+                tracing::debug!(error = %crate::worker::executor::error_chain(&e), "statistics flush failed; will retry")
+            }
         }
         if !go_on {
             return;

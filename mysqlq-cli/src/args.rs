@@ -1,0 +1,268 @@
+//! The command line, as clap derive types. Doc comments are the `--help` text.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Run mysqlq workers and operate the job queue (stats, failed jobs, purge, doctor).
+///
+/// The database URL comes from DATABASE_URL or --database-url
+/// (mysql://user:password@host:3306/database). Passwords are never printed.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mysqlq-cli",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) conn: ConnArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where the database is.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ConnArgs {
+    /// Database URL, e.g. mysql://app:secret@127.0.0.1:3306/app [env: DATABASE_URL]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env = true,
+        global = true,
+        value_name = "URL"
+    )]
+    pub(crate) database_url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a worker: claim and run the jobs linked into this binary until SIGINT/SIGTERM.
+    Work(WorkArgs),
+    /// Apply the schema migrations (idempotent) and print the schema version.
+    Migrate,
+    /// Show queue depth, ages, throughput, errors, workers, processing times and table size.
+    Stats(StatsArgs),
+    /// Inspect, retry or discard failed jobs.
+    #[command(subcommand)]
+    Failed(FailedCommand),
+    /// Delete old finished jobs in small batches (the article's cleanup).
+    Purge(PurgeArgs),
+    /// Check the server and the schema: version, binlog format, read-only, time zone, indexes,
+    /// and the claim query's plan. Exits non-zero when a check fails.
+    Doctor,
+    /// Pause a queue: workers stop claiming from it (running jobs finish).
+    Pause(QueueArg),
+    /// Resume a paused queue.
+    Resume(QueueArg),
+    /// Enqueue one job by kind name and JSON payload; prints its id.
+    Enqueue(EnqueueArgs),
+}
+
+/// `work`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkArgs {
+    /// Queues to serve, comma-separated [default: the queues of the registered jobs]
+    #[arg(long, value_delimiter = ',', value_parser = parse_queue)]
+    pub(crate) queues: Vec<String>,
+    /// Jobs run at once
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) concurrency: u16,
+    /// Most jobs claimed per query
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) batch: u32,
+    /// Lease of a claimed job, renewed by heartbeats while it runs (e.g. 60s, 5m)
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) lease: Duration,
+    /// Grace period for running jobs on shutdown before they are cancelled and released
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) shutdown_timeout: Duration,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// This worker's id, stored in `locked_by` of the jobs it holds [default: host:pid:random]
+    #[arg(long, value_name = "ID")]
+    pub(crate) worker_id: Option<String>,
+    /// Heartbeat interval [default: a third of the lease]
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) heartbeat: Option<Duration>,
+    /// Shortest idle wait between claims
+    #[arg(long, default_value = "5ms", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) poll_floor: Duration,
+    /// Longest idle wait between claims: the pickup latency for jobs enqueued by other processes
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) poll_ceiling: Duration,
+    /// Per-attempt timeout of jobs that set none
+    #[arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) job_timeout: Duration,
+    /// How often the elected leader reaps expired leases, prunes and enqueues periodic jobs
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) maintenance_interval: Duration,
+    /// Leader lease: a dead leader is replaced after at most this long
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) leader_ttl: Duration,
+}
+
+/// `stats`.
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// Print one JSON object (with --watch: one per line)
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Refresh until interrupted
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// Refresh interval of --watch
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DUR", requires = "watch")]
+    pub(crate) interval: Duration,
+    /// Window of the per-minute rates (claims, completions, …), in whole minutes
+    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) window: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FailedCommand {
+    /// List failed jobs, newest failure first.
+    List(FailedListArgs),
+    /// Show one job: payload, attempts, last error and timestamps.
+    Show(FailedShowArgs),
+    /// Send failed jobs back to pending (attempts reset to 0, runnable now).
+    Retry(FailedBulkArgs),
+    /// Delete failed jobs.
+    Discard(FailedBulkArgs),
+}
+
+/// `failed list`.
+#[derive(Debug, Args)]
+pub(crate) struct FailedListArgs {
+    /// Only this queue
+    #[arg(long, value_parser = parse_queue)]
+    pub(crate) queue: Option<String>,
+    /// Most jobs listed
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) limit: u32,
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `failed show`.
+#[derive(Debug, Args)]
+pub(crate) struct FailedShowArgs {
+    /// The job id
+    pub(crate) id: u64,
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `failed retry` / `failed discard`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["id", "all"]))]
+pub(crate) struct FailedBulkArgs {
+    /// One job id
+    pub(crate) id: Option<u64>,
+    /// Every failed job (of --queue, if given), in batches
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// With --all: only this queue
+    #[arg(long, requires = "all", value_parser = parse_queue)]
+    pub(crate) queue: Option<String>,
+}
+
+/// `purge`.
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    /// Delete jobs that finished longer ago than this
+    #[arg(long, default_value = "7d", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) older_than: Duration,
+    /// Rows per DELETE
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) batch: u32,
+    /// Which finished jobs
+    #[arg(long, value_enum, default_value_t = PurgeStatus::Completed)]
+    pub(crate) status: PurgeStatus,
+}
+
+/// Finished states `purge` deletes.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum PurgeStatus {
+    /// Completed jobs
+    Completed,
+    /// Failed jobs
+    Failed,
+    /// Cancelled jobs
+    Cancelled,
+}
+
+/// A queue name argument.
+#[derive(Debug, Args)]
+pub(crate) struct QueueArg {
+    /// The queue name
+    #[arg(value_parser = parse_queue)]
+    pub(crate) queue: String,
+}
+
+/// `enqueue`.
+#[derive(Debug, Args)]
+pub(crate) struct EnqueueArgs {
+    /// The job's kind name (as in `#[job(name = ...)]`, default the function's name)
+    pub(crate) kind: String,
+    /// The payload: a JSON object of the job's arguments
+    #[arg(long, value_name = "PAYLOAD", value_parser = parse_json)]
+    pub(crate) json: serde_json::Value,
+    /// Queue [default: the registered job's queue, else `default`]
+    #[arg(long, value_parser = parse_queue)]
+    pub(crate) queue: Option<String>,
+    /// Runnable after this delay (e.g. 30s, 5m)
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) delay: Option<Duration>,
+    /// Claim priority, lower runs first [default: the registered job's, else 0]
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) priority: Option<i16>,
+    /// Attempts in all [default: the registered job's, else 5]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_attempts: Option<u32>,
+    /// At most one pending or processing job holds this key
+    #[arg(long)]
+    pub(crate) dedupe_key: Option<String>,
+}
+
+/// humantime durations: `30s`, `5m`, `7d`, `1h30m`.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e}; write a duration such as 30s, 5m, 7d or 1h30m"))
+}
+
+fn parse_queue(s: &str) -> Result<String, String> {
+    mysqlq::validate_queue_name(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| {
+        format!("invalid JSON ({e}); quote it for the shell, e.g. --json '{{\"n\": 1}}'")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_use_humantime() {
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert!(parse_duration("7x").unwrap_err().contains("such as 30s"));
+    }
+}

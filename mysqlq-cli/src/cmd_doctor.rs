@@ -1,0 +1,272 @@
+//! `doctor`: is this server and schema fit for SKIP LOCKED claims?
+
+use mysqlq::store::{self, admin, server};
+
+use crate::db::Target;
+use crate::error::{CliError, EXIT_CHECK_FAILED};
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Info,
+    Warn,
+    Fail,
+}
+
+struct Check {
+    level: Level,
+    name: &'static str,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn check(level: Level, name: &'static str, detail: impl Into<String>, fix: Option<&str>) -> Check {
+    Check {
+        level,
+        name,
+        detail: detail.into(),
+        fix: fix.map(str::to_owned),
+    }
+}
+
+/// The indexes the queries need.
+const INDEXES: [&str; 4] = [
+    "idx_job_claim",
+    "idx_job_recover",
+    "uq_job_dedupe",
+    "idx_job_finished",
+];
+
+/// Runs every check, prints one line each; exit code 3 when any failed.
+pub(crate) async fn doctor(target: &Target) -> Result<u8, CliError> {
+    let pool = target.pool(2).await?;
+    let mut conn = crate::db::acquire(&pool).await?;
+    let mut checks = Vec::new();
+    let db = |e: mysqlq::Error| CliError::mysqlq("doctor could not read the server", &e);
+
+    let version: String = sqlx::query_scalar("/* mysqlq:doctor */ SELECT VERSION()")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| db(e.into()))?;
+    let info = match server::detect(&mut conn).await {
+        Ok(info) => {
+            checks.push(check(
+                Level::Ok,
+                "server",
+                format!("{info} supports SKIP LOCKED"),
+                None,
+            ));
+            Some(info)
+        }
+        Err(e @ mysqlq::Error::UnsupportedServer { .. }) => {
+            checks.push(check(
+                Level::Fail,
+                "server",
+                format!("{version}: no SKIP LOCKED"),
+                Some(&e.to_string()),
+            ));
+            server::ServerInfo::parse(&version).ok()
+        }
+        Err(e) => return Err(db(e)),
+    };
+
+    if let Some(info) = &info {
+        let s = admin::server_settings(&mut conn, info).await.map_err(db)?;
+        let fmt = s.binlog_format.to_ascii_uppercase();
+        if !s.log_bin {
+            checks.push(check(
+                Level::Ok,
+                "binlog",
+                "binary log off (binlog_format does not matter)",
+                None,
+            ));
+        } else if fmt == "ROW" {
+            checks.push(check(
+                Level::Ok,
+                "binlog",
+                "log_bin=ON, binlog_format=ROW",
+                None,
+            ));
+        } else {
+            checks.push(check(
+                Level::Fail,
+                "binlog",
+                format!(
+                    "log_bin=ON with binlog_format={fmt}: SKIP LOCKED is unsafe for statement-based \
+                     replication (MariaDB refuses it under READ COMMITTED with error 1665; under \
+                     REPEATABLE READ a replica may claim different rows)"
+                ),
+                Some("SET GLOBAL binlog_format=ROW, and binlog_format=ROW in my.cnf; then restart the workers"),
+            ));
+        }
+        let mut ro = Vec::new();
+        if s.read_only {
+            ro.push("read_only");
+        }
+        if s.super_read_only == Some(true) {
+            ro.push("super_read_only");
+        }
+        if s.innodb_read_only {
+            ro.push("innodb_read_only");
+        }
+        if ro.is_empty() {
+            checks.push(check(
+                Level::Ok,
+                "writer",
+                "read_only, super_read_only, innodb_read_only are off",
+                None,
+            ));
+        } else {
+            checks.push(check(
+                Level::Fail,
+                "writer",
+                format!("{} ON: this is a read-only server or a replica", ro.join(", ")),
+                Some("point DATABASE_URL at the writer (primary); claims and state changes must go there"),
+            ));
+        }
+        checks.push(check(
+            Level::Info,
+            "isolation",
+            format!(
+                "session {} = {} (mysqlq runs each claim at READ COMMITTED regardless)",
+                info.isolation_variable(),
+                s.isolation
+            ),
+            None,
+        ));
+        let tz = format!(
+            "global time_zone={} (system {})",
+            s.time_zone, s.system_time_zone
+        );
+        let tz_fix = "set default_time_zone='+00:00' in my.cnf, or use UTC_TIMESTAMP(6) instead of NOW(6) in hand-written SQL";
+        match s.utc_offset_seconds {
+            Some(0) => checks.push(check(Level::Ok, "time zone", format!("{tz} is UTC"), None)),
+            Some(off) => checks.push(check(
+                Level::Warn,
+                "time zone",
+                format!(
+                    "{tz} is {off:+}s from UTC: mysqlq stores UTC times, so the article's NOW(6) \
+                     queries run by hand disagree with them"
+                ),
+                Some(tz_fix),
+            )),
+            None => checks.push(check(
+                Level::Warn,
+                "time zone",
+                format!("{tz}: offset unknown (time zone tables not loaded)"),
+                Some(tz_fix),
+            )),
+        }
+    }
+
+    let version = mysqlq::schema_version(&mut conn).await.map_err(db)?;
+    if version == mysqlq::SCHEMA_VERSION {
+        checks.push(check(
+            Level::Ok,
+            "schema",
+            format!("version {version}"),
+            None,
+        ));
+    } else {
+        checks.push(check(
+            Level::Fail,
+            "schema",
+            format!(
+                "version {version}, this build needs {}",
+                mysqlq::SCHEMA_VERSION
+            ),
+            Some(if version < mysqlq::SCHEMA_VERSION {
+                "run `mysqlq-cli migrate`"
+            } else {
+                "upgrade this binary to the mysqlq version that migrated the database"
+            }),
+        ));
+    }
+    if version > 0 {
+        let have = admin::table_indexes(&mut conn, "job_queue")
+            .await
+            .map_err(db)?;
+        let missing: Vec<&str> = INDEXES
+            .iter()
+            .copied()
+            .filter(|i| !have.iter().any(|h| h == i))
+            .collect();
+        if missing.is_empty() {
+            checks.push(check(Level::Ok, "indexes", INDEXES.join(", "), None));
+        } else {
+            checks.push(check(
+                Level::Fail,
+                "indexes",
+                format!("job_queue lacks {}", missing.join(", ")),
+                Some("restore them from migrations/0001_job_queue.sql (claims and stats would scan the table)"),
+            ));
+        }
+        let queue = crate::registry()
+            .ok()
+            .and_then(|r| r.queues().first().map(|q| (*q).to_owned()))
+            .unwrap_or_else(|| "default".to_owned());
+        match store::job_claim_explain(&mut conn, &queue).await {
+            Ok(plan) => {
+                let main: Vec<_> = plan
+                    .iter()
+                    .filter(|r| r.table.as_deref() == Some("j"))
+                    .collect();
+                let uses = main
+                    .iter()
+                    .any(|r| r.key.as_deref() == Some("idx_job_claim"));
+                let filesort = plan
+                    .iter()
+                    .any(|r| r.extra.as_deref().is_some_and(|e| e.contains("filesort")));
+                if uses && !filesort {
+                    checks.push(check(
+                        Level::Ok,
+                        "claim plan",
+                        format!("queue `{queue}`: idx_job_claim, no filesort"),
+                        None,
+                    ));
+                } else {
+                    let key = main
+                        .first()
+                        .and_then(|r| r.key.clone())
+                        .unwrap_or_else(|| "none".into());
+                    checks.push(check(
+                        Level::Fail,
+                        "claim plan",
+                        format!(
+                            "queue `{queue}`: key {key}{}",
+                            if filesort { ", Using filesort" } else { "" }
+                        ),
+                        Some("run ANALYZE TABLE job_queue and check idx_job_claim (queue_name, status, priority, available_at, id)"),
+                    ));
+                }
+            }
+            Err(e) => checks.push(check(
+                Level::Fail,
+                "claim plan",
+                format!("EXPLAIN failed: {}", crate::error::chain(&e)),
+                Some("run `mysqlq-cli migrate`"),
+            )),
+        }
+    }
+
+    let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in &checks {
+        let tag = match c.level {
+            Level::Ok => "ok",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        let fix = c
+            .fix
+            .as_deref()
+            .map_or(String::new(), |f| format!("; fix: {f}"));
+        println!("{tag:<4}  {:<width$}  {}{fix}", c.name, c.detail);
+    }
+    let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
+    Ok(if worst == Level::Fail {
+        EXIT_CHECK_FAILED
+    } else {
+        0
+    })
+}

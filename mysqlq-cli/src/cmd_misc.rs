@@ -1,0 +1,131 @@
+//! `migrate`, `purge`, `pause`/`resume`, `enqueue`.
+
+use mysqlq::store::{self, PruneStatus};
+use mysqlq::{EnqueueOptions, Enqueued, NewJob};
+
+use crate::args::{EnqueueArgs, PurgeArgs, PurgeStatus};
+use crate::db::Target;
+use crate::error::CliError;
+use crate::out;
+
+/// `migrate`: applies the migrations and prints the schema version.
+pub(crate) async fn migrate(target: &Target) -> Result<(), CliError> {
+    let pool = target.pool(2).await?;
+    let version = mysqlq::migrate(&pool)
+        .await
+        .map_err(|e| CliError::mysqlq("migration failed", &e))?;
+    println!("schema version {version} (up to date)");
+    pool.close().await;
+    Ok(())
+}
+
+/// `purge`: the article's batched cleanup, repeated until a batch deletes nothing.
+pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError> {
+    let pool = target.pool(2).await?;
+    let mut conn = crate::db::acquire(&pool).await?;
+    let (status, name) = match a.status {
+        PurgeStatus::Completed => (PruneStatus::Completed, "completed"),
+        PurgeStatus::Failed => (PruneStatus::Failed, "failed"),
+        PurgeStatus::Cancelled => (PruneStatus::Cancelled, "cancelled"),
+    };
+    let bar = out::progress(None, &format!("deleting {name} jobs"));
+    let mut total = 0u64;
+    loop {
+        let n = store::job_prune(&mut conn, status, a.older_than, a.batch)
+            .await
+            .map_err(|e| {
+                CliError::mysqlq(&format!("purge stopped after deleting {total} jobs"), &e)
+            })?;
+        total += n;
+        bar.inc(n);
+        if n == 0 {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    println!(
+        "deleted {total} {name} jobs that finished more than {} ago",
+        humantime::format_duration(a.older_than)
+    );
+    Ok(())
+}
+
+/// `pause` / `resume`.
+pub(crate) async fn set_paused(target: &Target, queue: &str, paused: bool) -> Result<(), CliError> {
+    let pool = target.pool(2).await?;
+    let mut conn = crate::db::acquire(&pool).await?;
+    let known = crate::registry()
+        .map(|r| r.queues().contains(&queue))
+        .unwrap_or(false)
+        || store::admin::queue_has_jobs(&mut conn, queue)
+            .await
+            .map_err(|e| CliError::mysqlq("cannot look the queue up", &e))?;
+    store::queue_set_paused(&mut conn, queue, paused)
+        .await
+        .map_err(|e| CliError::mysqlq("cannot set the pause flag", &e))?;
+    if !known {
+        out::warn(&format!(
+            "no job of queue `{queue}` exists and no registered job uses it; the flag is set anyway \
+             (check the spelling; `mysqlq-cli stats` lists the queues)"
+        ));
+    }
+    println!(
+        "{} queue `{queue}`",
+        if paused { "paused" } else { "resumed" }
+    );
+    Ok(())
+}
+
+/// `enqueue`: one job by kind and JSON payload.
+pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliError> {
+    if a.kind.is_empty() || a.kind.len() > 128 || a.kind.chars().any(char::is_whitespace) {
+        return Err(CliError::usage(
+            format!("invalid kind `{}`", a.kind),
+            "a kind is 1 to 128 characters without spaces, as in #[job(name = \"...\")]",
+        ));
+    }
+    let registry = crate::registry()?;
+    let registered = registry.get(&a.kind);
+    let mut opts = EnqueueOptions::new();
+    let queue = match (&a.queue, registered) {
+        (Some(q), _) => q.clone(),
+        (None, Some(r)) => r.queue().to_owned(),
+        (None, None) => "default".to_owned(),
+    };
+    if let Some(p) = a
+        .priority
+        .or(registered.map(mysqlq::JobRegistration::priority))
+    {
+        opts = opts.priority(p);
+    }
+    if let Some(m) = a
+        .max_attempts
+        .or(registered.map(|r| r.retry_policy().max_attempts))
+    {
+        opts = opts.max_attempts(m);
+    }
+    if let Some(d) = a.delay {
+        opts = opts.delay(d);
+    }
+    if let Some(k) = &a.dedupe_key {
+        opts = opts.dedupe_key(k.clone());
+    }
+    let job = NewJob::new(&a.kind, &queue, &a.json, &opts)
+        .map_err(|e| CliError::mysqlq("cannot enqueue", &e))?;
+    if registered.is_none() {
+        out::warn(&format!(
+            "kind `{}` is not registered in this binary; enqueued on queue `{queue}` for a worker that links it",
+            a.kind
+        ));
+    }
+    let pool = target.pool(2).await?;
+    let result = mysqlq::enqueue_many(&pool, [job])
+        .await
+        .map_err(|e| CliError::mysqlq("cannot enqueue", &e))?;
+    match result.first() {
+        Some(Enqueued::Inserted(id)) => println!("{id}"),
+        Some(Enqueued::Duplicate(id)) => println!("duplicate of id {id}"),
+        None => return Err(CliError::new("the enqueue returned no id", "try again")),
+    }
+    Ok(())
+}

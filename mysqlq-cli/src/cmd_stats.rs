@@ -1,0 +1,258 @@
+//! `stats`: every metric of the article, from indexed queries and the workers' minute tables.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use mysqlq::store::admin::{
+    self, ActivityStats, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats,
+};
+use serde::Serialize;
+use sqlx::MySqlConnection;
+
+use crate::args::StatsArgs;
+use crate::db::Target;
+use crate::error::CliError;
+use crate::out::{self, Table};
+
+/// Everything `stats` shows; `--json` prints exactly this.
+#[derive(Debug, Serialize)]
+struct Snapshot {
+    window_seconds: u64,
+    queues: Vec<QueueStats>,
+    leases: LeaseStats,
+    activity: ActivityStats,
+    per_minute: PerMinute,
+    empty_poll_ratio: Option<f64>,
+    workers: Vec<WorkerStats>,
+    kinds: Vec<KindStats>,
+    table: TableStats,
+}
+
+/// Activity counters divided by the window's length in minutes.
+#[derive(Debug, Serialize)]
+struct PerMinute {
+    claims: f64,
+    completions: f64,
+    retries: f64,
+    failures: f64,
+    deadlocks: f64,
+    lock_waits: f64,
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+async fn snapshot(conn: &mut MySqlConnection, window: Duration) -> Result<Snapshot, mysqlq::Error> {
+    let queues = admin::stats_queues(conn).await?;
+    let leases = admin::stats_leases(conn).await?;
+    let activity = admin::stats_activity(conn, window).await?;
+    let workers = admin::stats_workers(conn, window).await?;
+    let kinds = admin::stats_kinds(conn, window).await?;
+    let table = admin::stats_table(conn).await?;
+    let minutes = (window.as_secs() / 60).max(1);
+    let per = |n: u64| (ratio(n, minutes) * 100.0).round() / 100.0;
+    Ok(Snapshot {
+        window_seconds: window.as_secs(),
+        per_minute: PerMinute {
+            claims: per(activity.claims),
+            completions: per(activity.completions),
+            retries: per(activity.retries),
+            failures: per(activity.failures),
+            deadlocks: per(activity.deadlocks),
+            lock_waits: per(activity.lock_waits),
+        },
+        empty_poll_ratio: (activity.polls > 0).then(|| ratio(activity.empty_polls, activity.polls)),
+        queues,
+        leases,
+        activity,
+        workers,
+        kinds,
+        table,
+    })
+}
+
+/// `stats` (once, or `--watch`).
+pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError> {
+    if a.window < Duration::from_secs(60) {
+        return Err(CliError::usage(
+            format!(
+                "--window {} is shorter than a minute",
+                humantime::format_duration(a.window)
+            ),
+            "the workers count per minute: use 1m or more",
+        ));
+    }
+    let pool = target.pool(2).await?;
+    let mut conn = crate::db::acquire(&pool).await?;
+    let tty = std::io::stdout().is_terminal();
+    loop {
+        let snap = snapshot(&mut conn, a.window)
+            .await
+            .map_err(|e| CliError::mysqlq("cannot read the statistics", &e))?;
+        let text = if a.json {
+            let json = if a.watch {
+                serde_json::to_string(&snap)
+            } else {
+                serde_json::to_string_pretty(&snap)
+            };
+            json.map_err(|e| CliError::new(format!("cannot encode JSON: {e}"), "report this bug"))?
+                + "\n"
+        } else {
+            render(&snap)
+        };
+        if a.watch && tty && !a.json {
+            print!("\x1b[2J\x1b[H");
+        }
+        print!("{text}");
+        if !a.watch {
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep(a.interval) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+fn render(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let mut q = Table::new(&[
+        "QUEUE",
+        ">READY",
+        ">OLDEST READY",
+        ">SCHEDULED",
+        ">PROCESSING",
+        ">EXPIRED",
+        ">FAILED",
+        "PAUSED",
+    ]);
+    for r in &s.queues {
+        q.row(vec![
+            r.queue.clone(),
+            r.ready.to_string(),
+            out::age(r.oldest_ready_age_seconds),
+            r.scheduled.to_string(),
+            r.processing.to_string(),
+            r.expired_leases.to_string(),
+            r.failed.to_string(),
+            if r.paused { "yes".into() } else { "no".into() },
+        ]);
+    }
+    if q.is_empty() {
+        o.push_str("no queues yet (no unfinished or failed jobs)\n");
+    } else {
+        o.push_str(&q.render());
+    }
+    let w = humantime::format_duration(Duration::from_secs(s.window_seconds));
+    let _ = writeln!(
+        o,
+        "\nleases: {} processing, {} expired (oldest expiry {})",
+        s.leases.processing,
+        s.leases.expired,
+        if s.leases.expired > 0 {
+            out::age(s.leases.oldest_expiry_age_seconds) + " ago"
+        } else {
+            "-".into()
+        }
+    );
+    let a = &s.activity;
+    let mut t = Table::new(&["EVENT", ">TOTAL", ">PER MINUTE"]);
+    let pm = &s.per_minute;
+    for (name, total, per) in [
+        ("claims", a.claims, pm.claims),
+        ("completions", a.completions, pm.completions),
+        ("retries", a.retries, pm.retries),
+        ("failures", a.failures, pm.failures),
+        ("deadlocks", a.deadlocks, pm.deadlocks),
+        ("lock waits", a.lock_waits, pm.lock_waits),
+    ] {
+        t.row(vec![name.into(), total.to_string(), format!("{per:.2}")]);
+    }
+    let _ = writeln!(o, "\nactivity over the last {w}:");
+    o.push_str(&t.render());
+    let _ = writeln!(
+        o,
+        "empty polls: {} of {} ({}); snoozes {}, cancels {}, lost leases {}, db errors {}",
+        a.empty_polls,
+        a.polls,
+        s.empty_poll_ratio
+            .map_or("-".into(), |r| format!("{:.1}%", r * 100.0)),
+        a.snoozes,
+        a.cancels,
+        a.lost,
+        a.db_errors
+    );
+    let mut wt = Table::new(&[
+        "WORKER",
+        "HOST",
+        ">PID",
+        "QUEUES",
+        ">RUNNING",
+        ">CLAIMS",
+        ">DONE",
+        ">RETRIES",
+        ">FAILURES",
+        ">DB ERRORS",
+        "LAST SEEN",
+    ]);
+    for r in &s.workers {
+        wt.row(vec![
+            r.worker_id.clone(),
+            r.host.clone(),
+            r.pid.to_string(),
+            r.queues.clone(),
+            format!("{}/{}", r.running, r.concurrency),
+            r.claims.to_string(),
+            r.completions.to_string(),
+            r.retries.to_string(),
+            r.failures.to_string(),
+            r.db_errors.to_string(),
+            if r.stopped_at.is_some() {
+                "stopped".into()
+            } else {
+                out::age(Some(r.last_seen_age_seconds)) + " ago"
+            },
+        ]);
+    }
+    let _ = writeln!(o, "\nworkers (last {w}):");
+    if wt.is_empty() {
+        o.push_str("none\n");
+    } else {
+        o.push_str(&wt.render());
+    }
+    let mut kt = Table::new(&["KIND", ">RUNS", ">ERRORS", ">AVG", ">MAX"]);
+    for k in &s.kinds {
+        kt.row(vec![
+            k.kind.clone(),
+            k.runs.to_string(),
+            k.errors.to_string(),
+            out::micros(k.avg_us),
+            out::micros(k.max_us),
+        ]);
+    }
+    let _ = writeln!(o, "\nprocessing time per kind (last {w}):");
+    if kt.is_empty() {
+        o.push_str("none\n");
+    } else {
+        o.push_str(&kt.render());
+    }
+    let tb = &s.table;
+    let _ = writeln!(
+        o,
+        "\njob_queue: data {}, indexes {}, ~{} rows (estimate)\ncleanup lag: oldest completed row finished {}{}",
+        out::bytes(tb.data_bytes),
+        out::bytes(tb.index_bytes),
+        tb.rows_estimate,
+        tb.oldest_completed_age_seconds
+            .map_or("-".into(), |s| out::age(Some(s)) + " ago"),
+        tb.oldest_failed_age_seconds
+            .map_or(String::new(), |s| format!(
+                "; oldest failed row {} ago",
+                out::age(Some(s))
+            )),
+    );
+    o
+}

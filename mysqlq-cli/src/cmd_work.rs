@@ -1,0 +1,86 @@
+//! `work`: run a worker for the jobs linked into this binary until SIGINT/SIGTERM.
+
+use std::sync::Arc;
+
+use crate::args::WorkArgs;
+use crate::db::Target;
+use crate::error::CliError;
+use crate::metrics_http;
+
+/// Starts the worker (and the metrics endpoint), waits for a signal, shuts down gracefully.
+pub(crate) async fn work(target: &Target, a: &WorkArgs) -> Result<(), CliError> {
+    let registry = crate::registry()?;
+    if registry.is_empty() {
+        return Err(CliError::new(
+            "no jobs are linked into this binary, so there is nothing to work on",
+            "the standalone mysqlq-cli cannot run your jobs: make your application's worker binary \
+             `fn main() { mysqlq_cli::main() }` (its #[job]s are then linked in) and run `work` there",
+        ));
+    }
+    let queues: Vec<String> = if a.queues.is_empty() {
+        registry.queues().into_iter().map(str::to_owned).collect()
+    } else {
+        a.queues.clone()
+    };
+    // Bind the metrics address first: a taken port is a start-up error, not a silent gap.
+    let listener = match a.metrics_addr {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            CliError::new(
+                format!("cannot listen on {addr} for metrics: {e}"),
+                "choose a free address with --metrics-addr HOST:PORT",
+            )
+        })?),
+        None => None,
+    };
+    let concurrency = usize::from(a.concurrency);
+    let pool = target
+        .pool(mysqlq::Worker::recommended_pool_size(concurrency))
+        .await?;
+    let mut builder = mysqlq::Worker::builder(pool.clone())
+        .registry(registry)
+        .queues(queues.clone())
+        .concurrency(concurrency)
+        .batch_size(a.batch)
+        .lease(a.lease)
+        .shutdown_timeout(a.shutdown_timeout)
+        .poll_interval(a.poll_floor, a.poll_ceiling)
+        .job_timeout(a.job_timeout)
+        .maintenance(a.maintenance_interval, a.leader_ttl);
+    if let Some(every) = a.heartbeat {
+        builder = builder.heartbeat_interval(every);
+    }
+    if let Some(id) = &a.worker_id {
+        builder = builder.worker_id(id.clone());
+    }
+    let handle = builder
+        .start()
+        .await
+        .map_err(|e| CliError::mysqlq("the worker could not start", &e))?;
+    let server = listener.map(|l| {
+        let addr = l
+            .local_addr()
+            .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+        tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+        let metrics = handle.metrics();
+        let render: metrics_http::Render = Arc::new(move || metrics.render_prometheus());
+        tokio::spawn(metrics_http::serve(l, render))
+    });
+    tracing::info!(
+        worker = handle.id(),
+        queues = %queues.join(","),
+        concurrency,
+        "worker started; SIGINT or SIGTERM stops it gracefully"
+    );
+    let result = handle.run_until_signal().await;
+    if let Some(s) = server {
+        s.abort();
+    }
+    pool.close().await;
+    let report = result.map_err(|e| CliError::mysqlq("the worker stopped with an error", &e))?;
+    tracing::info!(
+        finished = report.finished,
+        released = report.released,
+        "worker stopped"
+    );
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! Connecting, and keeping passwords out of every message.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, MySql, MySqlConnection, MySqlPool};
+
+use crate::error::{CliError, chain};
+
+/// How long to wait for a connection before giving up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The database URL, with a way to print it safely.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    url: String,
+    password: Option<String>,
+}
+
+impl Target {
+    /// Reads `--database-url` / `DATABASE_URL`.
+    pub(crate) fn new(url: Option<&str>) -> Result<Self, CliError> {
+        let Some(url) = url.map(str::trim).filter(|u| !u.is_empty()) else {
+            return Err(CliError::usage(
+                "no database URL",
+                "set DATABASE_URL or pass --database-url mysql://user:password@host:3306/database",
+            ));
+        };
+        Ok(Self {
+            url: url.to_owned(),
+            password: password_of(url),
+        })
+    }
+
+    /// The URL with its password replaced by `***`.
+    pub(crate) fn redacted(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// `text` with the URL and password replaced by their redacted forms.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        scrub(text, &self.url, self.password.as_deref())
+    }
+
+    fn options(&self) -> Result<MySqlConnectOptions, CliError> {
+        let scheme = self
+            .url
+            .split_once("://")
+            .map(|(s, _)| s.to_ascii_lowercase());
+        if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
+            return Err(CliError::usage(
+                format!(
+                    "invalid database URL `{}`: not a mysql:// URL",
+                    self.redacted()
+                ),
+                "write it as mysql://user:password@host:3306/database",
+            ));
+        }
+        let opts = MySqlConnectOptions::from_str(&self.url).map_err(|e| {
+            CliError::usage(
+                format!("invalid database URL `{}`: {}", self.redacted(), chain(&e)),
+                "write it as mysql://user:password@host:3306/database",
+            )
+        })?;
+        if opts.get_database().is_none() {
+            return Err(CliError::usage(
+                format!("the database URL `{}` names no database", self.redacted()),
+                "append the database, e.g. mysql://user:password@host:3306/app",
+            ));
+        }
+        Ok(opts)
+    }
+
+    /// A pool of up to `max` connections; one is opened now so a bad URL or a server that is
+    /// down is reported at once.
+    pub(crate) async fn pool(&self, max: u32) -> Result<MySqlPool, CliError> {
+        let opts = self.options()?;
+        // One direct connection first: the pool retries I/O errors until its timeout and then
+        // reports only "timed out", while this names the real cause (refused, unknown host, …).
+        let first =
+            tokio::time::timeout(CONNECT_TIMEOUT, MySqlConnection::connect_with(&opts)).await;
+        match first {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+            }
+            Ok(Err(e)) => return Err(self.connect_error(&e)),
+            Err(_) => {
+                return Err(CliError::new(
+                    format!(
+                        "cannot connect to {}: no answer within {}s",
+                        self.redacted(),
+                        CONNECT_TIMEOUT.as_secs()
+                    ),
+                    "check that the server is running and reachable, and DATABASE_URL / --database-url",
+                ));
+            }
+        }
+        MySqlPoolOptions::new()
+            .max_connections(max.max(1))
+            .min_connections(0)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_with(opts)
+            .await
+            .map_err(|e| self.connect_error(&e))
+    }
+
+    fn connect_error(&self, e: &sqlx::Error) -> CliError {
+        let number = match e {
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .map(sqlx::mysql::MySqlDatabaseError::number),
+            _ => None,
+        };
+        let fix = match number {
+            Some(1045) => "check the user and password in DATABASE_URL",
+            Some(1049) => {
+                "the database does not exist: create it (CREATE DATABASE ...) or fix DATABASE_URL"
+            }
+            _ => {
+                "check that the server is running and reachable, and DATABASE_URL / --database-url"
+            }
+        };
+        CliError::new(
+            format!("cannot connect to {}: {}", self.redacted(), chain(e)),
+            fix,
+        )
+    }
+}
+
+/// A connection from `pool`.
+pub(crate) async fn acquire(pool: &MySqlPool) -> Result<PoolConnection<MySql>, CliError> {
+    pool.acquire().await.map_err(|e| {
+        CliError::mysqlq(
+            "cannot get a database connection",
+            &mysqlq::Error::Database(e),
+        )
+    })
+}
+
+/// The password in `mysql://user:password@host/…`, raw and as written.
+fn password_of(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then(|| password.to_owned())
+}
+
+/// `mysql://user:***@host/db`: the password (if any) replaced.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return if url.contains('@') {
+            "<redacted>".to_owned()
+        } else {
+            url.to_owned()
+        };
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
+/// Replaces `url` and `password` (raw and percent-decoded) in `text`.
+fn scrub(text: &str, url: &str, password: Option<&str>) -> String {
+    let mut out = text.replace(url, &redact_url(url));
+    if let Some(p) = password {
+        // Very short passwords would match ordinary words; the URL replacement covers them.
+        if p.len() >= 3 {
+            out = out.replace(p, "***");
+            let decoded = percent_decode(p);
+            if decoded != p && decoded.len() >= 3 {
+                out = out.replace(&decoded, "***");
+            }
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%' && i + 2 < bytes.len())
+            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        if let Some(b) = hex {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("mysql://app:s3cret@db:3306/app"),
+            "mysql://app:***@db:3306/app"
+        );
+        assert_eq!(
+            redact_url("mysql://app:p@ss@db/app?ssl-mode=required"),
+            "mysql://app:***@db/app?ssl-mode=required"
+        );
+        assert_eq!(
+            redact_url("mysql://root@127.0.0.1:3306/x"),
+            "mysql://root@127.0.0.1:3306/x"
+        );
+        let t = Target::new(Some("mysql://app:hunter%402@db/app")).unwrap();
+        let s = t.scrub("failed for mysql://app:hunter%402@db/app with hunter@2 and hunter%402");
+        assert!(!s.contains("hunter"), "{s}");
+    }
+}

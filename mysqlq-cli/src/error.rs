@@ -1,0 +1,103 @@
+//! One-line errors: `error: <problem>; <how to fix>`, with an exit code.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// Exit code of an operational error.
+pub(crate) const EXIT_ERROR: u8 = 1;
+/// Exit code of a usage error (bad arguments).
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// Exit code of `doctor` when a check failed.
+pub(crate) const EXIT_CHECK_FAILED: u8 = 3;
+
+/// A problem, how to fix it, and the exit code.
+#[derive(Debug)]
+pub(crate) struct CliError {
+    pub(crate) problem: String,
+    pub(crate) fix: String,
+    pub(crate) code: u8,
+}
+
+impl CliError {
+    /// An operational error (exit 1).
+    pub(crate) fn new(problem: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            problem: problem.into(),
+            fix: fix.into(),
+            code: EXIT_ERROR,
+        }
+    }
+
+    /// A usage error (exit 2).
+    pub(crate) fn usage(problem: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_USAGE,
+            ..Self::new(problem, fix)
+        }
+    }
+
+    /// An error of `mysqlq` while doing `what`.
+    pub(crate) fn mysqlq(what: &str, e: &mysqlq::Error) -> Self {
+        match e {
+            mysqlq::Error::Database(_) => {
+                let number = mysqlq::store::db_error_number(e);
+                let fix = match number {
+                    Some(1146) => "the mysqlq tables are missing: run `mysqlq-cli migrate`",
+                    Some(1049) => {
+                        "the database does not exist: create it, or fix the database in DATABASE_URL"
+                    }
+                    Some(1045 | 1044) => {
+                        "check the user and password in DATABASE_URL and the user's grants"
+                    }
+                    Some(1142 | 1227) => "grant the user the privilege, or use a user that has it",
+                    Some(1290 | 1836) => {
+                        "the server is read-only: point DATABASE_URL at the writer"
+                    }
+                    _ if mysqlq::store::is_transient(e) => {
+                        "check that the server is running and reachable, then try again"
+                    }
+                    _ => "see the server's message; `mysqlq-cli doctor` checks the setup",
+                };
+                Self::new(format!("{what}: {}", chain(e)), fix)
+            }
+            mysqlq::Error::Invalid { .. } => {
+                Self::usage(format!("{what}: {e}"), "fix the argument")
+            }
+            mysqlq::Error::SchemaVersion { .. } | mysqlq::Error::UnsupportedServer { .. } => {
+                // Their messages say what to do already.
+                let text = e.to_string();
+                match text.split_once("; ") {
+                    Some((problem, fix)) => Self::new(format!("{what}: {problem}"), fix),
+                    None => Self::new(format!("{what}: {text}"), "see `mysqlq-cli doctor`"),
+                }
+            }
+            _ => Self::new(format!("{what}: {}", chain(e)), "see `mysqlq-cli doctor`"),
+        }
+    }
+
+    /// The one line printed on stderr, with `secret` (a password) scrubbed.
+    pub(crate) fn line(&self, scrub: &dyn Fn(&str) -> String) -> String {
+        let text = format!("error: {}; {}", self.problem, self.fix);
+        scrub(&text).replace(['\n', '\r'], " ")
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; {}", self.problem, self.fix)
+    }
+}
+
+/// An error and its causes joined by `: `, skipping messages repeated by a wrapper.
+pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if s != "database error" && !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}

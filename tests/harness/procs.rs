@@ -1,0 +1,84 @@
+//! Worker processes for tests: the test application binary (`mysqlq-test-worker`, whose
+//! `main` is `mysqlq_cli::main()` with the test jobs linked in).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{TestDb, signal};
+
+/// A worker process on the test database, with test-friendly timings.
+pub struct Proc {
+    /// The process.
+    pub child: Child,
+    /// Its worker id.
+    pub id: String,
+}
+
+impl Proc {
+    /// Starts `work` with `extra` arguments (`--queues …`, `--concurrency …`)
+    /// with a 2 s lease and fast maintenance. The binary's path comes from the test's
+    /// `CARGO_BIN_EXE_mysqlq-test-worker`, passed as `bin`.
+    pub fn start(bin: &str, db: &TestDb, id: &str, extra: &[&str]) -> Self {
+        let log = std::env::temp_dir().join(format!("{}-{id}.log", db.name));
+        let child = Command::new(bin)
+            .args(["work", "--worker-id", id])
+            .args([
+                "--lease",
+                "2s",
+                "--maintenance-interval",
+                "200ms",
+                "--leader-ttl",
+                "1s",
+                "--poll-ceiling",
+                "100ms",
+            ])
+            .args(extra)
+            .env("DATABASE_URL", db.url())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(&log)
+                    .map(Stdio::from)
+                    .unwrap_or(Stdio::null()),
+            )
+            .spawn()
+            .expect("spawn the test worker binary");
+        Self {
+            child,
+            id: id.to_owned(),
+        }
+    }
+
+    /// SIGKILL, and wait.
+    pub fn kill(&mut self) {
+        assert!(signal(self.child.id(), "KILL"));
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status within `limit`.
+    pub fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
+        assert!(signal(self.child.id(), "TERM"));
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the worker") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {} did not stop within {limit:?}",
+                self.id
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = signal(self.child.id(), "KILL");
+            let _ = self.child.wait();
+        }
+    }
+}
