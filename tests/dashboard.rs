@@ -1,0 +1,1 @@
+//! Dashboard end-to-end tests (being written).
