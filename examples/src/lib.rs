@@ -8,6 +8,12 @@
 //!   private throwaway `mariadbd`/`mysqld` started in a temp dir) and creates fresh databases.
 //! - [`order_email`]: an order and its e-mail job committed in one transaction; a flaky fake mail
 //!   server; retries, the idempotency key, and the `failed` state.
+//! - [`inventory`]: one row per sellable unit reserved with `SKIP LOCKED` in READ COMMITTED, claim
+//!   on checkout, abandoned reservations released by a delayed job, single-flight replenishment.
+//! - [`periodic_refresh`]: a periodic producer enqueues one refresh job per active place (deduped,
+//!   so nothing piles up while consumers are down); a flaky API; a worker killed mid-run.
 
+pub mod inventory;
 pub mod order_email;
+pub mod periodic_refresh;
 pub mod server;

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::BoxFuture;
 use sqlx::{Acquire, MySql};
 
 use crate::store::{self, InsertRow};
@@ -302,17 +303,19 @@ where
 /// [`store::INSERT_CHUNK_ROWS`] rows. Inside a transaction all rows commit or roll back
 /// together; on a pool each chunk commits on its own. Returns one result per job, in order.
 /// Jobs with a dedupe key are inserted one statement each (to report each duplicate).
-pub async fn enqueue_many<'c, A, I>(target: A, jobs: I) -> Result<Vec<Enqueued>, Error>
+pub fn enqueue_many<'c, A, I>(target: A, jobs: I) -> BoxFuture<'c, Result<Vec<Enqueued>, Error>>
 where
     A: Acquire<'c, Database = MySql> + Send + 'c,
     I: IntoIterator<Item = NewJob>,
 {
     let rows: Vec<InsertRow> = jobs.into_iter().map(|j| j.row).collect();
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut conn = target.acquire().await?;
-    let out = store::job_insert_many(&mut conn, &rows).await?;
-    crate::worker::wake_local();
-    Ok(out)
+    Box::pin(async move {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = target.acquire().await?;
+        let out = store::job_insert_many(&mut conn, &rows).await?;
+        crate::worker::wake_local();
+        Ok(out)
+    })
 }

@@ -1,4 +1,4 @@
-//! Periodic jobs: cron schedules declared in code, enqueued once per tick by the leader.
+//! Periodic jobs: cron schedules declared in code, enqueued once per tick.
 //!
 //! Schedules are standard 5-field cron (`*/5 * * * *`: minute hour day-of-month month
 //! day-of-week) or 6/7 fields with seconds first (`*/10 * * * * *`), always in **UTC**.

@@ -33,6 +33,7 @@ pub struct TestDb {
     /// Connect options for the test's database.
     pub options: MySqlConnectOptions,
     server: MySqlConnectOptions,
+    base_url: String,
 }
 
 impl TestDb {
@@ -78,17 +79,14 @@ impl TestDb {
             name,
             options,
             server,
+            base_url: url.to_owned(),
         }
     }
 
     /// The URL of this test's database (for child processes).
     pub fn url(&self) -> String {
-        let base = server_url();
-        let base = base
-            .split('?')
-            .next()
-            .unwrap_or(&base)
-            .trim_end_matches('/');
+        let base = self.base_url.as_str();
+        let base = base.split('?').next().unwrap_or(base).trim_end_matches('/');
         // Strip any database already in the URL: mysql://user@host:port[/db]
         let after_scheme = base.find("//").map(|i| i + 2).unwrap_or(0);
         let root = match base[after_scheme..].find('/') {
@@ -160,6 +158,10 @@ impl Drop for TestDb {
             if let Ok(rt) = rt {
                 rt.block_on(async move {
                     if let Ok(mut c) = server.connect().await {
+                        // A test that panicked may leave a worker holding locks: do not hang.
+                        let _ = sqlx::query("SET SESSION lock_wait_timeout = 10")
+                            .execute(&mut c)
+                            .await;
                         let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                             "DROP DATABASE IF EXISTS `{name}`"
                         )))

@@ -50,38 +50,10 @@ impl PrivateServer {
     pub fn start_with(extra: &[&str]) -> Self {
         let binary = find_binary(&["mariadbd", "mysqld"])
             .expect("no mariadbd or mysqld on PATH or in /usr/sbin: install mariadb-server to run these tests");
-        let dir = std::env::temp_dir().join(format!(
-            "mysqlq-private-{}-{:08x}",
-            std::process::id(),
-            fastrand::u32(..)
-        ));
-        std::fs::create_dir_all(dir.join("data")).expect("create the private server's directory");
-        let install = find_binary(&["mariadb-install-db", "mysql_install_db"]);
-        let init = match install {
-            Some(tool) if binary.file_name().is_some_and(|n| n == "mariadbd") => Command::new(tool)
-                .args([
-                    "--no-defaults",
-                    "--user=root",
-                    "--auth-root-authentication-method=normal",
-                    "--skip-test-db",
-                ])
-                .arg(format!("--datadir={}", dir.join("data").display()))
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .output(),
-            _ => Command::new(&binary)
-                .args(["--no-defaults", "--initialize-insecure", "--user=root"])
-                .arg(format!("--datadir={}", dir.join("data").display()))
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .output(),
-        }
-        .expect("run the server's data-directory initialiser");
-        assert!(
-            init.status.success(),
-            "initialising the private server failed: {}",
-            String::from_utf8_lossy(&init.stderr)
-        );
+        let dir = unique_dir("mysqlq-private");
+        std::fs::create_dir_all(dir.join("tmp")).expect("create the private server's directory");
+        let template = TEMPLATE.get_or_init(|| init_datadir(&binary));
+        copy_dir(template, &dir.join("data")).expect("copy the initialised data directory");
         let mut server = Self {
             dir,
             port: free_port(),
@@ -92,7 +64,69 @@ impl PrivateServer {
         server.launch();
         server
     }
+}
 
+fn unique_dir(prefix: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "{prefix}-{}-{:08x}",
+        std::process::id(),
+        fastrand::u32(..)
+    ))
+}
+
+/// A data directory initialised once per test process and copied for each private server:
+/// faster than initialising each, and initialisers running side by side trip over each other.
+static TEMPLATE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+fn init_datadir(binary: &Path) -> PathBuf {
+    let dir = unique_dir("mysqlq-template");
+    std::fs::create_dir_all(dir.join("tmp")).expect("create the template directory");
+    let data = dir.join("data");
+    let install = find_binary(&["mariadb-install-db", "mysql_install_db"]);
+    let init = match install {
+        Some(tool) if binary.file_name().is_some_and(|n| n == "mariadbd") => Command::new(tool)
+            .args([
+                "--no-defaults",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output(),
+        _ => Command::new(binary)
+            .args(["--no-defaults", "--initialize-insecure", "--user=root"])
+            .arg(format!("--datadir={}", data.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output(),
+    }
+    .expect("run the server's data-directory initialiser");
+    assert!(
+        init.status.success(),
+        "initialising the private server failed: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    data
+}
+
+impl PrivateServer {
     fn launch(&mut self) {
         let data = self.dir.join("data");
         let child = Command::new(&self.binary)
@@ -100,6 +134,7 @@ impl PrivateServer {
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--port={}", self.port))
             .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
             .args([
                 "--bind-address=127.0.0.1",

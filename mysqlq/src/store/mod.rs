@@ -12,7 +12,9 @@
 //! statement shapes instead of one per batch size.
 
 pub mod admin;
+pub mod bench;
 mod cron;
+pub mod dashboard;
 pub mod server;
 mod workers;
 
@@ -131,8 +133,11 @@ pub async fn job_insert_one(
             }
             Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
                 let key = row.dedupe_key.as_deref().unwrap_or_default();
-                if let Some(id) = job_dedupe_holder(conn, key).await? {
-                    return Ok(Enqueued::Duplicate(id));
+                match job_dedupe_holder(conn, key).await {
+                    Ok(Some(id)) => return Ok(Enqueued::Duplicate(id)),
+                    Ok(None) => {}
+                    Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => {}
+                    Err(e) => return Err(e),
                 }
             }
             Err(e) => return Err(e.into()),
@@ -144,9 +149,20 @@ pub async fn job_insert_one(
     ))
 }
 
-/// `job_dedupe_holder`: the job holding a dedupe key (a locking read, so it sees rows committed
-/// after the caller's snapshot).
+/// `job_dedupe_holder`: the job holding a dedupe key. A plain read first (it takes no lock, so
+/// it cannot deadlock with a worker claiming the holder); inside the caller's transaction, whose
+/// snapshot may predate the holder, a locking read (which sees the latest committed row) if the
+/// plain read found nothing.
 async fn job_dedupe_holder(conn: &mut MySqlConnection, key: &str) -> Result<Option<JobId>, Error> {
+    let id: Option<u64> = sqlx::query_scalar(
+        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
+    )
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if id.is_some() || !conn.is_in_transaction() {
+        return Ok(id.map(JobId));
+    }
     let id: Option<u64> = sqlx::query_scalar(
         "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ? \
          LOCK IN SHARE MODE",
@@ -312,7 +328,7 @@ pub async fn job_claim(
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_claim */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
          claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-         attempts = attempts + 1, first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)) \
+         attempts = attempts + (attempts < 4294967295), first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)) \
          WHERE id IN ({}) AND status = 'pending'",
         placeholders(padded_len(ids.len()))
     ));

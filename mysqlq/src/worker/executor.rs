@@ -123,7 +123,9 @@ async fn supervise(
             UNKNOWN_KIND_DELAY.as_secs()
         ))),
         Some(r) => match (r.runner())(ctx.clone(), &job.payload) {
-            Err(e) if matches!(e.classify(), serde_json::error::Category::Data) => {
+            // Valid JSON of another shape may suit a newer build of the job (a rolling deploy):
+            // retry. Text that is not JSON at all never will: fail now.
+            Err(e) if serde_json::from_str::<serde::de::IgnoredAny>(&job.payload).is_ok() => {
                 Ran::Err(JobError::retry(format!(
                     "payload does not match job `{}`: {e} (retried: a newer worker may know this shape)",
                     r.kind()

@@ -1,7 +1,7 @@
 //! Leader-only maintenance. Every worker tries to take or renew the leader lease (a row in
 //! `mysqlq_leader`) each interval; the holder runs the reaper (the article's recovery SQL for
-//! expired leases), the pruner (batched deletes of old finished rows and statistics) and the
-//! periodic-job scheduler.
+//! expired leases) and the pruner (batched deletes of old finished rows and statistics). The
+//! periodic-job scheduler runs in the same round on every worker that declares schedules.
 //! When the leader dies its lease expires and another worker takes over within `leader_ttl`;
 //! a clean shutdown resigns at once.
 
@@ -59,6 +59,9 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
         leader,
         ..Report::default()
     };
+    // Every worker that declares schedules runs the scheduler (not only the leader, which may
+    // declare none): the ledger's primary key makes each tick exactly-once anyway.
+    report.scheduled = super::scheduler::run_once(s, &mut conn).await?;
     if !leader {
         return Ok(report);
     }
@@ -95,7 +98,6 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
         }
     }
     m.add(&m.counters.pruned, report.pruned);
-    report.scheduled = super::scheduler::run_once(s, &mut conn).await?;
     store::stats_prune(&mut conn, STATS_RETENTION).await?;
     Ok(report)
 }

@@ -248,8 +248,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Adds a periodic job (besides those declared with `#[job(cron = "...")]`). Periodic jobs
-    /// are enqueued by the elected leader.
+    /// Adds a periodic job (besides those declared with `#[job(cron = "...")]`). Every worker
+    /// that declares a schedule runs the scheduler each maintenance round; the ledger makes each
+    /// tick exactly-once however many do.
     pub fn periodic(mut self, periodic: crate::Periodic) -> Self {
         self.periodic.push(periodic);
         self

@@ -1,0 +1,943 @@
+//! **periodic-refresh**: a periodic producer, consumers of a flaky API, and nothing piling up.
+//!
+//! The scenario of the article "moving from MySQL SKIP LOCKED to producer/consumer (with Redis
+//! Streams)", on mysqlq alone:
+//!
+//! - A **periodic producer** ([`ProduceRefreshes`], scheduled with
+//!   `Periodic::new("* * * * * *", &ProduceRefreshes {})`: every second, UTC, exactly once per tick
+//!   however many workers run) reads the active places and enqueues one [`RefreshPlace`] per place
+//!   with `enqueue_many` in **one transaction**, each with the dedupe key `refresh:<place_id>`.
+//!   While a place's job is pending or running, the next tick's is refused as a duplicate: with
+//!   the consumers down the queue holds **at most one job per place** instead of growing by one
+//!   per place per tick (the article's unbounded-stream problem, §5-1).
+//! - **Consumers** ([`RefreshPlace`]) call a slow, flaky HTTP API ([`FakePlaceApi`]: 20–100 ms,
+//!   `503` on about a quarter of the requests, deterministically) and write the result to the
+//!   `place` row. A `503` is retried with backoff; one **poisoned** place always gets `500`, is
+//!   retried until its attempts run out and lands in `failed` with its `last_error` (§5-2).
+//! - A consumer is **stopped with its jobs in flight** (zero grace: the handlers are aborted and
+//!   the jobs released to `pending`) and a new one takes over: nothing is lost (§5-3).
+//!
+//! [`run_once`] runs it all and checks the invariants.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysqlq::{
+    Classify, EnqueueOptions, Enqueued, ErrorClass, Job, JobContext, JobError, NewJob, Periodic,
+    Registry, Worker, WorkerHandle, enqueue_many,
+};
+use sqlx::MySqlPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::server::{error_chain, fresh_database};
+
+/// The queue of [`RefreshPlace`] (the consumers').
+pub const QUEUE: &str = "refresh";
+/// The queue of [`ProduceRefreshes`] (the producer's).
+pub const PRODUCER_QUEUE: &str = "refresh-producer";
+/// The producer's schedule: every second (6 fields, seconds first, UTC).
+pub const SCHEDULE: &str = "* * * * * *";
+
+/// What the jobs share with the example: handed to every worker with `.state(...)`.
+#[derive(Debug, Clone)]
+pub struct RefreshState {
+    /// Where the place API listens.
+    pub api: SocketAddr,
+    /// Print what each job does.
+    pub verbose: bool,
+    /// The producer's counters.
+    pub producer: Arc<ProducerStats>,
+}
+
+/// What the producer did so far.
+#[derive(Debug, Default)]
+pub struct ProducerStats {
+    /// Ticks run.
+    pub ticks: AtomicU64,
+    /// Jobs enqueued.
+    pub inserted: AtomicU64,
+    /// Enqueues refused because the place's job was still pending or running.
+    pub duplicates: AtomicU64,
+}
+
+/// Why a refresh failed, and (through [`Classify`]) what the worker does next.
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// 5xx or 429 from the API: retried with backoff.
+    #[error("place API unavailable: HTTP {status} {body}")]
+    Unavailable {
+        /// The HTTP status.
+        status: u16,
+        /// The response body.
+        body: String,
+    },
+    /// Any other non-2xx answer: the request is wrong; failed now.
+    #[error("place API refused: HTTP {status} {body}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The response body.
+        body: String,
+    },
+    /// The connection failed or timed out: retried.
+    #[error("cannot talk to the place API")]
+    Transport(#[from] std::io::Error),
+    /// Writing the result failed: retried.
+    #[error("cannot update the place")]
+    Database(#[from] sqlx::Error),
+    /// The worker has no [`RefreshState`] or no pool: failed now.
+    #[error("the worker has no RefreshState or no pool")]
+    NotConfigured,
+}
+
+impl Classify for RefreshError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            Self::Unavailable { .. } | Self::Transport(_) | Self::Database(_) => ErrorClass::Retry,
+            Self::Refused { .. } | Self::NotConfigured => ErrorClass::Fail,
+        }
+    }
+}
+
+/// A message for [`JobError`]s.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Problem(String);
+
+/// The periodic producer: one [`RefreshPlace`] per active place, deduplicated by
+/// `refresh:<place_id>`, all enqueued in one transaction.
+#[mysqlq::job(queue = "refresh-producer", retries = 2, backoff = "100ms")]
+pub async fn produce_refreshes(ctx: JobContext) -> Result<(), JobError> {
+    let state = ctx
+        .state::<RefreshState>()
+        .ok_or_else(|| JobError::fail(Problem("the worker has no RefreshState".into())))?;
+    let pool = ctx
+        .pool()
+        .ok_or_else(|| JobError::fail(Problem("the worker has no pool".into())))?;
+    let mut tx = pool.begin().await?;
+    let places: Vec<u64> = sqlx::query_scalar("SELECT id FROM place WHERE active = 1 ORDER BY id")
+        .fetch_all(&mut *tx)
+        .await?;
+    let jobs = places
+        .iter()
+        .map(|&place_id| {
+            NewJob::from_job(
+                &RefreshPlace { place_id },
+                &EnqueueOptions::new().dedupe_key(format!("refresh:{place_id}")),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(JobError::fail)?;
+    let results = enqueue_many(&mut *tx, jobs)
+        .await
+        .map_err(JobError::retry)?;
+    tx.commit().await?;
+    let inserted: Vec<u64> = places
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| matches!(r, Enqueued::Inserted(_)))
+        .map(|(&p, _)| p)
+        .collect();
+    let duplicates = (results.len() - inserted.len()) as u64;
+    let p = &state.producer;
+    let tick = p.ticks.fetch_add(1, Ordering::SeqCst) + 1;
+    p.inserted
+        .fetch_add(inserted.len() as u64, Ordering::SeqCst);
+    p.duplicates.fetch_add(duplicates, Ordering::SeqCst);
+    if state.verbose {
+        println!(
+            "producer tick {tick:>2} (job {}): {} active places → {} enqueued {:?}, {duplicates} still queued (dedupe refused)",
+            ctx.id(),
+            places.len(),
+            inserted.len(),
+            inserted
+        );
+    }
+    Ok(())
+}
+
+/// Refreshes place `place_id` from the place API.
+#[mysqlq::job(queue = "refresh", retries = 3, backoff = "100ms, 200ms, 400ms")]
+pub async fn refresh_place(ctx: JobContext, place_id: u64) -> Result<(), RefreshError> {
+    let state = ctx
+        .state::<RefreshState>()
+        .ok_or(RefreshError::NotConfigured)?;
+    let pool = ctx.pool().ok_or(RefreshError::NotConfigured)?;
+    let result = match get_place(state.api, place_id).await {
+        Ok((200, body)) => {
+            let population: i64 = body.trim().parse().unwrap_or(0);
+            sqlx::query(
+                "UPDATE place SET population = ?, refresh_count = refresh_count + 1, \
+                 refreshed_at = UTC_TIMESTAMP(6) WHERE id = ?",
+            )
+            .bind(population)
+            .bind(place_id)
+            .execute(pool)
+            .await
+            .map(|_| population)
+            .map_err(RefreshError::Database)
+        }
+        Ok((status, body)) if status >= 500 || status == 429 => {
+            Err(RefreshError::Unavailable { status, body })
+        }
+        Ok((status, body)) => Err(RefreshError::Refused { status, body }),
+        Err(e) => Err(RefreshError::Transport(e)),
+    };
+    if state.verbose {
+        let who = format!(
+            "  refresh job {:>3} place {place_id:>2} attempt {}/{}",
+            ctx.id(),
+            ctx.attempt(),
+            ctx.max_attempts()
+        );
+        match &result {
+            Ok(population) => println!("{who}: population {population} saved"),
+            Err(e) => {
+                let next = match e.class() {
+                    ErrorClass::Retry if ctx.is_last_attempt() => "out of attempts → failed",
+                    ErrorClass::Retry => "retry after backoff",
+                    _ => "failed now",
+                };
+                println!("{who}: {e} → {next}");
+            }
+        }
+    }
+    result.map(|_| ())
+}
+
+/// `GET /places/<id>` on the API; returns the status and body.
+async fn get_place(addr: SocketAddr, place_id: u64) -> std::io::Result<(u16, String)> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let request =
+            format!("GET /places/{place_id} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        let text = String::from_utf8_lossy(&raw);
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| std::io::Error::other(format!("malformed HTTP response: {text:.80}")))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or("", |(_, b)| b)
+            .trim()
+            .to_owned();
+        Ok((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "place API did not answer in 5 s",
+            )
+        })?
+}
+
+/// What the fake place API saw.
+#[derive(Debug, Clone, Default)]
+pub struct ApiStats {
+    /// Requests per place.
+    pub requests: BTreeMap<u64, u64>,
+    /// `200` answers per place.
+    pub ok: BTreeMap<u64, u64>,
+    /// `503` answers (injected outages).
+    pub outages: u64,
+    /// `500` answers (the poisoned place).
+    pub poisoned: u64,
+}
+
+/// A slow, flaky place API on `127.0.0.1:<free port>`: `GET /places/<id>` answers the place's
+/// "population" after 20–100 ms; the k-th request for place p gets `503` when `(p + k) % 4 == 0`
+/// (a quarter of the requests, never twice in a row for one place), and the poisoned place always
+/// gets `500`. Stops when dropped.
+#[derive(Debug)]
+pub struct FakePlaceApi {
+    addr: SocketAddr,
+    stats: Arc<Mutex<ApiStats>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakePlaceApi {
+    /// Starts the API; `poisoned` always gets `500`.
+    pub async fn start(poisoned: u64) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let stats = Arc::new(Mutex::new(ApiStats::default()));
+        let shared = stats.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let stats = shared.clone();
+                tokio::spawn(async move {
+                    let _ = serve(stream, &stats, poisoned).await;
+                });
+            }
+        });
+        Ok(Self { addr, stats, task })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A copy of what it saw so far.
+    pub fn stats(&self) -> ApiStats {
+        lock(&self.stats).clone()
+    }
+}
+
+impl Drop for FakePlaceApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    stats: &Mutex<ApiStats>,
+    poisoned: u64,
+) -> std::io::Result<()> {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+        if raw.len() > 16 * 1024 {
+            return respond(&mut stream, 431, "request head too large").await;
+        }
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&raw);
+    let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
+    let (method, path) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let Some(place_id) = path
+        .strip_prefix("/places/")
+        .and_then(|id| id.parse::<u64>().ok())
+        .filter(|_| method == "GET")
+    else {
+        return respond(&mut stream, 404, "only GET /places/<id>").await;
+    };
+    let k = {
+        let mut s = lock(stats);
+        let k = s.requests.entry(place_id).or_default();
+        *k += 1;
+        *k
+    };
+    // Slow: 20–100 ms, deterministic per place and request.
+    let delay = 20 + (place_id * 37 + k * 11) % 81;
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    let (status, body) = {
+        let mut s = lock(stats);
+        if place_id == poisoned {
+            s.poisoned += 1;
+            (500, "upstream exploded for this place".to_owned())
+        } else if (place_id + k).is_multiple_of(4) {
+            s.outages += 1;
+            (503, "busy, try again later".to_owned())
+        } else {
+            *s.ok.entry(place_id).or_default() += 1;
+            (200, (1_000 + place_id * 17 + k).to_string())
+        }
+    };
+    respond(&mut stream, status, &body).await
+}
+
+async fn respond(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// The scenario's knobs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Database to drop, recreate and use.
+    pub database: String,
+    /// Places (ids 1..=n).
+    pub places: u64,
+    /// Of those, the last `inactive` are not active (never refreshed).
+    pub inactive: u64,
+    /// The place whose API calls always fail with `500`.
+    pub poisoned: u64,
+    /// Producer ticks with consumers running, before they stop.
+    pub ticks_running: u64,
+    /// Producer ticks with no consumer.
+    pub ticks_stopped: u64,
+    /// Consumer concurrency.
+    pub concurrency: usize,
+    /// How long to wait for each phase.
+    pub timeout: Duration,
+    /// Print what happens.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            database: "mysqlq_example_periodic_refresh".to_owned(),
+            places: 12,
+            inactive: 2,
+            poisoned: 7,
+            ticks_running: 3,
+            ticks_stopped: 4,
+            concurrency: 4,
+            timeout: Duration::from_secs(20),
+            verbose: true,
+        }
+    }
+}
+
+/// What a round did, and the invariants that broke.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Producer ticks run.
+    pub ticks: u64,
+    /// Ticks run while no consumer was running.
+    pub ticks_stopped: u64,
+    /// Active places.
+    pub active: u64,
+    /// Most jobs pending or running at once while the consumers were down (sampled).
+    pub peak_queue: u64,
+    /// Most jobs pending or running for one place at once while the consumers were down.
+    pub peak_per_place: u64,
+    /// Enqueues refused by the dedupe key, over the round.
+    pub duplicates: u64,
+    /// Jobs in flight when the consumer was stopped, released to `pending`.
+    pub released: usize,
+    /// Of those, jobs that then completed (or, for the poisoned place, failed).
+    pub released_finished: usize,
+    /// Active, non-poisoned places refreshed at least once.
+    pub refreshed: u64,
+    /// Successful refreshes in all.
+    pub refreshes: u64,
+    /// `503` answers, each retried.
+    pub outages: u64,
+    /// Failed jobs of the poisoned place.
+    pub poisoned_failed: u64,
+    /// Broken invariants; empty when everything held.
+    pub violations: Vec<String>,
+}
+
+impl Summary {
+    /// `true` when every invariant held.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "periodic-refresh: {} producer ticks, {} with consumers down → queue peaked at {} jobs for {} active places \
+             (max {} per place, {} duplicates refused); consumer stopped with {} jobs in flight → {} finished by its successor; \
+             {}/{} places refreshed ({} refreshes, {} × 503 retried), poisoned place failed {} time{} — ",
+            self.ticks,
+            self.ticks_stopped,
+            self.peak_queue,
+            self.active,
+            self.peak_per_place,
+            self.duplicates,
+            self.released,
+            self.released_finished,
+            self.refreshed,
+            self.active.saturating_sub(1),
+            self.refreshes,
+            self.outages,
+            self.poisoned_failed,
+            if self.poisoned_failed == 1 { "" } else { "s" },
+        )?;
+        if self.ok() {
+            f.write_str("OK")
+        } else {
+            write!(f, "FAILED: {}", self.violations.join("; "))
+        }
+    }
+}
+
+/// One complete round with the default [`Options`] against the server at `url` (the round uses
+/// the database `mysqlq_example_periodic_refresh`, dropped and recreated).
+pub async fn run_once(url: &str) -> Result<Summary, String> {
+    run_once_with(url, &Options::default()).await
+}
+
+/// A consumer or producer worker. Every worker carries the producer's schedule: the periodic
+/// scheduler runs on whichever worker is the elected maintenance leader, so a worker without
+/// the schedule that wins the election would skip ticks.
+async fn start_worker(
+    pool: &MySqlPool,
+    state: &RefreshState,
+    producer: bool,
+    concurrency: usize,
+    grace: Duration,
+) -> Result<WorkerHandle, String> {
+    let reg = |r: Result<Registry, mysqlq::Error>| {
+        r.map_err(|e| format!("cannot register the job: {}", error_chain(&e)))
+    };
+    let (registry, queue) = if producer {
+        (
+            reg(Registry::new().register::<ProduceRefreshes>())?,
+            PRODUCER_QUEUE,
+        )
+    } else {
+        (reg(Registry::new().register::<RefreshPlace>())?, QUEUE)
+    };
+    let periodic = Periodic::new(SCHEDULE, &ProduceRefreshes {})
+        .map_err(|e| format!("bad schedule: {}", error_chain(&e)))?;
+    Worker::builder(pool.clone())
+        .registry(registry)
+        .queues([queue])
+        .concurrency(concurrency)
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .lease(Duration::from_secs(10))
+        .maintenance(Duration::from_millis(200), Duration::from_secs(1))
+        .shutdown_timeout(grace)
+        .periodic(periodic)
+        .state(state.clone())
+        .start()
+        .await
+        .map_err(|e| format!("cannot start a worker: {}", error_chain(&e)))
+}
+
+/// Runs the scenario, checks the invariants, stops every worker.
+pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, String> {
+    let verbose = options.verbose;
+    let say = |line: String| {
+        if verbose {
+            println!("{line}");
+        }
+    };
+    if options.poisoned == 0 || options.poisoned > options.places - options.inactive {
+        return Err(format!(
+            "the poisoned place {} must be one of the active places 1..={}",
+            options.poisoned,
+            options.places - options.inactive
+        ));
+    }
+    let pool = fresh_database(
+        url,
+        &options.database,
+        3 * Worker::recommended_pool_size(options.concurrency),
+    )
+    .await?;
+    sqlx::query(
+        "CREATE TABLE place (\
+           id BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
+           name VARCHAR(100) NOT NULL, \
+           active TINYINT(1) NOT NULL, \
+           population BIGINT NULL, \
+           refresh_count INT UNSIGNED NOT NULL DEFAULT 0, \
+           refreshed_at DATETIME(6) NULL\
+         ) ENGINE = InnoDB",
+    )
+    .execute(&pool)
+    .await
+    .map_err(|e| format!("cannot create the place table: {e}"))?;
+    let active_count = options.places - options.inactive;
+    for id in 1..=options.places {
+        sqlx::query("INSERT INTO place (id, name, active) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(format!("place {id}"))
+            .bind(id <= active_count)
+            .execute(&pool)
+            .await
+            .map_err(|e| format!("cannot insert a place: {e}"))?;
+    }
+    say(format!(
+        "database `{}` recreated, mysqlq schema v{} applied; {} places, {active_count} active, place {} poisoned",
+        options.database,
+        mysqlq::SCHEMA_VERSION,
+        options.places,
+        options.poisoned
+    ));
+    let api = FakePlaceApi::start(options.poisoned)
+        .await
+        .map_err(|e| format!("cannot start the fake place API: {e}"))?;
+    say(format!(
+        "fake place API on http://{}/places/<id>: 20–100 ms, 503 on a quarter of the requests, 500 always for place {}",
+        api.addr(),
+        options.poisoned
+    ));
+    let state = RefreshState {
+        api: api.addr(),
+        verbose,
+        producer: Arc::new(ProducerStats::default()),
+    };
+    let ticks = || state.producer.ticks.load(Ordering::SeqCst);
+    let mut v = Vec::new();
+
+    // (a) Producer and consumers.
+    let producer = start_worker(&pool, &state, true, 1, Duration::from_secs(5)).await?;
+    let consumer = start_worker(
+        &pool,
+        &state,
+        false,
+        options.concurrency,
+        Duration::from_secs(5),
+    )
+    .await?;
+    say(format!(
+        "— (a) producer worker {} (schedule `{SCHEDULE}` on queue `{PRODUCER_QUEUE}`) and consumer worker {} (queue `{QUEUE}`) started —",
+        producer.id(),
+        consumer.id()
+    ));
+    wait_ticks(&state, options.ticks_running, options.timeout).await?;
+
+    // (b) Consumers down, producer still ticking.
+    let report = consumer
+        .shutdown()
+        .await
+        .map_err(|e| format!("consumer shutdown failed: {}", error_chain(&e)))?;
+    say(format!(
+        "— (b) consumer stopped gracefully ({} jobs finished in flight); the producer keeps ticking with nobody consuming —",
+        report.finished
+    ));
+    let ticks_before = ticks();
+    let mut peak_queue = 0;
+    let mut peak_per_place = 0;
+    let deadline = Instant::now() + options.timeout;
+    while ticks() < ticks_before + options.ticks_stopped {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {} producer ticks in {:?}",
+                ticks() - ticks_before,
+                options.timeout
+            ));
+        }
+        let open = open_jobs_per_place(&pool).await?;
+        peak_queue = peak_queue.max(open.values().sum::<u64>());
+        peak_per_place = peak_per_place.max(open.values().copied().max().unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let open = open_jobs_per_place(&pool).await?;
+    peak_queue = peak_queue.max(open.values().sum::<u64>());
+    peak_per_place = peak_per_place.max(open.values().copied().max().unwrap_or(0));
+    let ticks_stopped = ticks() - ticks_before;
+    say(format!(
+        "after {ticks_stopped} ticks without consumers: {} jobs waiting for {active_count} active places, at most {peak_per_place} per place (peak {peak_queue} in all)",
+        open.values().sum::<u64>()
+    ));
+    if peak_per_place > 1 {
+        v.push(format!(
+            "with the consumers down, a place had {peak_per_place} jobs queued at once"
+        ));
+    }
+    if peak_queue > active_count {
+        v.push(format!(
+            "with the consumers down, {peak_queue} jobs were queued for {active_count} active places"
+        ));
+    }
+
+    // (c) A consumer stopped with its jobs in flight, and its successor.
+    let doomed = start_worker(&pool, &state, false, options.concurrency, Duration::ZERO).await?;
+    say(format!(
+        "— (c) consumer {} started; it will be stopped with zero grace while its jobs are in flight —",
+        doomed.id()
+    ));
+    let metrics = doomed.metrics();
+    let deadline = Instant::now() + options.timeout;
+    while metrics.running() == 0 {
+        if Instant::now() > deadline {
+            return Err("the new consumer never ran a job".to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let in_flight: Vec<u64> = sqlx::query_scalar(
+        "SELECT id FROM job_queue WHERE kind = ? AND status = 'processing' AND locked_by = ?",
+    )
+    .bind(RefreshPlace::KIND)
+    .bind(doomed.id())
+    .fetch_all(&pool)
+    .await
+    .map_err(|e| format!("cannot read job_queue: {e}"))?;
+    let report = doomed
+        .shutdown()
+        .await
+        .map_err(|e| format!("consumer shutdown failed: {}", error_chain(&e)))?;
+    say(format!(
+        "consumer stopped with jobs {in_flight:?} in flight: {} released to pending (attempt not consumed), {} finished",
+        report.released, report.finished
+    ));
+    let successor = start_worker(
+        &pool,
+        &state,
+        false,
+        options.concurrency,
+        Duration::from_secs(5),
+    )
+    .await?;
+    say(format!("successor consumer {} started", successor.id()));
+    // Let the successor work through a couple of ticks, then stop the producer and drain.
+    wait_ticks(&state, ticks() + 2, options.timeout).await?;
+    producer
+        .shutdown()
+        .await
+        .map_err(|e| format!("producer shutdown failed: {}", error_chain(&e)))?;
+    say("producer stopped; draining the refresh queue".to_owned());
+    let deadline = Instant::now() + options.timeout;
+    loop {
+        let open = open_jobs_per_place(&pool).await?;
+        if open.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            v.push(format!("jobs still open at the end: {open:?}"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    successor
+        .shutdown()
+        .await
+        .map_err(|e| format!("consumer shutdown failed: {}", error_chain(&e)))?;
+
+    // The end state.
+    let jobs = job_rows(&pool).await?;
+    let released_finished = in_flight
+        .iter()
+        .filter(|id| {
+            jobs.get(id).is_some_and(|j| {
+                j.status == "completed" || (j.place_id == options.poisoned && j.status == "failed")
+            })
+        })
+        .count();
+    if released_finished != in_flight.len() {
+        v.push(format!(
+            "jobs in flight at the stop were lost: {:?}",
+            in_flight
+                .iter()
+                .filter(|id| jobs.get(id).is_none_or(|j| j.status != "completed"))
+                .collect::<Vec<_>>()
+        ));
+    }
+    if in_flight.is_empty() {
+        v.push("no job was in flight when the consumer was stopped".to_owned());
+    }
+    if report.released != in_flight.len() {
+        v.push(format!(
+            "{} jobs were in flight but {} released",
+            in_flight.len(),
+            report.released
+        ));
+    }
+    let places: Vec<(u64, bool, u32, Option<String>)> = sqlx::query_as(
+        "SELECT id, active = 1, refresh_count, CAST(refreshed_at AS CHAR) FROM place ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .map_err(|e| format!("cannot read places: {e}"))?;
+    let mut refreshed = 0;
+    let mut refreshes = 0;
+    let mut poisoned_failed = 0;
+    for (id, active, count, at) in &places {
+        refreshes += u64::from(*count);
+        let place_jobs: Vec<&JobRow> = jobs.values().filter(|j| j.place_id == *id).collect();
+        if !active {
+            if *count > 0 || !place_jobs.is_empty() {
+                v.push(format!(
+                    "inactive place {id} was refreshed {count} times / has {} jobs",
+                    place_jobs.len()
+                ));
+            }
+        } else if *id == options.poisoned {
+            poisoned_failed = place_jobs.iter().filter(|j| j.status == "failed").count() as u64;
+            if *count > 0 {
+                v.push(format!("poisoned place {id} was refreshed"));
+            }
+            if poisoned_failed == 0 {
+                v.push(format!("poisoned place {id} has no failed job"));
+            }
+            for j in &place_jobs {
+                if j.status != "failed" || j.last_error.as_deref().is_none_or(str::is_empty) {
+                    v.push(format!(
+                        "poisoned place {id}: job {} is `{}` with last_error {:?}",
+                        j.id, j.status, j.last_error
+                    ));
+                }
+            }
+        } else {
+            if *count == 0 || at.is_none() {
+                v.push(format!("active place {id} was never refreshed"));
+            } else {
+                refreshed += 1;
+            }
+            for j in &place_jobs {
+                if j.status != "completed" {
+                    v.push(format!(
+                        "place {id}: job {} is `{}` ({})",
+                        j.id,
+                        j.status,
+                        j.last_error.as_deref().unwrap_or("no error")
+                    ));
+                }
+            }
+        }
+    }
+    let api_stats = api.stats();
+    if poisoned_failed > 0 {
+        let last = jobs
+            .values()
+            .filter(|j| j.place_id == options.poisoned && j.status == "failed")
+            .max_by_key(|j| j.id)
+            .and_then(|j| j.last_error.clone())
+            .unwrap_or_default();
+        say(format!(
+            "poisoned place {}: {poisoned_failed} jobs `failed` after their retries; last_error: {last}",
+            options.poisoned
+        ));
+    }
+    drop(api);
+    pool.close().await;
+    let p = &state.producer;
+    Ok(Summary {
+        ticks: p.ticks.load(Ordering::SeqCst),
+        ticks_stopped,
+        active: active_count,
+        peak_queue,
+        peak_per_place,
+        duplicates: p.duplicates.load(Ordering::SeqCst),
+        released: report.released,
+        released_finished,
+        refreshed,
+        refreshes,
+        outages: api_stats.outages,
+        poisoned_failed,
+        violations: v,
+    })
+}
+
+/// Waits until the producer has run `n` ticks in all.
+async fn wait_ticks(state: &RefreshState, n: u64, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while state.producer.ticks.load(Ordering::SeqCst) < n {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the producer ran {} of {n} ticks in {timeout:?}",
+                state.producer.ticks.load(Ordering::SeqCst)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// A [`RefreshPlace`] row of `job_queue`.
+#[derive(Debug, Clone)]
+struct JobRow {
+    id: u64,
+    status: String,
+    place_id: u64,
+    last_error: Option<String>,
+}
+
+async fn job_rows(pool: &MySqlPool) -> Result<HashMap<u64, JobRow>, String> {
+    let rows: Vec<(u64, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, CAST(status AS CHAR), CAST(payload AS CHAR), last_error FROM job_queue WHERE kind = ?",
+    )
+    .bind(RefreshPlace::KIND)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| format!("cannot read job_queue: {e}"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, status, payload, last_error)| {
+            let place_id = serde_json::from_str::<serde_json::Value>(&payload)
+                .ok()
+                .and_then(|v| v["place_id"].as_u64())
+                .unwrap_or(0);
+            (
+                id,
+                JobRow {
+                    id,
+                    status,
+                    place_id,
+                    last_error,
+                },
+            )
+        })
+        .collect())
+}
+
+/// Pending or running [`RefreshPlace`] jobs per place.
+async fn open_jobs_per_place(pool: &MySqlPool) -> Result<BTreeMap<u64, u64>, String> {
+    let mut out = BTreeMap::new();
+    for j in job_rows(pool).await?.into_values() {
+        if j.status == "pending" || j.status == "processing" {
+            *out.entry(j.place_id).or_insert(0) += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// After a round: runs a producer and a consumer on the round's database (not recreated) until
+/// `stop` completes, printing every tick and refresh; then shuts them down gracefully.
+pub async fn keep_running(
+    url: &str,
+    options: &Options,
+    stop: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let server: sqlx::mysql::MySqlConnectOptions = crate::server::server_part(url)
+        .parse()
+        .map_err(|e| format!("bad database URL: {e}"))?;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(2 * Worker::recommended_pool_size(options.concurrency))
+        .connect_with(server.database(&options.database))
+        .await
+        .map_err(|e| format!("cannot connect to `{}`: {e}", options.database))?;
+    let api = FakePlaceApi::start(options.poisoned)
+        .await
+        .map_err(|e| format!("cannot start the fake place API: {e}"))?;
+    let state = RefreshState {
+        api: api.addr(),
+        verbose: options.verbose,
+        producer: Arc::new(ProducerStats::default()),
+    };
+    let producer = start_worker(&pool, &state, true, 1, Duration::from_secs(5)).await?;
+    let consumer = start_worker(
+        &pool,
+        &state,
+        false,
+        options.concurrency,
+        Duration::from_secs(5),
+    )
+    .await?;
+    stop.await;
+    for w in [consumer, producer] {
+        w.shutdown()
+            .await
+            .map_err(|e| format!("worker shutdown failed: {}", error_chain(&e)))?;
+    }
+    drop(api);
+    pool.close().await;
+    Ok(())
+}

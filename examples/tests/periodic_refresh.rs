@@ -1,0 +1,45 @@
+//! The periodic-refresh example's round, run against a real server: with the consumers stopped
+//! for several ticks the queue holds at most one job per place; after a consumer is stopped with
+//! its jobs in flight and a new one takes over, every active place except the poisoned one is
+//! refreshed, the poisoned one's jobs are `failed` with a `last_error`, inactive places are never
+//! touched.
+//!
+//! Uses `DATABASE_URL` or `mysql://root@127.0.0.1:3306`; fails (never skips) when no server
+//! answers.
+
+use mysqlq_examples::periodic_refresh::{self, Options};
+
+fn server_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| mysqlq_examples::server::LOCAL_URL.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_stays_bounded_and_a_restart_loses_nothing() {
+    let url = server_url();
+    let options = Options {
+        // Its own database, so that the test and a manual run do not trample each other.
+        database: "mysqlq_example_periodic_refresh_test".to_owned(),
+        verbose: false,
+        ..Options::default()
+    };
+    let summary = periodic_refresh::run_once_with(&url, &options)
+        .await
+        .unwrap_or_else(|e| panic!("the periodic-refresh round against {url} could not run: {e}"));
+    println!("{summary}");
+    assert!(summary.ok(), "invariants broken: {summary}");
+    // Workers stopped for several ticks: at most one job per place, never more jobs than places.
+    assert!(summary.ticks_stopped >= 3, "{summary}");
+    assert_eq!(summary.active, 10, "{summary}");
+    assert!(summary.peak_per_place <= 1, "{summary}");
+    assert!(summary.peak_queue <= summary.active, "{summary}");
+    assert!(summary.duplicates > 0, "{summary}");
+    // The restart: jobs were in flight, released, and finished by the successor.
+    assert!(summary.released > 0, "{summary}");
+    assert_eq!(summary.released_finished, summary.released, "{summary}");
+    // The end state: the 9 healthy active places refreshed despite the 503s; the poisoned one
+    // failed (with a last_error, checked by the round).
+    assert_eq!(summary.refreshed, 9, "{summary}");
+    assert!(summary.outages > 0, "{summary}");
+    assert!(summary.poisoned_failed >= 1, "{summary}");
+    assert!(summary.to_string().ends_with("— OK"), "{summary}");
+}
