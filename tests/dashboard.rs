@@ -1,1 +1,1094 @@
-//! Dashboard end-to-end tests (being written).
+//! The web dashboard (`mysqlq_cli::dashboard::router`, `mysqlq-cli dashboard`) against the real
+//! server: every page and action over HTTP (CSRF, token, read-only, escaping), the plans of its
+//! queries, and end to end in headless Chromium driven through WebDriver (chromedriver).
+//!
+//! Chromium is required, never skipped: `apt-get install -y chromium chromium-driver`.
+//! Screenshots land in `tests/artifacts/`. The 1,000,000-row timing is an ignored test:
+//! `cargo test --release -p mysqlq-tests --test dashboard -- --ignored --nocapture`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use mysqlq::store::{admin, dashboard};
+
+use mysqlq_cli::dashboard::{DashboardOptions, router};
+use mysqlq_tests::TestDb;
+use mysqlq_tests::jobs::Noop;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+// ---------------------------------------------------------------------------------------------
+// a tiny HTTP/1.1 client (Connection: close), enough for the dashboard and chromedriver
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn set_cookies(&self) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// `name=value` of a Set-Cookie.
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.set_cookies()
+            .into_iter()
+            .filter_map(|c| c.split(';').next())
+            .find(|kv| kv.starts_with(&format!("{name}=")))
+            .map(str::to_owned)
+    }
+}
+
+async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<(&str, &str)>,
+) -> Resp {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    match body {
+        Some((ctype, b)) => {
+            req.push_str(&format!(
+                "Content-Type: {ctype}\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            ));
+        }
+        None => req.push_str("\r\n"),
+    }
+    s.write_all(req.as_bytes()).await.expect("send");
+    // Read the head, then the body by Content-Length (chromedriver keeps connections open
+    // whatever `Connection: close` says), by chunks, or to the end.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let split = loop {
+        if let Some(p) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+        let n = s.read(&mut buf).await.expect("read");
+        assert!(n > 0, "connection closed before the response head");
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut body = raw[split + 4..].to_vec();
+    let length = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+            .flatten()
+    });
+    let is_chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    loop {
+        let done = match length {
+            Some(n) => body.len() >= n,
+            None if is_chunked => body.ends_with(b"0\r\n\r\n"),
+            None => false,
+        };
+        if done || method == "HEAD" {
+            break;
+        }
+        let n = s.read(&mut buf).await.expect("read");
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").expect("chunk");
+            let size_text = String::from_utf8_lossy(&rest[..eol]);
+            let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+                .expect("chunk size");
+            rest = &rest[eol + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        body = out;
+    }
+    Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// The dashboard router served in-process on a free loopback port.
+struct Dash {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Dash {
+    async fn start(db: &TestDb, options: DashboardOptions) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = router(db.pool.clone(), options);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { addr, task }
+    }
+
+    async fn get(&self, path: &str) -> Resp {
+        http(self.addr, "GET", path, &[], None).await
+    }
+
+    /// GETs `path` and returns the page with the CSRF cookie (`name=value`) and token.
+    async fn csrf(&self, path: &str) -> (Resp, String, String) {
+        let r = self.get(path).await;
+        let cookie = r.cookie("mysqlq_csrf").expect("a CSRF cookie");
+        let token = cookie.split_once('=').unwrap().1.to_owned();
+        assert!(
+            r.body
+                .contains(&format!(r#"name="mysqlq_csrf" value="{token}""#))
+                || !r.body.contains("<form method=\"post\""),
+            "forms carry the CSRF field"
+        );
+        (r, cookie, token)
+    }
+
+    async fn post(&self, path: &str, cookie: Option<&str>, form: &str) -> Resp {
+        let mut headers = Vec::new();
+        if let Some(c) = cookie {
+            headers.push(("Cookie", c));
+        }
+        http(
+            self.addr,
+            "POST",
+            path,
+            &headers,
+            Some(("application/x-www-form-urlencoded", form)),
+        )
+        .await
+    }
+}
+
+impl Drop for Dash {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fixtures
+
+async fn exec(db: &TestDb, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn scalar(db: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+async fn status_of(db: &TestDb, id: u64) -> Option<String> {
+    sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
+        .bind(id)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// A failed `noop` row of queue `queue` with `error`, as the worker leaves it.
+async fn insert_failed(db: &TestDb, queue: &str, payload: &str, error: &str) -> u64 {
+    sqlx::query(
+        "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, max_attempts, \
+         last_error, finished_at) VALUES (?, 'noop', ?, 'failed', 4, 4, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(queue)
+    .bind(payload)
+    .bind(error)
+    .execute(&db.pool)
+    .await
+    .expect("insert failed job")
+    .last_insert_id()
+}
+
+async fn enqueue_noops(db: &TestDb, n: u64) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(Noop { n: i }.enqueue(&db.pool).await.unwrap().id().0);
+    }
+    ids
+}
+
+const XSS_PAYLOAD: &str = r#"{"note": "<script>document.title='pwned';window.pwned=1</script>"}"#;
+const XSS_ERROR: &str = "<img src=x onerror=\"window.pwned=2\"> broke";
+
+// ---------------------------------------------------------------------------------------------
+// HTTP tests
+
+#[tokio::test]
+async fn every_page_renders_what_the_database_holds() {
+    let db = TestDb::new().await;
+    let pending = enqueue_noops(&db, 3).await;
+    let failed = insert_failed(&db, "test", r#"{"n": 5}"#, "upstream returned 503").await;
+    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) VALUES ('other', 'noop', '{\"n\": 1}', 'completed', UTC_TIMESTAMP(6))").await;
+    exec(&db, "INSERT INTO mysqlq_stats_minute (minute, worker_id, completions, failures) VALUES (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 2 MINUTE, '%Y-%m-%d %H:%i:00'), 'w1', 17, 2)").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+
+    let r = d.get("/").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.header("content-security-policy")
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    assert!(
+        r.body
+            .contains(r#"<td class="num" data-q="test" data-f="ready">3</td>"#),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains(r#"<td class="num" data-q="test" data-f="failed">1</td>"#)
+    );
+    assert!(r.body.contains("<svg"), "chart is inline SVG");
+    assert!(r.body.contains("completed 17"), "chart totals: {}", r.body);
+    assert!(r.body.contains("failed 2"));
+
+    let api: Value = serde_json::from_str(&d.get("/api/overview").await.body).unwrap();
+    let test_q = api["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "test")
+        .unwrap();
+    assert_eq!(test_q["ready"], 3);
+    assert_eq!(test_q["failed"], 1);
+    assert_eq!(api["chart"][0]["completions"], 17);
+
+    let r = d.get("/jobs").await;
+    assert_eq!(r.status, 200);
+    for id in pending.iter().chain([&failed]) {
+        assert!(r.body.contains(&format!("/jobs/{id}\"")), "{}", r.body);
+    }
+    let r = d.get("/jobs?state=pending&queue=test&kind=noop").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains(&format!("/jobs/{}\"", pending[0])));
+    assert!(!r.body.contains(&format!("/jobs/{failed}\"")));
+    let r = d.get("/jobs?state=failed").await;
+    assert!(r.body.contains(&format!("/jobs/{failed}\"")));
+    assert!(!r.body.contains(&format!("/jobs/{}\"", pending[0])));
+    let r = d.get("/jobs?queue=other").await;
+    assert!(r.body.contains("<td>other</td>"), "{}", r.body);
+    assert!(!r.body.contains(&format!("/jobs/{}\"", pending[0])));
+    assert_eq!(d.get("/jobs?state=bogus").await.status, 400);
+    assert_eq!(d.get("/jobs?before=abc").await.status, 400);
+
+    let r = d.get(&format!("/jobs/{failed}")).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body.contains("{\n  &quot;n&quot;: 5\n}"),
+        "pretty payload: {}",
+        r.body
+    );
+    assert!(r.body.contains("upstream returned 503"));
+    assert!(r.body.contains(">4 of 4<"), "attempts");
+    for label in ["created", "runnable at", "finished", "last change"] {
+        assert!(r.body.contains(label), "timeline lacks {label}");
+    }
+    assert!(r.body.contains(r#"id="retry""#));
+    assert_eq!(d.get("/jobs/999999").await.status, 404);
+
+    let r = d.get("/failed").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains(&format!(r#"data-id="{failed}""#)));
+    assert!(r.body.contains("1 failed"));
+    let r = d.get("/queues").await;
+    assert!(r.body.contains("Pause test"), "{}", r.body);
+    assert!(r.body.contains("Pause other"));
+
+    let js = d.get("/static/dashboard.js").await;
+    assert_eq!(js.status, 200);
+    assert!(js.header("content-type").unwrap().contains("javascript"));
+    assert!(js.body.contains("/api/overview") || js.body.contains("data-api"));
+    assert_eq!(d.get("/static/dashboard.css").await.status, 200);
+    assert_eq!(d.get("/nope").await.status, 404);
+}
+
+#[tokio::test]
+async fn job_pages_are_keyset_pages_that_cover_every_job_once() {
+    let db = TestDb::new().await;
+    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload) SELECT IF(seq % 3 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq) FROM seq_1_to_120").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    for (filter, want) in [("state=pending", 120), ("queue=other", 40), ("", 120)] {
+        let mut seen = Vec::new();
+        let mut path = format!("/jobs?{filter}");
+        loop {
+            let r = d.get(&path).await;
+            assert_eq!(r.status, 200);
+            let ids: Vec<u64> = r
+                .body
+                .match_indices("<a href=\"/jobs/")
+                .map(|(i, _)| {
+                    let rest = &r.body[i + 15..];
+                    rest[..rest.find('"').unwrap()].parse().unwrap()
+                })
+                .collect();
+            assert!(ids.len() <= 50);
+            assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first");
+            seen.extend(ids);
+            match r.body.find("id=\"next\" href=\"") {
+                Some(i) => {
+                    let rest = &r.body[i + 16..];
+                    path = rest[..rest.find('"').unwrap()].replace("&amp;", "&");
+                    assert!(path.contains("before="), "{path}");
+                }
+                None => break,
+            }
+        }
+        let mut unique = seen.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), seen.len(), "{filter}: no job twice");
+        assert_eq!(seen.len(), want, "{filter}: every job once");
+    }
+}
+
+#[tokio::test]
+async fn actions_need_the_csrf_token_and_then_work() {
+    let db = TestDb::new().await;
+    let a = insert_failed(&db, "test", "{}", "e").await;
+    let b = insert_failed(&db, "test", "{}", "e").await;
+    let c = insert_failed(&db, "test", "{}", "e").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let (_, cookie, token) = d.csrf("/failed").await;
+    assert!(
+        d.get("/failed").await.set_cookies()[0].contains("SameSite=Strict"),
+        "the CSRF cookie is SameSite=Strict"
+    );
+
+    // Refused: no token at all, cookie without field, field without cookie, wrong field.
+    let form = format!("only={a}&mysqlq_csrf={token}");
+    for (cookie_h, body) in [
+        (None, format!("only={a}")),
+        (Some(cookie.as_str()), format!("only={a}")),
+        (None, form.clone()),
+        (
+            Some(cookie.as_str()),
+            format!("only={a}&mysqlq_csrf=forged"),
+        ),
+        (
+            Some("mysqlq_csrf=forged"),
+            format!("only={a}&mysqlq_csrf=forged"),
+        ),
+    ] {
+        let r = d.post("/failed/retry", cookie_h, &body).await;
+        assert_eq!(r.status, 403, "{cookie_h:?} {body}: {}", r.body);
+        assert!(r.body.contains("CSRF"), "{}", r.body);
+    }
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+
+    // Retry one.
+    let r = d.post("/failed/retry", Some(&cookie), &form).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.header("location").unwrap().contains("msg=retried+1"));
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+    let page = d.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("retried 1"), "the notice shows");
+
+    // Discard many (checked boxes), then retry from the job page.
+    let r = d
+        .post(
+            "/failed/discard",
+            Some(&cookie),
+            &format!("id={b}&id={a}&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    assert!(
+        r.header("location")
+            .unwrap()
+            .contains("msg=discarded+1%3B+1+were+not+failed"),
+        "{:?}",
+        r.header("location")
+    );
+    assert_eq!(status_of(&db, b).await, None);
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+    let r = d
+        .post(
+            "/failed/retry",
+            Some(&cookie),
+            &format!("only={c}&from=job&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert!(
+        r.header("location")
+            .unwrap()
+            .starts_with(&format!("/jobs/{c}?"))
+    );
+    assert_eq!(status_of(&db, c).await.as_deref(), Some("pending"));
+    let r = d
+        .post(
+            "/failed/retry",
+            Some(&cookie),
+            &format!("mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 400, "nothing selected");
+
+    // Pause and resume.
+    let paused = "SELECT CAST(IFNULL(MAX(paused), -1) AS SIGNED) FROM mysqlq_queue WHERE queue_name = 'test'";
+    let r = d
+        .post(
+            "/queues/pause",
+            Some(&cookie),
+            &format!("queue=test&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    assert_eq!(scalar(&db, paused).await, 1);
+    assert!(d.get("/queues").await.body.contains("Resume test"));
+    let r = d
+        .post("/queues/pause", None, "queue=test&mysqlq_csrf=x")
+        .await;
+    assert_eq!(r.status, 403);
+    d.post(
+        "/queues/resume",
+        Some(&cookie),
+        &format!("queue=test&mysqlq_csrf={token}"),
+    )
+    .await;
+    assert_eq!(scalar(&db, paused).await, 0);
+    let r = d
+        .post(
+            "/queues/pause",
+            Some(&cookie),
+            &format!("queue=bad%20name!&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+}
+
+#[tokio::test]
+async fn read_only_hides_and_refuses_actions() {
+    let db = TestDb::new().await;
+    let a = insert_failed(&db, "test", "{}", "e").await;
+    let d = Dash::start(&db, DashboardOptions::new().read_only(true)).await;
+    let (r, cookie, token) = d.csrf("/failed").await;
+    assert!(r.body.contains(&format!(r#"data-id="{a}""#)));
+    assert!(!r.body.contains("Retry"), "{}", r.body);
+    assert!(!r.body.contains("<form method=\"post\""));
+    assert!(r.body.contains("read-only"));
+    let r = d.get("/queues").await;
+    assert!(r.body.contains("data-queue=\"test\""));
+    assert!(!r.body.contains("Pause"));
+    assert!(
+        !d.get(&format!("/jobs/{a}"))
+            .await
+            .body
+            .contains("id=\"retry\"")
+    );
+    for (path, form) in [
+        ("/failed/retry", format!("only={a}&mysqlq_csrf={token}")),
+        ("/failed/discard", format!("only={a}&mysqlq_csrf={token}")),
+        ("/queues/pause", format!("queue=test&mysqlq_csrf={token}")),
+    ] {
+        let r = d.post(path, Some(&cookie), &form).await;
+        assert_eq!(r.status, 403, "{path}");
+        assert!(r.body.contains("read-only"));
+    }
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM mysqlq_queue").await,
+        0,
+        "nothing paused"
+    );
+}
+
+#[tokio::test]
+async fn the_token_guards_every_route() {
+    let db = TestDb::new().await;
+    let d = Dash::start(&db, DashboardOptions::new().token("s3cret-token")).await;
+    for path in [
+        "/",
+        "/jobs",
+        "/failed",
+        "/queues",
+        "/api/overview",
+        "/static/dashboard.js",
+        "/jobs/1",
+    ] {
+        let r = d.get(path).await;
+        assert_eq!(r.status, 401, "{path}");
+        assert!(!r.body.contains("s3cret"));
+        let r = http(
+            d.addr,
+            "GET",
+            path,
+            &[("Authorization", "Bearer wrong")],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 401, "{path} with a wrong token");
+    }
+    let r = http(
+        d.addr,
+        "GET",
+        "/queues",
+        &[("Authorization", "Bearer s3cret-token")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(d.get("/jobs?token=nope").await.status, 401);
+    // ?token= once: a cookie, and a redirect that drops the token from the address.
+    let r = d.get("/jobs?state=pending&token=s3cret-token").await;
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/jobs?state=pending"));
+    let tok = r.cookie("mysqlq_token").expect("token cookie");
+    assert!(
+        r.set_cookies()
+            .iter()
+            .any(|c| c.starts_with("mysqlq_token=") && c.contains("HttpOnly"))
+    );
+    let r = http(
+        d.addr,
+        "GET",
+        "/jobs?state=pending",
+        &[("Cookie", &tok)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    // POSTs need the token too, before CSRF is even looked at.
+    let r = d.post("/queues/pause", None, "queue=test").await;
+    assert_eq!(r.status, 401);
+}
+
+#[tokio::test]
+async fn payloads_and_errors_are_html_escaped() {
+    let db = TestDb::new().await;
+    let id = insert_failed(&db, "test", XSS_PAYLOAD, XSS_ERROR).await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let r = d.get(&format!("/jobs/{id}")).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.body.contains("<script>document"), "{}", r.body);
+    assert!(
+        r.body.contains("&lt;script&gt;document.title="),
+        "{}",
+        r.body
+    );
+    assert!(!r.body.contains("<img src=x"));
+    assert!(r.body.contains("&lt;img src=x onerror="));
+    let r = d.get("/failed").await;
+    assert!(!r.body.contains("<img src=x"));
+    assert!(r.body.contains("&lt;img src=x onerror="));
+    // A notice from the address is escaped too.
+    let r = d.get("/failed?msg=%3Cscript%3Ealert(1)%3C/script%3E").await;
+    assert!(r.body.contains("&lt;script&gt;alert(1)"));
+    assert!(!r.body.contains("<script>alert"));
+}
+
+#[tokio::test]
+async fn every_dashboard_query_uses_an_index() {
+    let db = TestDb::new().await;
+    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) SELECT IF(seq % 10 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq), ELT(1 + seq % 4, 'pending', 'completed', 'failed', 'completed'), IF(seq % 4 = 0, NULL, UTC_TIMESTAMP(6)) FROM seq_1_to_5000").await;
+    exec(&db, "ANALYZE TABLE job_queue").await;
+    let mut conn = db.connect().await;
+    let mut plans: Vec<(String, Vec<admin::PlanRow>)> =
+        dashboard::dashboard_explain(&mut conn).await.unwrap();
+    // The admin statements the dashboard reuses.
+    for (tag, plan) in admin::stats_explain(&mut conn).await.unwrap() {
+        if matches!(tag, "stats_queues" | "job_failed_list") {
+            plans.push((tag.to_owned(), plan));
+        }
+    }
+    assert!(plans.len() >= 12, "{plans:?}");
+    for (name, plan) in &plans {
+        for row in plan {
+            let on_jobs = matches!(row.table.as_deref(), Some("job_queue" | "j"));
+            assert!(
+                !(on_jobs && row.access.as_deref() == Some("ALL")),
+                "{name} scans job_queue: {plan:?}"
+            );
+        }
+        if name.starts_with("job_page state=") {
+            assert!(
+                plan.iter().any(|r| r.table.as_deref() == Some("job_queue")
+                    && matches!(r.key.as_deref(), Some("PRIMARY" | "idx_job_recover"))),
+                "{name}: {plan:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_cli_serves_the_dashboard() {
+    let db = TestDb::new().await;
+    insert_failed(&db, "test", "{}", "e").await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysqlq-test-worker"))
+        .args(["dashboard", "--addr", "127.0.0.1:0", "--read-only"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("MYSQLQ_DASHBOARD_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn mysqlq-test-worker dashboard");
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), out.next_line())
+        .await
+        .expect("the dashboard prints its address")
+        .unwrap()
+        .expect("a line");
+    let url = line
+        .strip_prefix("dashboard listening on http://")
+        .unwrap_or_else(|| panic!("{line}"));
+    let addr: SocketAddr = url.trim_end_matches('/').parse().unwrap();
+    assert!(addr.ip().is_loopback());
+    let r = http(addr, "GET", "/failed", &[], None).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("1 failed"));
+    assert!(r.body.contains("read-only"));
+    child.kill().await.unwrap();
+    let help = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysqlq-test-worker"))
+        .args(["dashboard", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in ["--addr", "--read-only", "--token", "127.0.0.1:8080"] {
+        assert!(help.contains(flag), "{help}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// headless Chromium through WebDriver
+
+const INSTALL: &str = "headless Chromium and chromedriver are required for the dashboard's \
+    browser tests (they are never skipped): install them with \
+    `apt-get update && apt-get install -y chromium chromium-driver`";
+
+fn which(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).chain([PathBuf::from("/usr/bin")]) {
+        for n in names {
+            let p = dir.join(n);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn artifacts() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("artifacts");
+    std::fs::create_dir_all(&dir).expect("create tests/artifacts");
+    dir
+}
+
+struct Browser {
+    driver: SocketAddr,
+    session: String,
+    _process: tokio::process::Child,
+    _profile: PathBuf,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let chromium = which(&["chromium", "chromium-browser", "google-chrome"])
+            .unwrap_or_else(|| panic!("chromium not found; {INSTALL}"));
+        let chromedriver =
+            which(&["chromedriver"]).unwrap_or_else(|| panic!("chromedriver not found; {INSTALL}"));
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let process = tokio::process::Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", chromedriver.display()));
+        let driver: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(s) = TcpStream::connect(driver).await {
+                drop(s);
+                let r = http(driver, "GET", "/status", &[], None).await;
+                if r.status == 200 && r.body.contains("\"ready\":true") {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not start; {INSTALL}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let profile = std::env::temp_dir().join(format!(
+            "mysqlq-dash-chromium-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium.to_string_lossy(),
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--disable-background-networking", "--disable-component-update",
+                         "--disable-sync", "--no-first-run", "--window-size=1280,900",
+                         format!("--user-data-dir={}", profile.display())]
+            }
+        }}});
+        let r = wd(driver, "POST", "/session", Some(&caps)).await;
+        let session = r["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session ({r}); {INSTALL}"))
+            .to_owned();
+        Self {
+            driver,
+            session,
+            _process: process,
+            _profile: profile,
+        }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let v = wd(
+            self.driver,
+            method,
+            &format!("/session/{}{path}", self.session),
+            body,
+        )
+        .await;
+        assert!(
+            v.get("error").is_none(),
+            "WebDriver {method} {path} failed: {v}"
+        );
+        v
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd("POST", "/url", Some(&json!({ "url": url }))).await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let v = self
+            .cmd(
+                "POST",
+                "/element",
+                Some(&json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        v.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element {css}: {v}"))
+            .to_owned()
+    }
+
+    async fn click(&self, css: &str) {
+        let el = self.find(css).await;
+        self.cmd("POST", &format!("/element/{el}/click"), Some(&json!({})))
+            .await;
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let el = self.find(css).await;
+        self.cmd("GET", &format!("/element/{el}/text"), None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    async fn script(&self, js: &str) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            Some(&json!({"script": js, "args": []})),
+        )
+        .await
+    }
+
+    /// Waits until the text of `css` is `want` (the page's script refreshes it).
+    async fn wait_text(&self, css: &str, want: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let got = self.text(css).await;
+            if got == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{css}: want {want:?}, still {got:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let v = self.cmd("GET", "/screenshot", None).await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("base64 PNG"))
+            .expect("decode the screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(artifacts().join(name), png).expect("write the screenshot");
+    }
+
+    async fn quit(self) {
+        let _ = wd(
+            self.driver,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            None,
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&self._profile);
+    }
+}
+
+async fn wd(driver: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let text = body.map(Value::to_string);
+    let r = http(
+        driver,
+        method,
+        path,
+        &[],
+        text.as_deref().map(|t| ("application/json", t)),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&r.body)
+        .unwrap_or_else(|e| panic!("WebDriver {method} {path}: {e}: {}", r.body));
+    v["value"].clone()
+}
+
+/// Sum of the worker's claim polls so far (flushed to `mysqlq_stats_minute` every 200 ms).
+async fn polls(db: &TestDb) -> i64 {
+    scalar(
+        db,
+        "SELECT CAST(IFNULL(SUM(polls), 0) AS SIGNED) FROM mysqlq_stats_minute",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn in_chromium_counts_retry_pause_and_no_script_runs() {
+    let db = TestDb::new().await;
+    let browser = Browser::start().await;
+    enqueue_noops(&db, 3).await;
+    let failed = insert_failed(&db, "test", r#"{"n": 41}"#, "upstream returned 503").await;
+    let xss = insert_failed(&db, "xss", XSS_PAYLOAD, XSS_ERROR).await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let base = format!("http://{}", d.addr);
+
+    // Overview: the counts are the database's, and the script refreshes them live.
+    browser.goto(&format!("{base}/")).await;
+    let ready = scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE queue_name = 'test' AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6)").await;
+    let ready_cell = r#"td[data-q="test"][data-f="ready"]"#;
+    assert_eq!(browser.text(ready_cell).await, ready.to_string());
+    assert_eq!(
+        browser.text(r#"td[data-q="test"][data-f="failed"]"#).await,
+        "1"
+    );
+    assert_eq!(
+        browser.text(r#"td[data-q="test"][data-f="paused"]"#).await,
+        "running"
+    );
+    enqueue_noops(&db, 1).await;
+    browser
+        .wait_text(
+            ready_cell,
+            &(ready + 1).to_string(),
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(browser.text("#live").await.starts_with("live"));
+    browser.screenshot("dashboard-overview.png").await;
+
+    browser.goto(&format!("{base}/jobs")).await;
+    assert!(browser.text("#jobs").await.contains("pending"));
+    browser.screenshot("dashboard-jobs.png").await;
+    browser.goto(&format!("{base}/jobs/{failed}")).await;
+    assert!(browser.text("#payload").await.contains("\"n\": 41"));
+    browser.screenshot("dashboard-job.png").await;
+
+    // Retry a failed job by clicking its row's button.
+    browser.goto(&format!("{base}/failed")).await;
+    browser.screenshot("dashboard-failed.png").await;
+    browser
+        .click(&format!(r#"tr[data-id="{failed}"] button.retry-one"#))
+        .await;
+    assert!(browser.text(".notice").await.contains("retried 1"));
+    assert_eq!(status_of(&db, failed).await.as_deref(), Some("pending"));
+
+    // A worker drains the queue; pause by clicking; a new job stays pending while the worker
+    // keeps polling; resume by clicking and it completes.
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for(
+        "the queue drained",
+        "SELECT COUNT(*) = 0 FROM job_queue WHERE queue_name = 'test' AND status IN ('pending', 'processing')",
+        Duration::from_secs(20),
+    )
+    .await;
+    browser.goto(&format!("{base}/queues")).await;
+    browser
+        .click(r#"tr[data-queue="test"] button[value="pause"]"#)
+        .await;
+    assert!(browser.text(".notice").await.contains("paused queue test"));
+    assert_eq!(
+        browser.text(r#"td[data-q="test"][data-f="paused"]"#).await,
+        "paused"
+    );
+    browser.screenshot("dashboard-queues-paused.png").await;
+    let held = Noop { n: 99 }.enqueue(&db.pool).await.unwrap().id();
+    let before = polls(&db).await;
+    db.wait_for(
+        "the worker polled 5 times after the enqueue",
+        &format!(
+            "SELECT CAST(IFNULL(SUM(polls), 0) AS SIGNED) >= {} FROM mysqlq_stats_minute",
+            before + 5
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        status_of(&db, held.0).await.as_deref(),
+        Some("pending"),
+        "a paused queue is not claimed from"
+    );
+    browser
+        .click(r#"tr[data-queue="test"] button[value="resume"]"#)
+        .await;
+    assert!(browser.text(".notice").await.contains("resumed queue test"));
+    db.wait_for(
+        "the held job completed after resume",
+        &format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'completed'",
+            held.0
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+
+    // A <script> payload is shown as text and never runs.
+    browser.goto(&format!("{base}/jobs/{xss}")).await;
+    let title = browser.script("return document.title;").await;
+    assert_eq!(title, json!(format!("Job {xss} · mysqlq")));
+    assert_eq!(
+        browser.script("return typeof window.pwned;").await,
+        json!("undefined"),
+        "the payload's script ran"
+    );
+    assert!(
+        browser
+            .text("#payload")
+            .await
+            .contains("<script>document.title='pwned';window.pwned=1</script>")
+    );
+    assert!(browser.text("#last-error").await.contains("<img src=x"));
+    browser.screenshot("dashboard-job-script-payload.png").await;
+    browser.quit().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// timing with a million rows (prints, asserts only that pages answer)
+
+#[tokio::test]
+#[ignore = "inserts 1,000,000 rows; run with --release -- --ignored --nocapture"]
+async fn page_timings_with_a_million_completed_rows() {
+    let db = TestDb::new().await;
+    let t = Instant::now();
+    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, created_at, available_at, first_claimed_at, finished_at) \
+        SELECT 'test', 'noop', JSON_OBJECT('n', seq), 'completed', 1, \
+          UTC_TIMESTAMP(6) - INTERVAL (1000001 - seq) SECOND, UTC_TIMESTAMP(6) - INTERVAL (1000001 - seq) SECOND, \
+          UTC_TIMESTAMP(6) - INTERVAL (1000001 - seq) SECOND, UTC_TIMESTAMP(6) - INTERVAL (1000000 - seq) SECOND \
+        FROM seq_1_to_1000000").await;
+    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, max_attempts, last_error, finished_at) SELECT IF(seq % 2 = 0, 'test', 'other'), 'noop', JSON_OBJECT('n', seq), 'failed', 3, 3, 'boom', UTC_TIMESTAMP(6) FROM seq_1_to_100").await;
+    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload) SELECT IF(seq % 2 = 0, 'test', 'other'), 'noop', JSON_OBJECT('n', seq) FROM seq_1_to_100").await;
+    exec(&db, "ANALYZE TABLE job_queue").await;
+    println!("inserted 1,000,200 rows in {:.1?}", t.elapsed());
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM job_queue").await,
+        1_000_200
+    );
+    let some_id = scalar(&db, "SELECT CAST(MAX(id) DIV 2 AS SIGNED) FROM job_queue").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let paths = [
+        "/".to_owned(),
+        "/api/overview".to_owned(),
+        "/queues".to_owned(),
+        "/failed".to_owned(),
+        "/jobs".to_owned(),
+        format!("/jobs?before={some_id}"),
+        "/jobs?state=completed".to_owned(),
+        format!("/jobs?state=completed&before={some_id}"),
+        "/jobs?state=failed".to_owned(),
+        "/jobs?state=pending".to_owned(),
+        "/jobs?state=pending&queue=other".to_owned(),
+        "/jobs?state=completed&queue=other".to_owned(),
+        "/jobs?queue=other".to_owned(),
+        "/jobs?kind=noop&state=failed".to_owned(),
+        format!("/jobs/{some_id}"),
+    ];
+    println!("{:<50} {:>10}", "page", "ms");
+    for p in &paths {
+        let _ = d.get(p).await; // warm
+        let mut best = Duration::MAX;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let r = d.get(p).await;
+            best = best.min(t.elapsed());
+            assert_eq!(r.status, 200, "{p}: {}", r.body);
+            if (p.starts_with("/jobs?state=completed") && !p.contains("queue=")) || p == "/jobs" {
+                assert_eq!(r.body.matches("<a href=\"/jobs/").count(), 50, "{p}");
+            }
+        }
+        println!("{p:<50} {:>10.1}", best.as_secs_f64() * 1000.0);
+    }
+}

@@ -131,8 +131,7 @@ async fn check_invariants(db: &TestDb, failed_ok: i64) {
 
 /// Places `n` orders, each in one transaction with its job; retries a transaction that failed
 /// (server gone), treating a duplicate order number as "that commit did land".
-async fn place_orders(pool: sqlx::MySqlPool, first: u64, n: u64) -> u64 {
-    let mut placed = 0;
+async fn place_orders(pool: sqlx::MySqlPool, first: u64, n: u64) {
     for order_no in first..first + n {
         loop {
             let attempt = async {
@@ -160,10 +159,8 @@ async fn place_orders(pool: sqlx::MySqlPool, first: u64, n: u64) -> u64 {
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
-        placed += 1;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    placed
 }
 
 fn sleepy_jobs(n: usize, ms: u64) -> Vec<NewJob> {
@@ -189,8 +186,7 @@ async fn sigkill_of_random_workers_loses_nothing() {
             )
         })
         .collect();
-    let mut next = 3;
-    for _ in 0..(3 * scale()) {
+    for next in 3..3 + 3 * scale() {
         tokio::time::sleep(Duration::from_millis(700)).await;
         let victim = fastrand::usize(..procs.len());
         procs[victim].kill();
@@ -200,7 +196,6 @@ async fn sigkill_of_random_workers_loses_nothing() {
             &format!("k{next}"),
             &["--queues", "test", "--concurrency", "8"],
         );
-        next += 1;
     }
     wait_final(&db, Duration::from_secs(180)).await;
     for p in &mut procs {
@@ -240,7 +235,7 @@ async fn a_database_killed_and_restarted_mid_run_loses_nothing() {
     let orders = tokio::spawn(place_orders(db.pool.clone(), 1, 150));
     tokio::time::sleep(Duration::from_millis(800)).await;
     server.restart(); // SIGKILL, then start again on the same data and port
-    assert_eq!(orders.await.unwrap(), 150);
+    orders.await.unwrap();
     wait_final(&db, Duration::from_secs(180)).await;
     for p in &mut procs {
         assert!(

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! That binary has every command: `work`, `migrate`, `stats`, `failed list|show|retry|discard`,
-//! `purge`, `doctor`, `pause`, `resume`, `enqueue`. Applications with their own tokio runtime
+//! `purge`, `doctor`, `pause`, `resume`, `enqueue`, `dashboard` (a web UI, also mountable in
+//! your own server: [`dashboard::router`]). Applications with their own tokio runtime
 //! call [`run`] instead, which returns the exit code.
 //!
 //! The standalone `mysqlq-cli` binary has every command too, but links no jobs, so its `work`
@@ -22,11 +23,13 @@
 //! one line on stderr, `error: <problem>; <how to fix>`, with passwords redacted.
 
 mod args;
+mod cmd_bench;
 mod cmd_doctor;
 mod cmd_failed;
 mod cmd_misc;
 mod cmd_stats;
 mod cmd_work;
+pub mod dashboard;
 mod db;
 mod error;
 mod metrics_http;
@@ -92,10 +95,14 @@ where
         Err(e) => return clap_error(&e),
     };
     if init_tracing {
-        let default = if matches!(cli.command, Command::Work(_)) {
-            "info"
-        } else {
-            "warn"
+        let default = match cli.command {
+            Command::Work(_) => "info",
+            // A benchmark saturates the server on purpose: sqlx's slow-statement and
+            // slow-acquire warnings would only bury the results.
+            Command::Bench(_) | Command::BenchEnqueue(_) => {
+                "warn,sqlx::query=error,sqlx::pool=error"
+            }
+            _ => "warn",
         };
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -167,16 +174,25 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             .await
             .map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
+        Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
+        Command::Bench(a) => {
+            let url = cli.conn.database_url.as_deref().unwrap_or_default();
+            cmd_bench::bench(&target?, url, &a).await
+        }
+        Command::BenchEnqueue(a) => cmd_bench::child_enqueue(&target?, &a).await.map(|()| 0),
     }
 }
 
 /// The jobs linked into this binary; duplicate kind names are an error naming both places.
 fn registry() -> Result<mysqlq::Registry, CliError> {
-    mysqlq::Registry::from_inventory().map_err(|e| {
-        let text = e.to_string();
-        match text.split_once("; ") {
-            Some((problem, fix)) => CliError::new(problem, fix),
-            None => CliError::new(text, "give one of the jobs a different `name`"),
-        }
-    })
+    // `bench`'s own job is linked into every binary but is not one of the application's jobs.
+    mysqlq::Registry::from_inventory()
+        .map(cmd_bench::without_bench_job)
+        .map_err(|e| {
+            let text = e.to_string();
+            match text.split_once("; ") {
+                Some((problem, fix)) => CliError::new(problem, fix),
+                None => CliError::new(text, "give one of the jobs a different `name`"),
+            }
+        })
 }

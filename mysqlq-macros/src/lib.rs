@@ -1,7 +1,7 @@
 //! The `#[job]` attribute of mysqlq. Use it as `mysqlq::job`, where it is documented.
 //!
-//! The work is a pipeline: [`args`] parses the attribute, [`validate`] checks the function and
-//! the values, [`expand`] generates the code. Every diagnostic is collected and reported at once.
+//! The work is a pipeline: `args` parses the attribute, `validate` checks the function and
+//! the values, `expand` generates the code. Every diagnostic is collected and reported at once.
 
 use proc_macro::TokenStream;
 

@@ -178,7 +178,11 @@ pub(crate) fn job(args: Args, func: &ItemFn, errors: &mut Errors) -> Job {
             }
         };
         if let Err(e) = <cron::Schedule as std::str::FromStr>::from_str(&full) {
-            errors.at(lit, format!("invalid `cron` `{expr}`: {e}"));
+            let reason = e.to_string();
+            let reason = reason.lines().last().unwrap_or_default().trim().trim_end_matches('.');
+            errors.at(lit, format!(
+                "invalid `cron` `{expr}`: {reason}; the fields are minute hour day-of-month month day-of-week (UTC)"
+            ));
             return None;
         }
         if let Some(first) = fields.first() {

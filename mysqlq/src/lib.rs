@@ -32,8 +32,27 @@
 //! the completion is written will see the job run again once its lease expires. Make side effects
 //! idempotent with [`JobContext::idempotency_key`], which is stable across retries of one job.
 //!
-//! The schema, the state machine and every guarding statement are documented in `docs/` of the
-//! repository (`docs/schema.md`, `docs/state_machine.md`).
+//! # Features
+//!
+//! - **Enqueue options** ([`EnqueueOptions`]): delay or run-at, priority (lower runs first),
+//!   max attempts, queue, and:
+//! - **Dedupe keys**: at most one job per key while pending or processing
+//!   ([`DedupeScope::UntilFinished`], the default) or only until first claimed
+//!   ([`DedupeScope::UntilStarted`]); a second enqueue returns [`Enqueued::Duplicate`] with the
+//!   holder's id. Enforced by a unique index on a generated column, also in [`enqueue_many`] and
+//!   under concurrent enqueuers.
+//! - **Ordering keys**: jobs sharing a key run one at a time in enqueue order; other keys go on
+//!   (no head-of-line blocking). A job waiting for its retry keeps its key until it completes or
+//!   fails for good. Also `#[job(ordering_key = argument)]`.
+//! - **Per-key concurrency limits**: at most `n` jobs of a key run at once, across all workers.
+//! - **Periodic jobs** ([`Periodic`], `#[job(cron = "...")]`): cron in UTC, enqueued exactly once
+//!   per tick by a ledger row written in the enqueue transaction; after downtime the latest missed
+//!   tick runs once.
+//! - **Pause/resume** per queue (`mysqlq-cli pause QUEUE`), seen by workers on their next claim.
+//!
+//! The schema, the state machine and every guarding statement, with each feature's SQL and
+//! limits, are documented in `docs/` of the repository (`docs/schema.md`,
+//! `docs/state_machine.md`, `docs/guarantees.md`).
 
 mod backoff;
 mod context;

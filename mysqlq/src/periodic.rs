@@ -87,8 +87,17 @@ pub fn parse_schedule(expr: &str) -> Result<cron::Schedule, Error> {
             ));
         }
     };
-    cron::Schedule::from_str(&full)
-        .map_err(|e| Error::invalid("cron expression", format!("`{expr}`: {e}")))
+    cron::Schedule::from_str(&full).map_err(|e| {
+        let reason = e.to_string();
+        let reason = reason
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .trim_end_matches('.')
+            .to_owned();
+        Error::invalid("cron expression", format!("`{expr}`: {reason}"))
+    })
 }
 
 /// The latest tick at or before `now`, if any (walking the schedule backwards from `now`).

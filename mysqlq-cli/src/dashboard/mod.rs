@@ -1,0 +1,192 @@
+//! The web dashboard: `mysqlq-cli dashboard`, or [`router`] mounted in your own axum server.
+//!
+//! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
+//! pages), job detail, failed jobs (retry / discard) and queues (pause / resume). Everything
+//! reads through the indexed statements of `mysqlq::store::dashboard` and `mysqlq::store::admin`.
+//! The pages work without JavaScript; a small vendored script refreshes the numbers every few
+//! seconds from `GET /api/overview`.
+//!
+//! Safety: every POST must carry the per-process CSRF token both in a hidden form field and in
+//! a `SameSite=Strict` cookie; [`DashboardOptions::token`] guards every request (Bearer header,
+//! or `?token=` once, which sets a cookie); [`DashboardOptions::read_only`] hides the actions
+//! and refuses them with 403. Pages are compiled `maud` templates, which escape every value.
+//!
+//! ```no_run
+//! # async fn app(pool: sqlx::MySqlPool) {
+//! use mysqlq_cli::dashboard::{DashboardOptions, router};
+//! let admin = router(pool, DashboardOptions::new().base_path("/queue").read_only(true));
+//! let app = axum::Router::new().nest("/queue", admin);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.unwrap();
+//! axum::serve(listener, app).await.unwrap();
+//! # }
+//! ```
+
+mod guard;
+mod pages;
+mod view;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use sqlx::MySqlPool;
+
+use crate::args::DashboardArgs;
+use crate::db::Target;
+use crate::error::{CliError, chain};
+
+/// How the dashboard behaves. Build with [`DashboardOptions::new`] and the setters.
+#[derive(Debug, Clone, Default)]
+pub struct DashboardOptions {
+    read_only: bool,
+    token: Option<String>,
+    base_path: String,
+}
+
+impl DashboardOptions {
+    /// Defaults: actions enabled, no token, mounted at the root.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hide retry / discard / pause / resume and refuse their POSTs with 403.
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Require this token on every request: `Authorization: Bearer <token>`, or `?token=<token>`
+    /// once (the dashboard then sets an HttpOnly cookie and redirects to the same page without
+    /// it). An empty token means none.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        let t = token.into();
+        self.token = (!t.is_empty()).then_some(t);
+        self
+    }
+
+    /// The path the router is nested at (e.g. `/admin/jobs`), used in links, form actions and
+    /// cookie paths. Default: empty (mounted at `/`).
+    #[must_use]
+    pub fn base_path(mut self, base: impl Into<String>) -> Self {
+        self.base_path = base.into().trim_end_matches('/').to_owned();
+        self
+    }
+}
+
+/// Shared by every handler.
+#[derive(Debug)]
+struct State {
+    pool: MySqlPool,
+    read_only: bool,
+    token: Option<String>,
+    /// The per-process CSRF token.
+    csrf: String,
+    base: String,
+}
+
+impl State {
+    /// `base` + `path`.
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+type Shared = Arc<State>;
+
+/// The dashboard as an axum router, for `Router::nest` in your own server (set
+/// [`DashboardOptions::base_path`] to the nesting path) or `axum::serve` alone.
+pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
+    let state = Arc::new(State {
+        pool,
+        read_only: options.read_only,
+        token: options.token,
+        csrf: uuid::Uuid::new_v4().simple().to_string(),
+        base: options.base_path,
+    });
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/failed", get(pages::failed))
+        .route("/failed/retry", post(pages::failed_retry))
+        .route("/failed/discard", post(pages::failed_discard))
+        .route("/queues", get(pages::queues))
+        .route("/queues/pause", post(pages::queue_pause))
+        .route("/queues/resume", post(pages::queue_resume))
+        .route("/api/overview", get(pages::api_overview))
+        .route("/static/dashboard.js", get(pages::script))
+        .route("/static/dashboard.css", get(pages::stylesheet))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            guard::guard,
+        ))
+        .with_state(state)
+}
+
+/// `mysqlq-cli dashboard`: serves [`router`] on `args.addr` until SIGINT/SIGTERM.
+pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(), CliError> {
+    let pool = target.pool(8).await?;
+    let mut conn = crate::db::acquire(&pool).await?;
+    mysqlq::check_schema(&mut conn)
+        .await
+        .map_err(|e| CliError::mysqlq("cannot start the dashboard", &e))?;
+    drop(conn);
+    let mut options = DashboardOptions::new().read_only(args.read_only);
+    if let Some(t) = &args.token {
+        options = options.token(t.as_str());
+    }
+    if !args.addr.ip().is_loopback() && args.token.is_none() {
+        eprintln!(
+            "warning: the dashboard listens on {} without --token: anyone who reaches it can retry, discard and pause",
+            args.addr
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|e| {
+            CliError::new(
+                format!("cannot listen on {}: {}", args.addr, chain(&e)),
+                "choose another --addr (the port may be in use)",
+            )
+        })?;
+    let local: SocketAddr = listener.local_addr().unwrap_or(args.addr);
+    println!("dashboard listening on http://{local}/");
+    let app = router(pool.clone(), options);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| {
+            CliError::new(
+                format!("the dashboard server stopped: {}", chain(&e)),
+                "check the address and try again",
+            )
+        })?;
+    pool.close().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,460 @@
+//! The handlers: one per page, action and endpoint.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use mysqlq::JobId;
+use mysqlq::store::{admin, dashboard as store};
+use serde::Deserialize;
+use sqlx::MySqlConnection;
+use sqlx::pool::PoolConnection;
+
+use super::view::{age, chart, csrf, enc, notice, page, queue_table};
+use super::{Shared, State as DashState};
+
+/// Most failed jobs listed on the failed page.
+const FAILED_PAGE: u32 = 200;
+/// Jobs per page of the jobs page.
+const JOBS_PAGE: u32 = 50;
+
+/// An error answer: plain text (never HTML), so nothing in it can run.
+#[derive(Debug)]
+pub(super) struct Fail(StatusCode, String);
+
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("{}\n", self.1),
+        )
+            .into_response()
+    }
+}
+
+impl From<mysqlq::Error> for Fail {
+    fn from(e: mysqlq::Error) -> Self {
+        match e {
+            mysqlq::Error::Invalid { .. } => Self(StatusCode::BAD_REQUEST, format!("error: {e}")),
+            _ => Self(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("error: {}", crate::error::chain(&e)),
+            ),
+        }
+    }
+}
+
+type Res = Result<Response, Fail>;
+
+async fn conn(state: &DashState) -> Result<PoolConnection<sqlx::MySql>, Fail> {
+    state.pool.acquire().await.map_err(|e| {
+        Fail(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("error: cannot get a database connection: {e}"),
+        )
+    })
+}
+
+fn render(m: &Markup) -> Response {
+    Html(m.clone().into_string()).into_response()
+}
+
+/// Empty query values mean "no filter".
+fn some(v: Option<&String>) -> Option<&str> {
+    v.map(|s| s.trim()).filter(|s| !s.is_empty())
+}
+
+/// `?msg=` after an action.
+#[derive(Debug, Deserialize)]
+pub(super) struct MsgQuery {
+    msg: Option<String>,
+    queue: Option<String>,
+}
+
+/// `GET /`: per-queue counts and the chart.
+pub(super) async fn overview(State(state): State<Shared>) -> Res {
+    let mut c = conn(&state).await?;
+    let queues = admin::stats_queues(&mut c).await?;
+    let points = store::dashboard_chart(&mut c).await?;
+    let body = html! {
+        h1 { "Overview" }
+        (queue_table(&state, &queues, false))
+        h2 { "Throughput" }
+        (chart(&points))
+    };
+    Ok(render(&page(&state, "Overview", "overview", &body)))
+}
+
+/// `GET /api/overview`: the numbers the script refreshes.
+pub(super) async fn api_overview(State(state): State<Shared>) -> Res {
+    let mut c = conn(&state).await?;
+    let queues = admin::stats_queues(&mut c).await?;
+    let points = store::dashboard_chart(&mut c).await?;
+    let queues: Vec<serde_json::Value> = queues
+        .iter()
+        .map(|q| {
+            serde_json::json!({
+                "queue": q.queue, "ready": q.ready, "processing": q.processing,
+                "scheduled": q.scheduled, "failed": q.failed, "paused": q.paused,
+                "oldest_ready_age_seconds": q.oldest_ready_age_seconds,
+                "oldest": age(q.oldest_ready_age_seconds),
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "queues": queues, "chart": points })).into_response())
+}
+
+/// `GET /jobs` filters.
+#[derive(Debug, Deserialize)]
+pub(super) struct JobsQuery {
+    state: Option<String>,
+    queue: Option<String>,
+    kind: Option<String>,
+    before: Option<String>,
+}
+
+/// `GET /jobs`: filtered, keyset pages (newest id first).
+pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>) -> Res {
+    let before = match some(q.before.as_ref()) {
+        None => None,
+        Some(b) => Some(b.parse::<u64>().map_err(|_| {
+            Fail(
+                StatusCode::BAD_REQUEST,
+                "error: `before` must be a job id".to_owned(),
+            )
+        })?),
+    };
+    let params = store::JobPageParams {
+        state: some(q.state.as_ref()),
+        queue: some(q.queue.as_ref()),
+        kind: some(q.kind.as_ref()),
+        before,
+        limit: JOBS_PAGE,
+    };
+    let mut c = conn(&state).await?;
+    let page_ = store::job_page(&mut c, &params).await?;
+    let next = page_.next.map(|n| {
+        let mut s = format!("{}?before={n}", state.url("/jobs"));
+        for (k, v) in [
+            ("state", params.state),
+            ("queue", params.queue),
+            ("kind", params.kind),
+        ] {
+            if let Some(v) = v {
+                s.push_str(&format!("&{k}={}", enc(v)));
+            }
+        }
+        s
+    });
+    let body = html! {
+        h1 { "Jobs" }
+        form.filters method="get" action=(state.url("/jobs")) {
+            label { "state " select name="state" {
+                option value="" { "any" }
+                @for s in store::STATES {
+                    option value=(s) selected[params.state == Some(s)] { (s) }
+                }
+            } }
+            label { "queue " input name="queue" value=(params.queue.unwrap_or("")); }
+            label { "kind " input name="kind" value=(params.kind.unwrap_or("")); }
+            button type="submit" { "Filter" }
+        }
+        table #jobs {
+            thead { tr {
+                th.num { "id" } th { "queue" } th { "kind" } th { "state" } th.num { "attempts" }
+                th { "created" } th { "runnable at" } th { "finished" }
+            } }
+            tbody {
+                @if page_.jobs.is_empty() { tr { td colspan="8" .muted { "no jobs here" } } }
+                @for j in &page_.jobs {
+                    tr {
+                        td.num { a href=(state.url(&format!("/jobs/{}", j.id.0))) { (j.id.0) } }
+                        td { (j.queue) }
+                        td { (j.kind.as_deref().unwrap_or("–")) }
+                        td { span class=(format!("state {}", j.status)) { (j.status) } }
+                        td.num { (j.attempts) "/" (j.max_attempts) }
+                        td { (j.created_at) }
+                        td { (j.available_at) }
+                        td { (j.finished_at.as_deref().unwrap_or("–")) }
+                    }
+                }
+            }
+        }
+        @if page_.windowed {
+            p.muted { "Queue and kind filters read " (store::SCAN_WINDOW) " index entries per page; \
+                     this page may hold fewer jobs than the page size. Narrow the filter with a state, \
+                     or follow the link to read further." }
+        }
+        @if let Some(n) = &next { p { a #next href=(n) { "Older jobs →" } } }
+    };
+    Ok(render(&page(&state, "Jobs", "jobs", &body)))
+}
+
+/// `?msg=` on the job page.
+#[derive(Debug, Deserialize)]
+pub(super) struct JobQuery {
+    msg: Option<String>,
+}
+
+/// `GET /jobs/{id}`: payload, attempts, timeline, last error and lease.
+pub(super) async fn job(
+    State(state): State<Shared>,
+    Path(id): Path<u64>,
+    Query(q): Query<JobQuery>,
+) -> Res {
+    let mut c = conn(&state).await?;
+    let Some(j) = store::job_show(&mut c, JobId(id)).await? else {
+        return Err(Fail(StatusCode::NOT_FOUND, format!("error: no job {id}")));
+    };
+    let payload = serde_json::from_str::<serde_json::Value>(&j.payload)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| j.payload.clone());
+    let mut timeline: Vec<(&str, &str)> = vec![("created", j.created_at.as_str())];
+    if let Some(t) = &j.first_claimed_at {
+        timeline.push(("first claimed", t));
+    }
+    timeline.push(("runnable at (available_at)", j.available_at.as_str()));
+    if let Some(t) = &j.lease_expires_at {
+        timeline.push(("lease expires", t));
+    }
+    if let Some(t) = &j.finished_at {
+        timeline.push(("finished", t));
+    }
+    timeline.push(("last change (updated_at)", j.updated_at.as_str()));
+    timeline.sort_by(|a, b| a.1.cmp(b.1));
+    let title = format!("Job {id}");
+    let body = html! {
+        h1 { "Job " (id) " " span class=(format!("state {}", j.status)) { (j.status) } }
+        (notice(q.msg.as_deref()))
+        dl.facts {
+            dt { "queue" } dd { (j.queue) }
+            dt { "kind" } dd { (j.kind.as_deref().unwrap_or("–")) }
+            dt { "attempts" } dd #attempts { (j.attempts) " of " (j.max_attempts) }
+            dt { "priority" } dd { (j.priority) }
+            dt { "lease owner (locked_by)" } dd { (j.locked_by.as_deref().unwrap_or("–")) }
+            dt { "lease expires" } dd { (j.lease_expires_at.as_deref().unwrap_or("–")) }
+            @if let Some(k) = &j.dedupe_key { dt { "dedupe key" } dd { (k) } }
+            @if let Some(k) = &j.ordering_key { dt { "ordering key" } dd { (k) } }
+            @if let Some(k) = &j.concurrency_key { dt { "concurrency key" } dd { (k) } }
+        }
+        h2 { "Timeline (UTC; now " (j.now) ")" }
+        ol.timeline {
+            @for (label, at) in &timeline { li { time { (at) } " " (label) } }
+        }
+        h2 { "Payload" }
+        pre #payload { (payload) }
+        h2 { "Last error" }
+        pre #last-error { (j.last_error.as_deref().unwrap_or("–")) }
+        @if j.status == "failed" && !state.read_only {
+            div.actions {
+                form method="post" action=(state.url("/failed/retry")) {
+                    (csrf(&state))
+                    input type="hidden" name="only" value=(id);
+                    input type="hidden" name="from" value="job";
+                    button type="submit" #retry { "Retry" }
+                }
+                form method="post" action=(state.url("/failed/discard")) {
+                    (csrf(&state))
+                    input type="hidden" name="only" value=(id);
+                    button type="submit" #discard { "Discard" }
+                }
+            }
+        }
+    };
+    Ok(render(&page(&state, &title, "jobs", &body)))
+}
+
+/// `GET /failed`: failed jobs, newest failure first, with retry / discard.
+pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery>) -> Res {
+    let queue = some(q.queue.as_ref());
+    let mut c = conn(&state).await?;
+    let list = admin::job_failed_list(
+        &mut c,
+        &admin::FailedListParams {
+            queue,
+            limit: FAILED_PAGE,
+        },
+    )
+    .await?;
+    let count = admin::job_failed_count(&mut c, queue).await?;
+    let actions = !state.read_only;
+    let body = html! {
+        h1 { "Failed jobs" }
+        (notice(q.msg.as_deref()))
+        p.muted { (count) " failed" @if let Some(qn) = queue { " in queue " (qn) } "; newest " (list.len()) " shown." }
+        form method="post" action=(state.url("/failed/retry")) #failed-form {
+            @if actions { (csrf(&state)) }
+            table #failed {
+                thead { tr {
+                    @if actions { th { "select" } }
+                    th.num { "id" } th { "queue" } th { "kind" } th.num { "attempts" } th { "failed at" }
+                    th { "last error" }
+                    @if actions { th { "action" } }
+                } }
+                tbody {
+                    @if list.is_empty() { tr { td colspan="8" .muted { "no failed jobs" } } }
+                    @for f in &list {
+                        tr data-id=(f.id.0) {
+                            @if actions { td { input type="checkbox" name="id" value=(f.id.0) aria-label=(format!("select job {}", f.id.0)); } }
+                            td.num { a href=(state.url(&format!("/jobs/{}", f.id.0))) { (f.id.0) } }
+                            td { (f.queue) }
+                            td { (f.kind.as_deref().unwrap_or("–")) }
+                            td.num { (f.attempts) "/" (f.max_attempts) }
+                            td { (f.finished_at.as_deref().unwrap_or("–")) }
+                            td.error { (f.last_error.as_deref().unwrap_or("")) }
+                            @if actions {
+                                td {
+                                    button type="submit" name="only" value=(f.id.0) class="retry-one" { "Retry" }
+                                    " "
+                                    button type="submit" name="only" value=(f.id.0) class="discard-one"
+                                        formaction=(state.url("/failed/discard")) { "Discard" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if actions && !list.is_empty() {
+                p.actions {
+                    button type="submit" #retry-selected { "Retry selected" }
+                    " "
+                    button type="submit" #discard-selected formaction=(state.url("/failed/discard")) { "Discard selected" }
+                }
+            }
+        }
+    };
+    Ok(render(&page(&state, "Failed", "failed", &body)))
+}
+
+/// The ids of a retry / discard form: `only` (one row's button) wins over the checked `id`s.
+fn form_ids(body: &str) -> Result<(Vec<JobId>, bool), Fail> {
+    let mut only = None;
+    let mut ids = Vec::new();
+    let mut from_job = false;
+    for (k, v) in form_urlencoded::parse(body.as_bytes()) {
+        let parse = |v: &str| {
+            v.parse::<u64>().map(JobId).map_err(|_| {
+                Fail(
+                    StatusCode::BAD_REQUEST,
+                    format!("error: `{v}` is not a job id"),
+                )
+            })
+        };
+        match &*k {
+            "only" => only = Some(parse(&v)?),
+            "id" => ids.push(parse(&v)?),
+            "from" => from_job = v == "job",
+            _ => {}
+        }
+    }
+    let ids = only.map_or(ids, |id| vec![id]);
+    if ids.is_empty() {
+        return Err(Fail(
+            StatusCode::BAD_REQUEST,
+            "error: no job selected; tick the jobs to act on".to_owned(),
+        ));
+    }
+    Ok((ids, from_job))
+}
+
+fn after_action(state: &DashState, ids: &[JobId], from_job: bool, msg: &str) -> Response {
+    let target = match (from_job, ids) {
+        (true, [one]) => state.url(&format!("/jobs/{}", one.0)),
+        _ => state.url("/failed"),
+    };
+    Redirect::to(&format!("{target}?msg={}", enc(msg))).into_response()
+}
+
+/// `POST /failed/retry`.
+pub(super) async fn failed_retry(State(state): State<Shared>, body: String) -> Res {
+    let (ids, from_job) = form_ids(&body)?;
+    let mut c = conn(&state).await?;
+    let r = admin::job_retry_failed(&mut c, &ids).await?;
+    let mut msg = format!("retried {}", r.retried.len());
+    if !r.conflicts.is_empty() {
+        msg.push_str(&format!(
+            "; {} kept: their dedupe key is held by another job",
+            r.conflicts.len()
+        ));
+    }
+    if !r.skipped.is_empty() {
+        msg.push_str(&format!("; {} were not failed", r.skipped.len()));
+    }
+    Ok(after_action(&state, &ids, from_job, &msg))
+}
+
+/// `POST /failed/discard`.
+pub(super) async fn failed_discard(State(state): State<Shared>, body: String) -> Res {
+    let (ids, _) = form_ids(&body)?;
+    let mut c = conn(&state).await?;
+    let r = admin::job_discard_failed(&mut c, &ids).await?;
+    let mut msg = format!("discarded {}", r.discarded.len());
+    if !r.skipped.is_empty() {
+        msg.push_str(&format!("; {} were not failed", r.skipped.len()));
+    }
+    Ok(after_action(&state, &ids, false, &msg))
+}
+
+/// `GET /queues`: counts and pause / resume.
+pub(super) async fn queues(State(state): State<Shared>, Query(q): Query<MsgQuery>) -> Res {
+    let mut c = conn(&state).await?;
+    let queues = admin::stats_queues(&mut c).await?;
+    let body = html! {
+        h1 { "Queues" }
+        (notice(q.msg.as_deref()))
+        (queue_table(&state, &queues, !state.read_only))
+        p.muted { "A paused queue keeps its jobs; workers stop claiming from it (running jobs finish)." }
+    };
+    Ok(render(&page(&state, "Queues", "queues", &body)))
+}
+
+async fn set_paused(state: &DashState, c: &mut MySqlConnection, body: &str, paused: bool) -> Res {
+    let queue = form_urlencoded::parse(body.as_bytes())
+        .find(|(k, _)| k == "queue")
+        .map(|(_, v)| v.into_owned())
+        .ok_or_else(|| Fail(StatusCode::BAD_REQUEST, "error: no queue given".to_owned()))?;
+    mysqlq::store::queue_set_paused(c, &queue, paused).await?;
+    let msg = format!(
+        "{} queue {queue}",
+        if paused { "paused" } else { "resumed" }
+    );
+    Ok(Redirect::to(&format!("{}?msg={}", state.url("/queues"), enc(&msg))).into_response())
+}
+
+/// `POST /queues/pause`.
+pub(super) async fn queue_pause(State(state): State<Shared>, body: String) -> Res {
+    let mut c = conn(&state).await?;
+    set_paused(&state, &mut c, &body, true).await
+}
+
+/// `POST /queues/resume`.
+pub(super) async fn queue_resume(State(state): State<Shared>, body: String) -> Res {
+    let mut c = conn(&state).await?;
+    set_paused(&state, &mut c, &body, false).await
+}
+
+/// `GET /static/dashboard.js` (vendored; no build step).
+pub(super) async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../../static/dashboard.js"),
+    )
+        .into_response()
+}
+
+/// `GET /static/dashboard.css`.
+pub(super) async fn stylesheet() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("../../static/dashboard.css"),
+    )
+        .into_response()
+}
+
+/// Anything else.
+pub(super) async fn not_found() -> Response {
+    Fail(StatusCode::NOT_FOUND, "error: no such page".to_owned()).into_response()
+}
