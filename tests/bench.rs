@@ -1,0 +1,130 @@
+//! `mysqlq-cli bench` in a real process (`mysqlq-test-worker`, whose `main` is
+//! `mysqlq_cli::main()`) against the real server: the JSON shape, the exactly-once verification,
+//! positive numbers, and the scratch database dropped afterwards. No timing thresholds: the
+//! targets are measured and reported in BENCHMARKS.md, not asserted.
+
+use std::process::{Command, Stdio};
+
+use mysqlq_tests::TestDb;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+
+const KEYS: [&str; 7] = [
+    "enqueue_single_per_s",
+    "enqueue_bulk_per_s",
+    "drain_per_s",
+    "pickup_same_process_p50_ms",
+    "pickup_same_process_p99_ms",
+    "pickup_cross_process_p50_ms",
+    "pickup_cross_process_p99_ms",
+];
+
+fn positive(v: &Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite() && x >= 0.0, "{what} = {x}");
+    x
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
+    let db = TestDb::new().await;
+    let out = Command::new(BIN)
+        .args(["bench", "--json", "--jobs", "500", "--concurrency", "8"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn mysqlq-test-worker");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Exactly one JSON object on stdout.
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+
+    assert!(v["server"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
+    assert_eq!(v["jobs"], 500);
+    assert_eq!(v["concurrency"], 8);
+    assert_eq!(v["batch"], 100);
+    for side in ["framework", "baseline"] {
+        for key in KEYS {
+            let x = positive(&v[side][key], &format!("{side}.{key}"));
+            if key.ends_with("_per_s") {
+                assert!(x > 0.0, "{side}.{key} = {x}");
+            }
+        }
+    }
+    let rss = positive(&v["framework"]["peak_rss_mib"], "framework.peak_rss_mib");
+    assert!(rss > 0.0);
+    for key in ["enqueue_single", "enqueue_bulk", "drain"] {
+        let r = positive(&v["ratio"][key], &format!("ratio.{key}"));
+        assert!(r > 0.0, "ratio.{key} = {r}");
+        let f = v["framework"][format!("{key}_per_s")].as_f64().unwrap();
+        let b = v["baseline"][format!("{key}_per_s")].as_f64().unwrap();
+        assert!((r - f / b).abs() < 0.01, "ratio.{key} {r} vs {f}/{b}");
+    }
+
+    // The exactly-once verification ran for every run and passed.
+    assert_eq!(v["verification"]["passed"], true, "{v:#}");
+    let checks = v["verification"]["checks"].as_array().expect("checks");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{v:#}");
+    for scenario in [
+        "drain framework",
+        "drain baseline",
+        "pickup framework same process",
+        "pickup baseline cross-process",
+        "enqueue bulk framework",
+        "enqueue single baseline",
+    ] {
+        assert!(
+            checks
+                .iter()
+                .any(|c| c["check"].as_str().is_some_and(|s| s.starts_with(scenario))),
+            "no check for {scenario}: {v:#}"
+        );
+    }
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["detail"].as_str().is_some_and(|d| d
+                .starts_with("500 handler runs for 500 jobs: 0 never ran, 0 ran more than once"))),
+        "{v:#}"
+    );
+
+    // The scratch database is gone.
+    let name = v["database"].as_str().expect("database");
+    assert!(name.starts_with("mysqlq_bench_"), "{name}");
+    assert_eq!(v["database_dropped"], true);
+    let left: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+    )
+    .bind(name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "the scratch database {name} was not dropped");
+}
+
+#[test]
+fn bench_refuses_bad_arguments_with_one_line() {
+    let o = Command::new(BIN)
+        .args(["bench", "--scenario", "everything"])
+        .env("DATABASE_URL", "mysql://root@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("--scenario"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
