@@ -100,6 +100,9 @@ impl Target {
         MySqlPoolOptions::new()
             .max_connections(max.max(1))
             .min_connections(0)
+            // No PING before every acquire: a dead connection fails its statement, which the
+            // worker retries on a fresh one; the ping would cost a round trip per claim.
+            .test_before_acquire(false)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_with(opts)
             .await

@@ -79,6 +79,8 @@ macro_rules! insert_values {
     };
 }
 const INSERT_COLUMNS: &str = insert_columns!();
+const INSERT_NARROW_COLUMNS: &str = "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, status, created_at) VALUES ";
+const INSERT_NARROW_VALUES: &str = "(?, ?, ?, ?, ?, UTC_TIMESTAMP(6), 'pending', UTC_TIMESTAMP(6))";
 const INSERT_VALUES: &str = insert_values!();
 const INSERT_ONE_SQL: &str = concat!(
     "/* mysqlq:job_insert */ ",
@@ -106,6 +108,19 @@ fn bind_row<'q>(
         .bind(r.ordering_key.as_deref())
         .bind(r.concurrency_key.as_deref())
         .bind(r.concurrency_limit)
+}
+
+impl InsertRow {
+    /// `true` when the row sets nothing beyond queue, kind, payload, priority and attempts.
+    fn is_plain(&self) -> bool {
+        self.delay_us == 0
+            && self.run_at.is_none()
+            && self.dedupe_key.is_none()
+            && !self.dedupe_until_started
+            && self.ordering_key.is_none()
+            && self.concurrency_key.is_none()
+            && self.concurrency_limit.is_none()
+    }
 }
 
 /// `job_insert`: one job; a taken dedupe key returns the holder's id.
@@ -191,16 +206,35 @@ pub async fn job_insert_many(
         .filter(|&i| rows[i].dedupe_key.is_none())
         .collect();
     for chunk in plain.chunks(INSERT_CHUNK_ROWS) {
-        let mut sql = format!("/* mysqlq:job_insert_many */ {INSERT_COLUMNS}");
+        // Rows that only set what every job has (no delay, run-at or keys) bind 5 values
+        // instead of 12: a third of the bytes for large bulk enqueues.
+        let narrow = chunk.iter().all(|&i| rows[i].is_plain());
+        let (columns, values) = if narrow {
+            (INSERT_NARROW_COLUMNS, INSERT_NARROW_VALUES)
+        } else {
+            (INSERT_COLUMNS, INSERT_VALUES)
+        };
+        let mut sql = String::with_capacity(columns.len() + chunk.len() * (values.len() + 2) + 32);
+        sql.push_str("/* mysqlq:job_insert_many */ ");
+        sql.push_str(columns);
         for (n, _) in chunk.iter().enumerate() {
             if n > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(INSERT_VALUES);
+            sql.push_str(values);
         }
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for &i in chunk {
-            q = bind_row(q, &rows[i]);
+            let r = &rows[i];
+            q = if narrow {
+                q.bind(&r.queue)
+                    .bind(&r.kind)
+                    .bind(&r.payload)
+                    .bind(r.priority)
+                    .bind(r.max_attempts)
+            } else {
+                bind_row(q, r)
+            };
         }
         let first = q.execute(&mut *conn).await?.last_insert_id();
         for (n, &i) in chunk.iter().enumerate() {

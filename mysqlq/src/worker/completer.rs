@@ -64,11 +64,19 @@ pub(crate) async fn run(s: Arc<Shared>) {
                 return;
             }
         }
-        while batch.len() < MAX_FLUSH {
-            match rx.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
+        // Let the handlers finishing right now queue their completions too (a few scheduler
+        // turns, no timer): one statement and one fsync then cover them all.
+        for _ in 0..4 {
+            while batch.len() < MAX_FLUSH {
+                match rx.try_recv() {
+                    Ok(j) => batch.push(j),
+                    Err(_) => break,
+                }
             }
+            if batch.len() >= MAX_FLUSH {
+                break;
+            }
+            tokio::task::yield_now().await;
         }
         flush(&s, &mut batch).await;
     }

@@ -27,7 +27,8 @@ use crate::context::Extensions;
 use crate::metrics::Metrics;
 use crate::{Error, JobContext, JobId, Registry};
 
-/// Connections the worker itself uses at most at once: claim, completer, heartbeat, maintenance.
+/// Connections the worker itself uses at most at once with the default single claim loop:
+/// claim, completer, heartbeat, maintenance (one more per extra claim loop).
 pub const RESERVED_CONNECTIONS: u32 = 4;
 
 /// Worker settings. Every field has a documented default (`DEFAULT_*`).
@@ -39,6 +40,10 @@ pub struct Config {
     pub concurrency: usize,
     /// Most jobs per claim. Default [`Config::DEFAULT_BATCH_SIZE`].
     pub batch_size: u32,
+    /// Claim loops running side by side, sharing the slots, so that one claim's round trips
+    /// and commit overlap another's. Each idle claim loop polls once per idle interval.
+    /// Default [`Config::DEFAULT_CLAIMERS`].
+    pub claimers: usize,
     /// Lease taken on claim and renewed by heartbeats. Default [`Config::DEFAULT_LEASE`].
     pub lease: Duration,
     /// Interval between heartbeats. Default: a third of the lease.
@@ -73,6 +78,9 @@ impl Config {
     pub const DEFAULT_CONCURRENCY: usize = 16;
     /// Up to 100 jobs per claim (never more than the free slots).
     pub const DEFAULT_BATCH_SIZE: u32 = 100;
+    /// One claim loop: with slot gathering it claims full batches, which beats more loops
+    /// claiming smaller ones (measured with `mysqlq-cli bench`, see BENCHMARKS.md).
+    pub const DEFAULT_CLAIMERS: usize = 1;
     /// A 60-second lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
     /// 5 ms after work was seen.
@@ -105,6 +113,7 @@ impl Default for Config {
             queues: Vec::new(),
             concurrency: Self::DEFAULT_CONCURRENCY,
             batch_size: Self::DEFAULT_BATCH_SIZE,
+            claimers: Self::DEFAULT_CLAIMERS,
             lease: Self::DEFAULT_LEASE,
             heartbeat_interval: None,
             poll_floor: Self::DEFAULT_POLL_FLOOR,
@@ -182,6 +191,12 @@ impl WorkerBuilder {
     /// Most jobs per claim.
     pub fn batch_size(mut self, n: u32) -> Self {
         self.config.batch_size = n;
+        self
+    }
+
+    /// Claim loops running side by side (default 1).
+    pub fn claimers(mut self, n: usize) -> Self {
+        self.config.claimers = n;
         self
     }
 
@@ -298,13 +313,15 @@ impl WorkerBuilder {
             periodic,
         });
         stats::register_worker(&shared).await?;
-        let tasks = vec![
-            tokio::spawn(producer::run(shared.clone())),
+        let mut tasks: Vec<JoinHandle<()>> = (0..shared.config.claimers)
+            .map(|i| tokio::spawn(producer::run(shared.clone(), i)))
+            .collect();
+        tasks.extend([
             tokio::spawn(completer::run(shared.clone())),
             tokio::spawn(lease::run(shared.clone())),
             tokio::spawn(maintenance::run(shared.clone())),
             tokio::spawn(stats::run(shared.clone())),
-        ];
+        ]);
         tracing::info!(
             worker = %shared.worker_id,
             queues = ?shared.config.queues,
@@ -329,6 +346,9 @@ fn validate(c: &Config, pool: &MySqlPool) -> Result<(), Error> {
             "concurrency {} must be between 1 and 10000",
             c.concurrency
         ));
+    }
+    if c.claimers == 0 || c.claimers > 16 {
+        return bad(format!("claimers {} must be between 1 and 16", c.claimers));
     }
     if c.batch_size == 0 || c.batch_size > 5_000 {
         return bad(format!(
@@ -359,10 +379,13 @@ fn validate(c: &Config, pool: &MySqlPool) -> Result<(), Error> {
         ));
     }
     let max = pool.options().get_max_connections();
-    if max < RESERVED_CONNECTIONS {
+    let reserved = u32::try_from(c.claimers)
+        .unwrap_or(u32::MAX)
+        .saturating_add(3);
+    if max < reserved {
         return bad(format!(
-            "the pool allows {max} connections but the worker needs {RESERVED_CONNECTIONS} for itself \
-             (claim, completer, heartbeat, maintenance); size it with Worker::recommended_pool_size({})",
+            "the pool allows {max} connections but the worker needs {reserved} for itself \
+             (claims, completer, heartbeat, maintenance); size it with Worker::recommended_pool_size({})",
             c.concurrency
         ));
     }

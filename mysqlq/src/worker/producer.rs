@@ -11,11 +11,11 @@ use crate::worker::{LOCAL_WAKE, Shared, executor, unit_random};
 /// Tries of one claim on deadlock / lock wait timeout before backing off to the next poll.
 const CLAIM_LOCK_RETRIES: u32 = 5;
 
-pub(crate) async fn run(s: Arc<Shared>) {
+pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
     let floor = s.config.poll_floor;
     let ceiling = s.config.poll_ceiling;
     let mut idle = floor;
-    let mut next_queue = 0usize;
+    let mut next_queue = claimer;
     loop {
         if s.stop_fetching.is_cancelled() {
             return;
@@ -31,6 +31,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             }
             continue;
         }
+        gather_slots(&s).await;
         let mut any = false;
         let mut full = false;
         let mut failed = false;
@@ -66,6 +67,29 @@ pub(crate) async fn run(s: Arc<Shared>) {
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = woken => idle = floor,
+            () = s.stop_fetching.cancelled() => return,
+        }
+    }
+}
+
+/// While jobs are running and fewer slots are free than half a batch, waits a moment (at most
+/// the poll floor) for more to free up, so that a busy worker claims in batches instead of one
+/// claim transaction per finished job. Never waits when the worker is idle.
+async fn gather_slots(s: &Shared) {
+    let threshold = usize::try_from(s.config.batch_size)
+        .unwrap_or(usize::MAX)
+        .min(s.config.concurrency)
+        .div_ceil(s.config.claimers);
+    let free = s.slots.available_permits();
+    if free >= threshold || free >= s.config.concurrency {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + s.config.poll_floor;
+    while s.slots.available_permits() < threshold {
+        let freed = s.slot_freed.notified();
+        tokio::select! {
+            () = freed => {}
+            () = tokio::time::sleep_until(deadline) => return,
             () = s.stop_fetching.cancelled() => return,
         }
     }
