@@ -776,6 +776,8 @@ impl Browser {
         ));
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            // Element look-ups wait for a page that is still loading after a click.
+            "timeouts": {"implicit": 5000},
             "goog:chromeOptions": {
                 "binary": chromium.to_string_lossy(),
                 "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

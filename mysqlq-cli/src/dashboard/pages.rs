@@ -205,7 +205,7 @@ pub(super) async fn job(
     Query(q): Query<JobQuery>,
 ) -> Res {
     let mut c = conn(&state).await?;
-    let Some(j) = store::job_show(&mut c, JobId(id)).await? else {
+    let Some(j) = admin::job_get(&mut c, JobId(id)).await? else {
         return Err(Fail(StatusCode::NOT_FOUND, format!("error: no job {id}")));
     };
     let payload = serde_json::from_str::<serde_json::Value>(&j.payload)

@@ -568,7 +568,22 @@ pub async fn job_failed_list(
     Ok(out)
 }
 
-/// Every column of one job, for `failed show`.
+pub(crate) const JOB_GET_SQL: &str = "/* mysqlq:job_get */ SELECT j.id, \
+    CAST(j.queue_name AS CHAR) AS queue_name, CAST(j.kind AS CHAR) AS kind, \
+    CAST(j.status AS CHAR) AS status, CAST(j.payload AS CHAR) AS payload, j.priority, j.attempts, \
+    j.max_attempts, CAST(j.last_error AS CHAR) AS last_error, \
+    CAST(j.dedupe_key AS CHAR) AS dedupe_key, CAST(j.ordering_key AS CHAR) AS ordering_key, \
+    CAST(j.concurrency_key AS CHAR) AS concurrency_key, CAST(j.locked_by AS CHAR) AS locked_by, \
+    DATE_FORMAT(j.created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_at, \
+    DATE_FORMAT(j.first_claimed_at, '%Y-%m-%d %H:%i:%s.%f') AS first_claimed_at, \
+    DATE_FORMAT(j.available_at, '%Y-%m-%d %H:%i:%s.%f') AS available_at, \
+    DATE_FORMAT(j.lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
+    DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
+    DATE_FORMAT(j.updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
+    DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now \
+    FROM job_queue j WHERE j.id = ?";
+
+/// Every column of one job the dashboard shows, with the database's clock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobDetail {
     /// `id`.
@@ -583,49 +598,45 @@ pub struct JobDetail {
     pub payload: String,
     /// `priority`.
     pub priority: i16,
-    /// `attempts`.
+    /// Attempts started.
     pub attempts: u32,
-    /// `max_attempts`.
+    /// Attempts allowed.
     pub max_attempts: u32,
-    /// `last_error`, whole.
+    /// `last_error`.
     pub last_error: Option<String>,
     /// `dedupe_key`.
     pub dedupe_key: Option<String>,
     /// `ordering_key`.
     pub ordering_key: Option<String>,
-    /// `locked_by`.
+    /// `concurrency_key`.
+    pub concurrency_key: Option<String>,
+    /// `locked_by`: the worker holding the job.
     pub locked_by: Option<String>,
     /// `created_at` (UTC).
     pub created_at: String,
-    /// `updated_at` (UTC).
-    pub updated_at: String,
+    /// `first_claimed_at` (UTC).
+    pub first_claimed_at: Option<String>,
     /// `available_at` (UTC).
     pub available_at: String,
     /// `lease_expires_at` (UTC).
     pub lease_expires_at: Option<String>,
     /// `finished_at` (UTC).
     pub finished_at: Option<String>,
+    /// `updated_at` (UTC).
+    pub updated_at: String,
+    /// `UTC_TIMESTAMP(6)` when read.
+    pub now: String,
 }
 
-/// `job_get`: one job by id, any status.
+/// `job_get`: one job by id, any state (`failed show`, the dashboard's job page).
 pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<JobDetail>, Error> {
-    let row = sqlx::query(
-        "/* mysqlq:job_get */ SELECT id, CAST(queue_name AS CHAR) AS queue_name, \
-           CAST(kind AS CHAR) AS kind, CAST(status AS CHAR) AS status, \
-           CAST(payload AS CHAR) AS payload, priority, attempts, max_attempts, \
-           CAST(last_error AS CHAR) AS last_error, CAST(dedupe_key AS CHAR) AS dedupe_key, \
-           CAST(ordering_key AS CHAR) AS ordering_key, CAST(locked_by AS CHAR) AS locked_by, \
-           DATE_FORMAT(created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_at, \
-           DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
-           DATE_FORMAT(available_at, '%Y-%m-%d %H:%i:%s.%f') AS available_at, \
-           DATE_FORMAT(lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
-           DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at \
-         FROM job_queue WHERE id = ?",
-    )
-    .bind(id.0)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(r) = row else { return Ok(None) };
+    let Some(r) = sqlx::query(JOB_GET_SQL)
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
     Ok(Some(JobDetail {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue_name")?,
@@ -638,12 +649,15 @@ pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<Job
         last_error: r.try_get("last_error")?,
         dedupe_key: r.try_get("dedupe_key")?,
         ordering_key: r.try_get("ordering_key")?,
+        concurrency_key: r.try_get("concurrency_key")?,
         locked_by: r.try_get("locked_by")?,
         created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
+        first_claimed_at: r.try_get("first_claimed_at")?,
         available_at: r.try_get("available_at")?,
         lease_expires_at: r.try_get("lease_expires_at")?,
         finished_at: r.try_get("finished_at")?,
+        updated_at: r.try_get("updated_at")?,
+        now: r.try_get("now")?,
     }))
 }
 

@@ -10,7 +10,7 @@
 //! | [`job_page`], no state | `PRIMARY`: `id < ? ORDER BY id DESC` |
 //! | [`job_page`], a state other than `processing` | `idx_job_recover (status, lease_expires_at)`: those states have no lease, so `(status, NULL, id)` is read in id order |
 //! | [`job_page`], state `processing` | `idx_job_recover` range on the status (sorted: only running jobs) |
-//! | [`job_show`] | `PRIMARY` |
+//! | [`job_get`](super::admin::job_get) | `PRIMARY` |
 //! | [`dashboard_chart`] | `mysqlq_stats_minute` primary key range on `minute` |
 //!
 //! Queue and kind filters are not in those indexes: they are applied to a bounded window of
@@ -242,99 +242,6 @@ pub async fn job_page(conn: &mut MySqlConnection, p: &JobPageParams<'_>) -> Resu
     })
 }
 
-const JOB_SHOW_SQL: &str = "/* mysqlq:job_show */ SELECT j.id, \
-    CAST(j.queue_name AS CHAR) AS queue_name, CAST(j.kind AS CHAR) AS kind, \
-    CAST(j.status AS CHAR) AS status, CAST(j.payload AS CHAR) AS payload, j.priority, j.attempts, \
-    j.max_attempts, CAST(j.last_error AS CHAR) AS last_error, \
-    CAST(j.dedupe_key AS CHAR) AS dedupe_key, CAST(j.ordering_key AS CHAR) AS ordering_key, \
-    CAST(j.concurrency_key AS CHAR) AS concurrency_key, CAST(j.locked_by AS CHAR) AS locked_by, \
-    DATE_FORMAT(j.created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_at, \
-    DATE_FORMAT(j.first_claimed_at, '%Y-%m-%d %H:%i:%s.%f') AS first_claimed_at, \
-    DATE_FORMAT(j.available_at, '%Y-%m-%d %H:%i:%s.%f') AS available_at, \
-    DATE_FORMAT(j.lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
-    DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
-    DATE_FORMAT(j.updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
-    DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now \
-    FROM job_queue j WHERE j.id = ?";
-
-/// Every column of one job the dashboard shows, with the database's clock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct JobShow {
-    /// `id`.
-    pub id: JobId,
-    /// `queue_name`.
-    pub queue: String,
-    /// `kind`.
-    pub kind: Option<String>,
-    /// `status`.
-    pub status: String,
-    /// `payload` as JSON text.
-    pub payload: String,
-    /// `priority`.
-    pub priority: i16,
-    /// Attempts started.
-    pub attempts: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// `last_error`.
-    pub last_error: Option<String>,
-    /// `dedupe_key`.
-    pub dedupe_key: Option<String>,
-    /// `ordering_key`.
-    pub ordering_key: Option<String>,
-    /// `concurrency_key`.
-    pub concurrency_key: Option<String>,
-    /// `locked_by`: the worker holding the job.
-    pub locked_by: Option<String>,
-    /// `created_at` (UTC).
-    pub created_at: String,
-    /// `first_claimed_at` (UTC).
-    pub first_claimed_at: Option<String>,
-    /// `available_at` (UTC).
-    pub available_at: String,
-    /// `lease_expires_at` (UTC).
-    pub lease_expires_at: Option<String>,
-    /// `finished_at` (UTC).
-    pub finished_at: Option<String>,
-    /// `updated_at` (UTC).
-    pub updated_at: String,
-    /// `UTC_TIMESTAMP(6)` when read.
-    pub now: String,
-}
-
-/// `job_show`: one job by id, any state.
-pub async fn job_show(conn: &mut MySqlConnection, id: JobId) -> Result<Option<JobShow>, Error> {
-    let Some(r) = sqlx::query(JOB_SHOW_SQL)
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await?
-    else {
-        return Ok(None);
-    };
-    Ok(Some(JobShow {
-        id: JobId(r.try_get("id")?),
-        queue: r.try_get("queue_name")?,
-        kind: r.try_get("kind")?,
-        status: r.try_get("status")?,
-        payload: r.try_get("payload")?,
-        priority: r.try_get("priority")?,
-        attempts: r.try_get("attempts")?,
-        max_attempts: r.try_get("max_attempts")?,
-        last_error: r.try_get("last_error")?,
-        dedupe_key: r.try_get("dedupe_key")?,
-        ordering_key: r.try_get("ordering_key")?,
-        concurrency_key: r.try_get("concurrency_key")?,
-        locked_by: r.try_get("locked_by")?,
-        created_at: r.try_get("created_at")?,
-        first_claimed_at: r.try_get("first_claimed_at")?,
-        available_at: r.try_get("available_at")?,
-        lease_expires_at: r.try_get("lease_expires_at")?,
-        finished_at: r.try_get("finished_at")?,
-        updated_at: r.try_get("updated_at")?,
-        now: r.try_get("now")?,
-    }))
-}
-
 const CHART_SQL: &str = "/* mysqlq:dashboard_chart */ \
     SELECT CAST(TIMESTAMPDIFF(MINUTE, minute, UTC_TIMESTAMP()) AS SIGNED) AS ago, \
       CAST(SUM(completions) AS SIGNED) AS completions, CAST(SUM(failures) AS SIGNED) AS failures \
@@ -412,8 +319,12 @@ pub async fn dashboard_explain(
             ));
         }
     }
-    let q = sqlx::query(AssertSqlSafe(format!("EXPLAIN {JOB_SHOW_SQL}"))).bind(1u64);
-    out.push(("job_show".to_owned(), plan(conn, q).await?));
+    let q = sqlx::query(AssertSqlSafe(format!(
+        "EXPLAIN {}",
+        super::admin::JOB_GET_SQL
+    )))
+    .bind(1u64);
+    out.push(("job_get".to_owned(), plan(conn, q).await?));
     let q = sqlx::query(AssertSqlSafe(format!("EXPLAIN {CHART_SQL}")));
     out.push(("dashboard_chart".to_owned(), plan(conn, q).await?));
     Ok(out)
