@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use mysqlq::{EnqueueOptions, Enqueued, Job, JobContext, JobError, Registry, Worker, WorkerHandle};
 use sqlx::{Connection, MySqlPool};
 
+use crate::runner::{self, Finished};
 use crate::server::{error_chain, fresh_database};
 
 /// The queue of [`ExpireReservation`].
@@ -589,11 +590,7 @@ impl fmt::Display for Summary {
             plural(usize::try_from(self.replenish_skus).unwrap_or(0)),
             self.replenished_units,
         )?;
-        if self.ok() {
-            f.write_str("OK")
-        } else {
-            write!(f, "FAILED: {}", self.violations.join("; "))
-        }
+        runner::verdict(f, &self.violations)
     }
 }
 
@@ -617,6 +614,27 @@ impl Round {
         }
         self.pool.close().await;
         Ok(())
+    }
+}
+
+impl Finished<Options> for Round {
+    fn summary(&self) -> String {
+        self.summary.to_string()
+    }
+
+    fn ok(&self) -> bool {
+        self.summary.ok()
+    }
+
+    fn still_running(&self, options: &Options) -> String {
+        format!(
+            "workers still running on queues `{QUEUE}` and `{REPLENISH_QUEUE}` (the rush's reservations expire in {:?}); Ctrl-C to stop",
+            options.checkout_ttl
+        )
+    }
+
+    fn shutdown(self) -> impl Future<Output = Result<(), String>> {
+        Round::shutdown(self)
     }
 }
 

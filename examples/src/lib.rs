@@ -4,6 +4,8 @@
 //! scenario lives in a module of this library, so that an integration test can run the very same
 //! code and assert on its outcome.
 //!
+//! - [`runner`]: the `main` of every example (flags, logging, the round under Ctrl-C, `--once` or
+//!   keep running, graceful shutdown, the summary and the exit code).
 //! - [`server`]: finds a MySQL/MariaDB server (`DATABASE_URL`, else `127.0.0.1:3306`, else a
 //!   private throwaway `mariadbd`/`mysqld` started in a temp dir) and creates fresh databases.
 //! - [`order_email`]: an order and its e-mail job committed in one transaction; a flaky fake mail
@@ -13,7 +15,9 @@
 //! - [`periodic_refresh`]: a periodic producer enqueues one refresh job per active place (deduped,
 //!   so nothing piles up while consumers are down); a flaky API; a worker killed mid-run.
 
+mod fake_http;
 pub mod inventory;
 pub mod order_email;
 pub mod periodic_refresh;
+pub mod runner;
 pub mod server;

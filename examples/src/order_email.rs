@@ -16,14 +16,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mysqlq::{Classify, ErrorClass, Job, JobContext, Registry, Worker, WorkerHandle};
 use sqlx::MySqlPool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
+use crate::fake_http::{self, FakeServer, Request, lock};
+use crate::runner::{self, Finished};
 use crate::server::{error_chain, fresh_database};
 
 /// The queue of [`SendOrderEmail`].
@@ -143,37 +143,12 @@ pub async fn send_order_email(ctx: JobContext, order_id: u64) -> Result<(), Emai
 /// POSTs `body` to `http://addr/send` with an `Idempotency-Key` header; returns the status and
 /// body of the answer. Hand-written HTTP/1.1, one request per connection.
 async fn post_send(addr: SocketAddr, key: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        let request = format!(
-            "POST /send HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        let text = String::from_utf8_lossy(&raw);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or_else(|| std::io::Error::other(format!("malformed HTTP response: {text:.80}")))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .trim()
-            .to_owned();
-        Ok((status, body))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "mail server did not answer in 5 s",
-            )
-        })?
+    let request = format!(
+        "POST /send HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    fake_http::exchange(addr, &request, "mail server").await
 }
 
 /// Which requests the fake mail server answers badly. Request numbers count from 1 over all
@@ -227,122 +202,44 @@ pub struct MailStats {
 /// A minimal mail API on `127.0.0.1:<free port>`: `POST /send` with an `Idempotency-Key` header
 /// and a JSON body `{"order_id", "to", "subject"}`. Stops when dropped.
 #[derive(Debug)]
-pub struct FakeMailServer {
-    addr: SocketAddr,
-    stats: Arc<Mutex<MailStats>>,
-    task: tokio::task::JoinHandle<()>,
-}
+pub struct FakeMailServer(FakeServer<MailStats>);
 
 impl FakeMailServer {
     /// Starts the server with the given faults.
     pub async fn start(faults: Faults, verbose: bool) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let stats = Arc::new(Mutex::new(MailStats::default()));
-        let shared = stats.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let stats = shared.clone();
-                tokio::spawn(async move {
-                    let _ = serve(stream, &stats, faults, verbose).await;
-                });
-            }
-        });
-        Ok(Self { addr, stats, task })
+        FakeServer::start(move |request, stats| {
+            std::future::ready(decide(&request, &stats, faults, verbose))
+        })
+        .await
+        .map(Self)
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr()
     }
 
     /// A copy of what it saw so far.
     pub fn stats(&self) -> MailStats {
-        lock(&self.stats).clone()
+        self.0.stats()
     }
-}
-
-impl Drop for FakeMailServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Reads one request, answers it, closes.
-async fn serve(
-    mut stream: TcpStream,
-    stats: &Mutex<MailStats>,
-    faults: Faults,
-    verbose: bool,
-) -> std::io::Result<()> {
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if raw.len() > 64 * 1024 {
-            return respond(&mut stream, 431, "request head too large").await;
-        }
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        raw.extend_from_slice(&buf[..n]);
-    };
-    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-    let mut lines = head.lines();
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let mut key = None;
-    let mut length = 0usize;
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("idempotency-key") {
-                key = Some(value.to_owned());
-            } else if name.eq_ignore_ascii_case("content-length") {
-                length = value.parse().unwrap_or(0);
-            }
-        }
-    }
-    if length > 1024 * 1024 {
-        return respond(&mut stream, 413, "body too large").await;
-    }
-    while raw.len() < head_end + length {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        raw.extend_from_slice(&buf[..n]);
-    }
-    let body = &raw[head_end..raw.len().min(head_end + length)];
-    let (status, text) = decide(method, path, key, body, stats, faults, verbose);
-    respond(&mut stream, status, &text).await
 }
 
 /// The mail server's logic: faults, idempotency, bounces, delivery.
 fn decide(
-    method: &str,
-    path: &str,
-    key: Option<String>,
-    body: &[u8],
+    request: &Request,
     stats: &Mutex<MailStats>,
     faults: Faults,
     verbose: bool,
 ) -> (u16, String) {
-    if method != "POST" || path != "/send" {
+    if request.method != "POST" || request.path != "/send" {
         return (404, "only POST /send".to_owned());
     }
-    let Some(key) = key.filter(|k| !k.is_empty()) else {
+    let Some(key) = request
+        .header("idempotency-key")
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+    else {
         return (400, "missing Idempotency-Key header".to_owned());
     };
     let mut s = lock(stats);
@@ -362,7 +259,7 @@ fn decide(
         }
         return (200, r#"{"status":"duplicate"}"#.to_owned());
     }
-    let message: serde_json::Value = match serde_json::from_slice(body) {
+    let message: serde_json::Value = match serde_json::from_slice(&request.body) {
         Ok(v) => v,
         Err(e) => return (400, format!("bad JSON: {e}")),
     };
@@ -398,25 +295,6 @@ fn decide(
         println!("  mail      order {order_id:>3}: ✉ delivered to {to}");
     }
     (200, r#"{"status":"sent"}"#.to_owned())
-}
-
-async fn respond(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        _ => "Error",
-    };
-    let response = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
 }
 
 /// Settings of one round.
@@ -510,11 +388,7 @@ impl fmt::Display for Summary {
                 "s"
             },
         )?;
-        if self.ok() {
-            f.write_str("OK")
-        } else {
-            write!(f, "FAILED: {}", self.violations.join("; "))
-        }
+        runner::verdict(f, &self.violations)
     }
 }
 
@@ -551,6 +425,26 @@ impl Round {
             ));
         }
         Ok(())
+    }
+}
+
+impl Finished<Options> for Round {
+    fn summary(&self) -> String {
+        self.summary.to_string()
+    }
+
+    fn ok(&self) -> bool {
+        self.summary.ok()
+    }
+
+    fn still_running(&self, _options: &Options) -> String {
+        format!(
+            "worker still running on queue `{QUEUE}` (enqueue more SendOrderEmail jobs to watch them); Ctrl-C to stop"
+        )
+    }
+
+    fn shutdown(self) -> impl Future<Output = Result<(), String>> {
+        Round::shutdown(self)
     }
 }
 

@@ -31,9 +31,9 @@ use mysqlq::{
     Registry, Worker, WorkerHandle, enqueue_many,
 };
 use sqlx::MySqlPool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
+use crate::fake_http::{self, FakeServer, Request, lock};
+use crate::runner::{self, Finished};
 use crate::server::{error_chain, fresh_database};
 
 /// The queue of [`RefreshPlace`] (the consumers').
@@ -212,34 +212,9 @@ pub async fn refresh_place(ctx: JobContext, place_id: u64) -> Result<(), Refresh
 
 /// `GET /places/<id>` on the API; returns the status and body.
 async fn get_place(addr: SocketAddr, place_id: u64) -> std::io::Result<(u16, String)> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        let request =
-            format!("GET /places/{place_id} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        let text = String::from_utf8_lossy(&raw);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or_else(|| std::io::Error::other(format!("malformed HTTP response: {text:.80}")))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .trim()
-            .to_owned();
-        Ok((status, body))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "place API did not answer in 5 s",
-            )
-        })?
+    let request =
+        format!("GET /places/{place_id} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    fake_http::exchange(addr, &request, "place API").await
 }
 
 /// What the fake place API saw.
@@ -260,83 +235,39 @@ pub struct ApiStats {
 /// (a quarter of the requests, never twice in a row for one place), and the poisoned place always
 /// gets `500`. Stops when dropped.
 #[derive(Debug)]
-pub struct FakePlaceApi {
-    addr: SocketAddr,
-    stats: Arc<Mutex<ApiStats>>,
-    task: tokio::task::JoinHandle<()>,
-}
+pub struct FakePlaceApi(FakeServer<ApiStats>);
 
 impl FakePlaceApi {
     /// Starts the API; `poisoned` always gets `500`.
     pub async fn start(poisoned: u64) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let stats = Arc::new(Mutex::new(ApiStats::default()));
-        let shared = stats.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let stats = shared.clone();
-                tokio::spawn(async move {
-                    let _ = serve(stream, &stats, poisoned).await;
-                });
-            }
-        });
-        Ok(Self { addr, stats, task })
+        FakeServer::start(move |request, stats| answer(request, stats, poisoned))
+            .await
+            .map(Self)
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr()
     }
 
     /// A copy of what it saw so far.
     pub fn stats(&self) -> ApiStats {
-        lock(&self.stats).clone()
+        self.0.stats()
     }
 }
 
-impl Drop for FakePlaceApi {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-async fn serve(
-    mut stream: TcpStream,
-    stats: &Mutex<ApiStats>,
-    poisoned: u64,
-) -> std::io::Result<()> {
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
-        if raw.len() > 16 * 1024 {
-            return respond(&mut stream, 431, "request head too large").await;
-        }
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        raw.extend_from_slice(&buf[..n]);
-    }
-    let head = String::from_utf8_lossy(&raw);
-    let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let Some(place_id) = path
+/// The place API's logic: slowness, outages, the poisoned place.
+async fn answer(request: Request, stats: Arc<Mutex<ApiStats>>, poisoned: u64) -> (u16, String) {
+    let Some(place_id) = request
+        .path
         .strip_prefix("/places/")
         .and_then(|id| id.parse::<u64>().ok())
-        .filter(|_| method == "GET")
+        .filter(|_| request.method == "GET")
     else {
-        return respond(&mut stream, 404, "only GET /places/<id>").await;
+        return (404, "only GET /places/<id>".to_owned());
     };
     let k = {
-        let mut s = lock(stats);
+        let mut s = lock(&stats);
         let k = s.requests.entry(place_id).or_default();
         *k += 1;
         *k
@@ -344,37 +275,17 @@ async fn serve(
     // Slow: 20–100 ms, deterministic per place and request.
     let delay = 20 + (place_id * 37 + k * 11) % 81;
     tokio::time::sleep(Duration::from_millis(delay)).await;
-    let (status, body) = {
-        let mut s = lock(stats);
-        if place_id == poisoned {
-            s.poisoned += 1;
-            (500, "upstream exploded for this place".to_owned())
-        } else if (place_id + k).is_multiple_of(4) {
-            s.outages += 1;
-            (503, "busy, try again later".to_owned())
-        } else {
-            *s.ok.entry(place_id).or_default() += 1;
-            (200, (1_000 + place_id * 17 + k).to_string())
-        }
-    };
-    respond(&mut stream, status, &body).await
-}
-
-async fn respond(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Error",
-    };
-    let response = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    let mut s = lock(&stats);
+    if place_id == poisoned {
+        s.poisoned += 1;
+        (500, "upstream exploded for this place".to_owned())
+    } else if (place_id + k).is_multiple_of(4) {
+        s.outages += 1;
+        (503, "busy, try again later".to_owned())
+    } else {
+        *s.ok.entry(place_id).or_default() += 1;
+        (200, (1_000 + place_id * 17 + k).to_string())
+    }
 }
 
 /// The scenario's knobs.
@@ -476,10 +387,38 @@ impl fmt::Display for Summary {
             self.poisoned_failed,
             if self.poisoned_failed == 1 { "" } else { "s" },
         )?;
-        if self.ok() {
-            f.write_str("OK")
-        } else {
-            write!(f, "FAILED: {}", self.violations.join("; "))
+        runner::verdict(f, &self.violations)
+    }
+}
+
+/// The round leaves nothing running: without `--once`, [`keep_running`] starts a producer and a
+/// consumer on its database until Ctrl-C.
+impl Finished<Options> for Summary {
+    fn summary(&self) -> String {
+        self.to_string()
+    }
+
+    fn ok(&self) -> bool {
+        Summary::ok(self)
+    }
+
+    fn still_running(&self, _options: &Options) -> String {
+        "producer and consumer keep running (a tick every second); Ctrl-C to stop".to_owned()
+    }
+
+    async fn shutdown(self) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn finish(
+        self,
+        url: &str,
+        options: &Options,
+        stop: Option<impl Future<Output = ()>>,
+    ) -> Result<(), String> {
+        match stop {
+            Some(stop) => keep_running(url, options, stop).await,
+            None => Ok(()),
         }
     }
 }
