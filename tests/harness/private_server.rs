@@ -92,7 +92,31 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Removes template and server directories left by test processes that are gone (a killed
+/// test run, or a template, which lives as long as its process).
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name
+            .strip_prefix("mysqlq-template-")
+            .or_else(|| name.strip_prefix("mysqlq-private-"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next() else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn init_datadir(binary: &Path) -> PathBuf {
+    remove_stale_dirs();
     let dir = unique_dir("mysqlq-template");
     std::fs::create_dir_all(dir.join("tmp")).expect("create the template directory");
     let data = dir.join("data");
