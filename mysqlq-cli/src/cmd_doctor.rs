@@ -44,10 +44,7 @@ pub(crate) async fn doctor(target: &Target) -> Result<u8, CliError> {
     let mut checks = Vec::new();
     let db = |e: mysqlq::Error| CliError::mysqlq("doctor could not read the server", &e);
 
-    let version: String = sqlx::query_scalar("/* mysqlq:doctor */ SELECT VERSION()")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| db(e.into()))?;
+    let version = server::version(&mut conn).await.map_err(db)?;
     let info = match server::detect(&mut conn).await {
         Ok(info) => {
             checks.push(check(

@@ -1,6 +1,8 @@
 //! Schema migrations from `migrations/`, applied in order, each once, under a named lock.
 
-use sqlx::{AssertSqlSafe, MySqlConnection, MySqlPool};
+use sqlx::{MySqlConnection, MySqlPool};
+
+use crate::store::migrations;
 
 use crate::Error;
 
@@ -32,41 +34,19 @@ pub const SCHEMA_VERSION: u32 = 2;
 pub async fn migrate(pool: &MySqlPool) -> Result<u32, Error> {
     let mut conn = pool.acquire().await?;
     crate::store::server::detect(&mut conn).await?;
-    let got: Option<i64> = sqlx::query_scalar(
-        "/* mysqlq:migrate */ SELECT GET_LOCK(CONCAT('mysqlq_migrate:', IFNULL(DATABASE(), '')), 60)",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if got != Some(1) {
+    if !migrations::migration_lock(&mut conn).await? {
         return Err(Error::invalid(
             "migration lock",
             "another process held it for 60 s; is a migration stuck? look at SHOW PROCESSLIST",
         ));
     }
     let result = apply(&mut conn).await;
-    let _ = sqlx::query(
-        "/* mysqlq:migrate */ SELECT RELEASE_LOCK(CONCAT('mysqlq_migrate:', IFNULL(DATABASE(), '')))",
-    )
-    .execute(&mut *conn)
-    .await;
+    let _ = migrations::migration_unlock(&mut conn).await;
     result
 }
 
 async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
-    sqlx::query(
-        "/* mysqlq:migrate */ CREATE TABLE IF NOT EXISTS mysqlq_migrations ( \
-           version INT UNSIGNED NOT NULL, \
-           name VARCHAR(128) NOT NULL, \
-           applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
-           PRIMARY KEY (version) \
-         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
-    )
-    .execute(&mut *conn)
-    .await?;
-    let done: Vec<u32> =
-        sqlx::query_scalar("/* mysqlq:migrate */ SELECT version FROM mysqlq_migrations")
-            .fetch_all(&mut *conn)
-            .await?;
+    let done = migrations::migrations_applied(conn).await?;
     if let Some(&newest) = done.iter().max()
         && newest > SCHEMA_VERSION
     {
@@ -76,18 +56,7 @@ async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
         });
     }
     for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-        for statement in statements(m.sql) {
-            sqlx::raw_sql(AssertSqlSafe(statement))
-                .execute(&mut *conn)
-                .await?;
-        }
-        sqlx::query(
-            "/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)",
-        )
-        .bind(m.version)
-        .bind(m.name)
-        .execute(&mut *conn)
-        .await?;
+        migrations::migration_apply(conn, m.version, m.name, statements(m.sql)).await?;
         tracing::info!(version = m.version, name = m.name, "applied migration");
     }
     Ok(SCHEMA_VERSION)
@@ -95,21 +64,7 @@ async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
 
 /// The schema version of the database: the newest applied migration, 0 when there is none.
 pub async fn schema_version(conn: &mut MySqlConnection) -> Result<u32, Error> {
-    let exists: i64 = sqlx::query_scalar(
-        "/* mysqlq:schema_version */ SELECT COUNT(*) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = 'mysqlq_migrations'",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if exists == 0 {
-        return Ok(0);
-    }
-    let v: Option<u32> = sqlx::query_scalar(
-        "/* mysqlq:schema_version */ SELECT MAX(version) FROM mysqlq_migrations",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(v.unwrap_or(0))
+    migrations::schema_version(conn).await
 }
 
 /// Errors unless the database's schema is exactly this build's.

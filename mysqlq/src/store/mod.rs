@@ -15,6 +15,7 @@ pub mod admin;
 pub mod bench;
 mod cron;
 pub mod dashboard;
+pub mod migrations;
 pub mod server;
 mod workers;
 

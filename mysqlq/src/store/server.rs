@@ -101,11 +101,18 @@ impl fmt::Display for ServerInfo {
     }
 }
 
+/// `server_version`: the server's `VERSION()` string, unchecked.
+pub async fn version(conn: &mut MySqlConnection) -> Result<String, Error> {
+    Ok(
+        sqlx::query_scalar("/* mysqlq:server_version */ SELECT VERSION()")
+            .fetch_one(&mut *conn)
+            .await?,
+    )
+}
+
 /// Reads and checks the server version.
 pub async fn detect(conn: &mut MySqlConnection) -> Result<ServerInfo, Error> {
-    let version: String = sqlx::query_scalar("/* mysqlq:server_version */ SELECT VERSION()")
-        .fetch_one(&mut *conn)
-        .await?;
+    let version = version(conn).await?;
     let info = ServerInfo::parse(&version)?;
     info.check_supported()?;
     Ok(info)
