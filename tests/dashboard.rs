@@ -848,6 +848,45 @@ impl Browser {
             .to_owned()
     }
 
+    /// Waits (up to 10 s) until the text of `css` contains `needle`: after a click the old page
+    /// may still be there, or its elements already stale.
+    async fn wait_contains(&self, css: &str, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut last = String::new();
+        while std::time::Instant::now() < deadline {
+            let found = wd(
+                self.driver,
+                "POST",
+                &format!("/session/{}/element", self.session),
+                Some(&json!({"using": "css selector", "value": css})),
+            )
+            .await;
+            let el = found
+                .as_object()
+                .filter(|o| !o.contains_key("error"))
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let Some(el) = el {
+                let t = wd(
+                    self.driver,
+                    "GET",
+                    &format!("/session/{}/element/{el}/text", self.session),
+                    None,
+                )
+                .await;
+                if let Some(text) = t.as_str() {
+                    last = text.to_owned();
+                    if last.contains(needle) {
+                        return last;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("`{css}` never contained `{needle}`; last text: `{last}`");
+    }
+
     async fn script(&self, js: &str) -> Value {
         self.cmd(
             "POST",
@@ -965,7 +1004,7 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
     browser
         .click(&format!(r#"tr[data-id="{failed}"] button.retry-one"#))
         .await;
-    assert!(browser.text(".notice").await.contains("retried 1"));
+    browser.wait_contains(".notice", "retried 1").await;
     assert_eq!(status_of(&db, failed).await.as_deref(), Some("pending"));
 
     // A worker drains the queue; pause by clicking; a new job stays pending while the worker
@@ -981,7 +1020,7 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
     browser
         .click(r#"tr[data-queue="test"] button[value="pause"]"#)
         .await;
-    assert!(browser.text(".notice").await.contains("paused queue test"));
+    browser.wait_contains(".notice", "paused queue test").await;
     assert_eq!(
         browser.text(r#"td[data-q="test"][data-f="paused"]"#).await,
         "paused"
@@ -1006,7 +1045,7 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
     browser
         .click(r#"tr[data-queue="test"] button[value="resume"]"#)
         .await;
-    assert!(browser.text(".notice").await.contains("resumed queue test"));
+    browser.wait_contains(".notice", "resumed queue test").await;
     db.wait_for(
         "the held job completed after resume",
         &format!(
