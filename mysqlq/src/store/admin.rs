@@ -888,13 +888,7 @@ async fn dedupe_conflict(conn: &mut MySqlConnection, id: JobId) -> Result<Dedupe
     .await?
     .flatten();
     let holder = match &key {
-        Some(k) => sqlx::query_scalar::<_, u64>(
-            "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
-        )
-        .bind(k.as_str())
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(JobId),
+        Some(k) => super::job_dedupe_holder(conn, k).await?,
         None => None,
     };
     Ok(DedupeConflict {

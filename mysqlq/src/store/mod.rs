@@ -169,7 +169,10 @@ pub async fn job_insert_one(
 /// it cannot deadlock with a worker claiming the holder); inside the caller's transaction, whose
 /// snapshot may predate the holder, a locking read (which sees the latest committed row) if the
 /// plain read found nothing.
-async fn job_dedupe_holder(conn: &mut MySqlConnection, key: &str) -> Result<Option<JobId>, Error> {
+pub(crate) async fn job_dedupe_holder(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<Option<JobId>, Error> {
     let id: Option<u64> = sqlx::query_scalar(
         "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
     )
