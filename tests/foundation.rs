@@ -417,10 +417,11 @@ async fn stale_token_changes_nothing_and_is_reported() {
     }];
     let report = store::job_complete_many(&mut conn, &stale).await.unwrap();
     assert_eq!((report.done, report.lost.clone()), (0, vec![id]));
-    assert!(
-        !store::job_finish_attempt(&mut conn, &stale[0], &store::Outcome::Fail, "late")
+    assert_eq!(
+        store::job_finish_attempt(&mut conn, &stale[0], &store::Outcome::Fail, "late")
             .await
-            .unwrap()
+            .unwrap(),
+        store::Written::Lost
     );
     assert_eq!(
         store::job_heartbeat(&mut conn, Duration::from_secs(60), &stale)
@@ -439,9 +440,21 @@ async fn stale_token_changes_nothing_and_is_reported() {
     let report = store::job_complete_many(&mut conn, &good).await.unwrap();
     assert_eq!((report.done, report.lost.len()), (1, 0));
     assert_eq!(db.count("completed").await, 1);
-    // Completing twice: the second is lost ownership, not a second completion.
+    // Completing twice under the same token (a retry after a lost COMMIT reply): recognised as
+    // this token's own earlier write — neither a second completion nor a lost lease.
     let again = store::job_complete_many(&mut conn, &good).await.unwrap();
-    assert_eq!((again.done, again.lost), (0, vec![id]));
+    assert_eq!(
+        (again.done, again.lost.clone(), again.settled.clone()),
+        (0, vec![], vec![id])
+    );
+    // A heartbeat racing the completion is not "lost" either.
+    let beat = store::job_heartbeat(&mut conn, Duration::from_secs(60), &good)
+        .await
+        .unwrap();
+    assert_eq!((beat.done, beat.lost, beat.settled), (0, vec![], vec![id]));
+    // A stale token is still lost after the completion.
+    let report = store::job_complete_many(&mut conn, &stale).await.unwrap();
+    assert_eq!((report.lost, report.settled), (vec![id], vec![]));
 }
 
 #[tokio::test]
@@ -470,6 +483,7 @@ async fn attempt_outcomes_move_jobs_as_documented() {
         )
         .await
         .unwrap()
+            == store::Written::Now
     );
     assert!(
         store::job_finish_attempt(
@@ -480,11 +494,20 @@ async fn attempt_outcomes_move_jobs_as_documented() {
         )
         .await
         .unwrap()
+            == store::Written::Now
     );
     assert!(
         store::job_finish_attempt(&mut conn, &owned[2], &store::Outcome::Fail, "bad input")
             .await
             .unwrap()
+            == store::Written::Now
+    );
+    // Written again under the same token (a retry after a lost COMMIT reply): already done.
+    assert_eq!(
+        store::job_finish_attempt(&mut conn, &owned[2], &store::Outcome::Fail, "bad input")
+            .await
+            .unwrap(),
+        store::Written::Already
     );
     assert_eq!(
         store::job_release(&mut conn, &owned[3..])

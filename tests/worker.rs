@@ -56,9 +56,11 @@ async fn completes_jobs_and_counts_them() {
     assert_eq!((c.claims, c.completions, c.lost), (50, 50, 0));
     let text = metrics.render_prometheus();
     assert!(text.contains("mysqlq_completions_total"), "{text}");
-    // Finished rows carry finished_at and no owner.
+    // Finished rows carry finished_at and no lease; the last attempt's worker and token stay
+    // (they let a retried write recognise its own commit).
     let bad: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM job_queue WHERE finished_at IS NULL OR claim_token IS NOT NULL OR locked_by IS NOT NULL",
+        "SELECT COUNT(*) FROM job_queue WHERE finished_at IS NULL OR lease_expires_at IS NOT NULL \
+         OR claim_token IS NULL OR locked_by IS NULL",
     )
     .fetch_one(&db.pool)
     .await
@@ -279,7 +281,7 @@ async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
     assert_eq!(report.released, 3);
     let (pending, zero_attempts, owned): (i64, i64, i64) = sqlx::query_as(
         "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED), \
-         CAST(SUM(claim_token IS NOT NULL) AS SIGNED) FROM job_queue",
+         CAST(SUM(lease_expires_at IS NOT NULL) AS SIGNED) FROM job_queue",
     )
     .fetch_one(&db.pool)
     .await
@@ -329,21 +331,62 @@ async fn unknown_kinds_and_bad_payloads_get_a_recorded_error() {
     assert!(err.unwrap().contains("payload does not match job `noop`"));
 }
 
+/// Holds one connection of the application's pool for `ms`, like a handler doing its own
+/// database work through `ctx.pool()`.
+#[mysqlq::job(queue = "hog", retries = 0)]
+async fn pool_hog(ctx: mysqlq::JobContext, ms: u64) -> Result<(), mysqlq::JobError> {
+    let pool = ctx
+        .pool()
+        .expect("the worker hands its pool to jobs")
+        .clone();
+    let mut conn = pool.acquire().await.map_err(mysqlq::JobError::retry)?;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    sqlx::query("SELECT 1")
+        .execute(&mut *conn)
+        .await
+        .map_err(mysqlq::JobError::retry)?;
+    Ok(())
+}
+
 #[tokio::test]
-async fn a_too_small_pool_is_a_start_up_error() {
+async fn handlers_holding_every_pool_connection_do_not_starve_the_worker() {
+    // The application's pool has 2 connections; 4 handlers at once each hold one for longer than
+    // the lease. Claims, heartbeats and completions run on the worker's own connections, so no
+    // lease is lost and every job completes on its first and only attempt.
     let db = TestDb::new().await;
     let small = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(2)
+        .acquire_timeout(Duration::from_secs(60))
         .connect_with(db.options.clone())
         .await
         .unwrap();
-    let err = mysqlq::Worker::builder(small)
-        .queues(["test"])
+    for _ in 0..8 {
+        PoolHog { ms: 1_200 }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = mysqlq::Worker::builder(small)
+        .queues(["hog"])
+        .concurrency(4)
+        .lease(Duration::from_millis(800))
+        .heartbeat_interval(Duration::from_millis(100))
+        .maintenance(Duration::from_millis(200), Duration::from_secs(1))
         .start()
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("recommended_pool_size"), "{err}");
+        .unwrap();
+    db.wait_for(
+        "all eight done",
+        "SELECT COUNT(*) = 8 FROM job_queue WHERE status IN ('completed', 'failed')",
+        Duration::from_secs(60),
+    )
+    .await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    let failed: Vec<(u64, Option<String>)> =
+        sqlx::query_as("SELECT id, last_error FROM job_queue WHERE status <> 'completed'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(failed.is_empty(), "jobs not completed: {failed:?}");
+    assert_eq!(m.counters.snapshot().lost, 0, "no lease was lost");
 }
 
 #[tokio::test]

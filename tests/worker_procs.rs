@@ -124,7 +124,7 @@ async fn leader_failover_hands_the_reaper_to_another_process() {
     let mut a = Proc::start(BIN, &db, "leader-a", &["--queues", "test"]);
     db.wait_for(
         "a leads",
-        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id = 'leader-a'",
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'leader-a#%'",
         Duration::from_secs(30),
     )
     .await;
@@ -135,15 +135,15 @@ async fn leader_failover_hands_the_reaper_to_another_process() {
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(
-        leader().await.as_deref(),
-        Some("leader-a"),
-        "one leader at a time"
+    let holder = leader().await.unwrap_or_default();
+    assert!(
+        holder.starts_with("leader-a#"),
+        "one leader at a time, named by its per-process identity: {holder}"
     );
     a.kill();
     db.wait_for(
         "b leads",
-        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id = 'leader-b'",
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'leader-b#%'",
         Duration::from_secs(30),
     )
     .await;

@@ -20,6 +20,9 @@ pub enum CancelReason {
     Shutdown,
     /// The job ran past its timeout.
     Timeout,
+    /// No heartbeat could renew the lease in time (the database is unreachable or stalled):
+    /// the worker stops the job before the lease can expire and another worker take it.
+    LeaseUnconfirmed,
 }
 
 impl fmt::Display for CancelReason {
@@ -28,6 +31,7 @@ impl fmt::Display for CancelReason {
             Self::LeaseLost => "lease lost",
             Self::Shutdown => "worker shutting down",
             Self::Timeout => "timed out",
+            Self::LeaseUnconfirmed => "lease could not be renewed in time",
         })
     }
 }

@@ -167,5 +167,5 @@ pub use registry::{JobRegistration, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use worker::{
     Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,
-    WorkerHandle,
+    WorkerEvent, WorkerHandle,
 };

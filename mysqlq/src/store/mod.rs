@@ -22,7 +22,8 @@ mod workers;
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
 
 pub use workers::{
-    WorkerRow, stats_add, stats_prune, worker_register, worker_seen, worker_stopped,
+    WorkerRow, stats_add, stats_flush, stats_prune, worker_register, worker_seen,
+    worker_session_setup, worker_stopped,
 };
 
 use std::fmt::Write as _;
@@ -318,6 +319,44 @@ pub async fn job_claim(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
 ) -> Result<Vec<ClaimedJob>, Error> {
+    job_claim_tracked(conn, p).await.map_err(|f| f.error)
+}
+
+/// A claim that failed. When its COMMIT was sent but no reply came back (the connection broke),
+/// the server may have committed it: `in_doubt` then holds the jobs it tried to claim, to be
+/// resolved with [`job_claim_resolve`] under the same token. Empty when the claim certainly did
+/// not commit.
+#[derive(Debug)]
+pub struct ClaimFailed {
+    /// What went wrong.
+    pub error: Error,
+    /// The jobs of a claim whose COMMIT outcome is unknown.
+    pub in_doubt: Vec<ClaimedJob>,
+}
+
+impl From<sqlx::Error> for ClaimFailed {
+    fn from(e: sqlx::Error) -> Self {
+        Self {
+            error: e.into(),
+            in_doubt: Vec::new(),
+        }
+    }
+}
+
+impl From<Error> for ClaimFailed {
+    fn from(error: Error) -> Self {
+        Self {
+            error,
+            in_doubt: Vec::new(),
+        }
+    }
+}
+
+/// [`job_claim`], telling a claim whose COMMIT outcome is unknown apart ([`ClaimFailed`]).
+pub async fn job_claim_tracked(
+    conn: &mut MySqlConnection,
+    p: &ClaimParams<'_>,
+) -> Result<Vec<ClaimedJob>, ClaimFailed> {
     crate::enqueue::validate_queue_name(p.queue)?;
     let select = AssertSqlSafe(claim_select_sql(p.queue, "job_claim"));
     let mut tx = conn
@@ -378,16 +417,61 @@ pub async fn job_claim(
     if updated != ids.len() as u64 {
         // Impossible while we hold the row locks; refuse to hand out jobs we may not own.
         tx.rollback().await?;
-        return Err(Error::invalid(
+        return Err(ClaimFailed::from(Error::invalid(
             "claim",
             format!(
                 "claimed {} rows but updated {updated}; the claim was rolled back",
                 ids.len()
             ),
-        ));
+        )));
     }
+    match tx.commit().await {
+        Ok(()) => Ok(jobs),
+        // A server error on COMMIT (a deadlock, a Galera certification failure) means it was
+        // rolled back. Anything else (the connection broke) leaves the outcome unknown.
+        Err(e @ sqlx::Error::Database(_)) => Err(e.into()),
+        Err(e) => Err(ClaimFailed {
+            error: e.into(),
+            in_doubt: jobs,
+        }),
+    }
+}
+
+/// `job_claim_resolve`: which jobs of a claim whose COMMIT outcome is unknown the claim owns.
+/// A locking read, so it waits for the in-doubt transaction to end (a transaction whose client
+/// went away is committed or rolled back by the server) instead of reading the rows from before
+/// it; the token was made by the client, so a row under it belongs to that claim and no other.
+pub async fn job_claim_resolve(
+    conn: &mut MySqlConnection,
+    token: &str,
+    in_doubt: &[ClaimedJob],
+) -> Result<Vec<ClaimedJob>, Error> {
+    if in_doubt.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<JobId> = in_doubt.iter().map(|j| j.id).collect();
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_claim_resolve */ SELECT id FROM job_queue WHERE id IN ({}) \
+         AND status = 'processing' AND claim_token = ? LOCK IN SHARE MODE",
+        placeholders(padded_len(ids.len()))
+    ));
+    let mut tx = conn
+        .begin_with("/* mysqlq:job_claim_resolve */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        .await?;
+    let rows = bind_ids(sqlx::query(sql), &ids)
+        .bind(token)
+        .fetch_all(&mut *tx)
+        .await?;
     tx.commit().await?;
-    Ok(jobs)
+    let owned: Vec<u64> = rows
+        .iter()
+        .map(|r| r.try_get::<u64, _>("id"))
+        .collect::<Result<_, _>>()?;
+    Ok(in_doubt
+        .iter()
+        .filter(|j| owned.contains(&j.id.0))
+        .cloned()
+        .collect())
 }
 
 /// The strict half of per-key concurrency limits, inside the claim transaction: for each key
@@ -444,14 +528,20 @@ pub struct Owned {
 /// How a token-guarded write over many jobs went.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GuardedReport {
-    /// Jobs written.
+    /// Jobs written by this statement.
     pub done: u64,
-    /// Jobs whose guard failed: the lease was lost and another owner (or the reaper) moved them.
+    /// Jobs whose guard failed because someone else moved them: another claim owns them now,
+    /// or the reaper took them back after their lease expired.
     pub lost: Vec<JobId>,
+    /// Jobs whose guard failed because an earlier write under the same token already moved
+    /// them out of `processing` (a retried write whose first COMMIT reply was lost, or a
+    /// heartbeat racing the job's own completion): nothing was lost.
+    pub settled: Vec<JobId>,
 }
 
 /// Runs a token-guarded UPDATE over `jobs` (`WHERE id IN (…) AND status = 'processing' AND
-/// (id, claim_token) IN ((…))`), then names the jobs it did not change.
+/// (id, claim_token) IN ((…))`), then names the jobs it did not change, split into lost and
+/// already settled by this token ([`job_ownership`]).
 async fn guarded_update(
     conn: &mut MySqlConnection,
     tag: &str,
@@ -485,43 +575,72 @@ async fn guarded_update(
     let done = q.execute(&mut *conn).await?.rows_affected();
     let mut report = GuardedReport {
         done,
-        lost: Vec::new(),
+        ..GuardedReport::default()
     };
     if done < jobs.len() as u64 {
-        report.lost = job_not_owned(conn, jobs).await?;
+        let o = job_ownership(conn, jobs).await?;
+        report.lost = o.lost;
+        report.settled = o.settled;
     }
     Ok(report)
 }
 
-/// Which of `jobs` are no longer processing under their token (after a guarded write).
-async fn job_not_owned(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<Vec<JobId>, Error> {
+/// Where a set of jobs stands with respect to the tokens their holder has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ownership {
+    /// Still `processing` under the holder's token.
+    pub owned: Vec<JobId>,
+    /// Moved out of `processing` by a write under the holder's token (the token stays on the
+    /// row until the next claim): the holder's own write committed.
+    pub settled: Vec<JobId>,
+    /// Held under another token, moved by the reaper (which clears the token), or deleted.
+    pub lost: Vec<JobId>,
+}
+
+/// `job_ownership`: classifies `jobs` by their row's current status and token. A plain read:
+/// call it after a guarded write, whose row locks mean the rows it saw are committed.
+pub async fn job_ownership(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<Ownership, Error> {
+    let mut out = Ownership::default();
+    if jobs.is_empty() {
+        return Ok(out);
+    }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_ownership */ SELECT id, status, claim_token FROM job_queue WHERE id IN ({})",
+        "/* mysqlq:job_ownership */ SELECT id, CAST(status AS CHAR) AS status, claim_token \
+         FROM job_queue WHERE id IN ({})",
         placeholders(padded_len(ids.len()))
     ));
     let rows = bind_ids(sqlx::query(sql), &ids)
         .fetch_all(&mut *conn)
         .await?;
-    let mut lost = Vec::new();
     for j in jobs {
-        let still = rows.iter().any(|r| {
-            r.try_get::<u64, _>("id").ok() == Some(j.id.0)
-                && r.try_get::<String, _>("status").ok().as_deref() == Some("processing")
-                && r.try_get::<Option<String>, _>("claim_token")
-                    .ok()
-                    .flatten()
-                    .as_deref()
-                    == Some(j.token.as_str())
-        });
-        if !still {
-            lost.push(j.id);
+        let row = rows
+            .iter()
+            .find(|r| r.try_get::<u64, _>("id").ok() == Some(j.id.0));
+        let (status, token) = match row {
+            Some(r) => (
+                r.try_get::<String, _>("status")?,
+                r.try_get::<Option<String>, _>("claim_token")?,
+            ),
+            None => {
+                out.lost.push(j.id);
+                continue;
+            }
+        };
+        match (status.as_str(), token.as_deref() == Some(j.token.as_str())) {
+            ("processing", true) => out.owned.push(j.id),
+            (_, true) => out.settled.push(j.id),
+            _ => out.lost.push(j.id),
         }
     }
-    Ok(lost)
+    Ok(out)
 }
 
-const CLEAR_OWNER: &str = "locked_by = NULL, claim_token = NULL, lease_expires_at = NULL";
+/// What the holder of a claim token keeps on a row after it moved the job out of `processing`:
+/// `locked_by` and `claim_token` stay (they name the last attempt's worker and token, and let a
+/// retried write recognise its own commit); only the lease goes. The token grants ownership only
+/// together with `status = 'processing'`, and every claim writes a new one.
+const CLEAR_OWNER: &str = "lease_expires_at = NULL";
 
 /// `job_complete_many`: marks jobs `completed` in one statement (token-guarded).
 pub async fn job_complete_many(
@@ -573,43 +692,74 @@ pub enum Outcome {
     Cancel,
 }
 
+/// How a token-guarded write of one job went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// This statement wrote it.
+    Now,
+    /// An earlier write under the same token had already moved the job out of `processing`
+    /// (a retried write whose first COMMIT reply was lost): nothing more to do.
+    Already,
+    /// Ownership was lost: another claim owns the job, or the reaper took it back.
+    Lost,
+}
+
+impl Written {
+    /// `true` unless ownership was lost.
+    pub fn is_ok(self) -> bool {
+        !matches!(self, Self::Lost)
+    }
+}
+
+/// `available_at` for "now + ? microseconds", clamped to the largest `DATETIME` so that an
+/// absurd delay (a snooze of `Duration::MAX`) schedules the job at the end of time instead of
+/// failing the write with error 1441 (datetime overflow) forever.
+macro_rules! at_delay {
+    () => {
+        "UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), \
+         '9999-12-31 23:59:59')) MICROSECOND"
+    };
+}
+
 /// `job_retry_at` / `job_snooze` / `job_fail` / `job_cancel`: records the end of one attempt,
-/// token-guarded, with `last_error` (bounded to [`MAX_ERROR_BYTES`]). Returns `false` when
-/// ownership was lost (nothing was written).
+/// token-guarded, with `last_error` (bounded to [`MAX_ERROR_BYTES`]). Delays are clamped to what
+/// `DATETIME` holds. A write refused by the guard is told apart: [`Written::Already`] when this
+/// token's own earlier write committed, [`Written::Lost`] when someone else moved the job.
 pub async fn job_finish_attempt(
     conn: &mut MySqlConnection,
     job: &Owned,
     outcome: &Outcome,
     error: &str,
-) -> Result<bool, Error> {
+) -> Result<Written, Error> {
     let error = truncate_error(error);
     let (sql, delay): (&'static str, Option<Duration>) = match outcome {
         Outcome::Retry { delay } => (
-            "/* mysqlq:job_retry_at */ UPDATE job_queue SET status = 'pending', \
-             available_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, last_error = ?, \
-             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
-             WHERE id = ? AND status = 'processing' AND claim_token = ?",
+            concat!(
+                "/* mysqlq:job_retry_at */ UPDATE job_queue SET status = 'pending', available_at = ",
+                at_delay!(),
+                ", last_error = ?, lease_expires_at = NULL \
+                 WHERE id = ? AND status = 'processing' AND claim_token = ?"
+            ),
             Some(*delay),
         ),
         Outcome::Snooze { delay } => (
-            "/* mysqlq:job_snooze */ UPDATE job_queue SET status = 'pending', \
-             available_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, last_error = ?, \
-             attempts = IF(attempts > 0, attempts - 1, 0), \
-             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
-             WHERE id = ? AND status = 'processing' AND claim_token = ?",
+            concat!(
+                "/* mysqlq:job_snooze */ UPDATE job_queue SET status = 'pending', available_at = ",
+                at_delay!(),
+                ", last_error = ?, attempts = IF(attempts > 0, attempts - 1, 0), \
+                 lease_expires_at = NULL WHERE id = ? AND status = 'processing' AND claim_token = ?"
+            ),
             Some(*delay),
         ),
         Outcome::Fail => (
             "/* mysqlq:job_fail */ UPDATE job_queue SET status = 'failed', \
-             finished_at = UTC_TIMESTAMP(6), last_error = ?, \
-             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
+             finished_at = UTC_TIMESTAMP(6), last_error = ?, lease_expires_at = NULL \
              WHERE id = ? AND status = 'processing' AND claim_token = ?",
             None,
         ),
         Outcome::Cancel => (
             "/* mysqlq:job_cancel */ UPDATE job_queue SET status = 'cancelled', \
-             finished_at = UTC_TIMESTAMP(6), last_error = ?, \
-             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
+             finished_at = UTC_TIMESTAMP(6), last_error = ?, lease_expires_at = NULL \
              WHERE id = ? AND status = 'processing' AND claim_token = ?",
             None,
         ),
@@ -625,7 +775,15 @@ pub async fn job_finish_attempt(
         .execute(&mut *conn)
         .await?
         .rows_affected();
-    Ok(done == 1)
+    if done == 1 {
+        return Ok(Written::Now);
+    }
+    let o = job_ownership(conn, std::slice::from_ref(job)).await?;
+    Ok(if o.settled.is_empty() {
+        Written::Lost
+    } else {
+        Written::Already
+    })
 }
 
 /// What [`job_reap_expired`] did.

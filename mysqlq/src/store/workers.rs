@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, MySqlConnection};
+use sqlx::{AssertSqlSafe, Connection, MySqlConnection};
 
 use crate::Error;
 use crate::metrics::{CounterSnapshot, KindStats};
@@ -131,6 +131,38 @@ pub async fn stats_add(
             .bind(k.max_us);
     }
     q.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// `worker_session_setup`: run on every new connection of a worker's own pool. A short
+/// `innodb_lock_wait_timeout` (whole seconds; the same variable on MySQL and MariaDB) makes a
+/// write blocked by an application transaction fail fast with 1205 instead of stalling the
+/// worker for the server default of 50 s.
+pub async fn worker_session_setup(
+    conn: &mut MySqlConnection,
+    lock_wait_secs: u64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("/* mysqlq:worker_session_setup */ SET SESSION innodb_lock_wait_timeout = ?")
+        .bind(lock_wait_secs)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// `stats_flush`: adds one flush of counters ([`stats_add`]) and marks the worker seen, in one
+/// transaction: a flush that fails part-way (a deadlock, a Galera certification failure) is
+/// rolled back whole, so retrying it never counts anything twice.
+pub async fn stats_flush(
+    conn: &mut MySqlConnection,
+    worker_id: &str,
+    d: &CounterSnapshot,
+    kinds: &[(String, KindStats)],
+    running: u64,
+) -> Result<(), Error> {
+    let mut tx = conn.begin().await?;
+    stats_add(&mut tx, worker_id, d, kinds).await?;
+    worker_seen(&mut tx, worker_id, running).await?;
+    tx.commit().await?;
     Ok(())
 }
 

@@ -2,20 +2,26 @@
 //! flush marks them all `completed`, each guarded by its claim token. A flush starts as soon
 //! as the previous one ended, so batching adds no waiting: under load a flush carries every
 //! completion that arrived during the last one.
+//!
+//! A flush that hits a lock wait (an application transaction holds a lock on one of the rows)
+//! or an error the server keeps refusing falls back to completing each job on its own, so one
+//! blocked row never stalls the others. A completion whose COMMIT reply was lost is retried and
+//! recognised as already written (the token stays on the row), never reported as lost.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use crate::store::{self, Owned};
-use crate::worker::Shared;
+use crate::store::{self, GuardedReport, Owned};
+use crate::worker::executor::{WriteFailed, write_retrying};
+use crate::worker::{Key, Shared, WorkerEvent};
 
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
 
 pub(crate) struct Completer {
-    tx: mpsc::UnboundedSender<Owned>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Owned>>>,
+    tx: mpsc::UnboundedSender<Key>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Key>>>,
 }
 
 impl Completer {
@@ -28,7 +34,7 @@ impl Completer {
     }
 
     /// Queues a completion (the handler has returned `Ok`).
-    pub(crate) fn complete(&self, job: Owned) {
+    pub(crate) fn complete(&self, job: Key) {
         // The receiver lives as long as the worker; a send after it stopped is a job the lease
         // will bring back.
         let _ = self.tx.send(job);
@@ -45,7 +51,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
     else {
         return;
     };
-    let mut batch: Vec<Owned> = Vec::with_capacity(MAX_FLUSH);
+    let mut batch: Vec<Key> = Vec::with_capacity(MAX_FLUSH);
     loop {
         let first = tokio::select! {
             j = rx.recv() => j,
@@ -82,34 +88,69 @@ pub(crate) async fn run(s: Arc<Shared>) {
     }
 }
 
-async fn flush(s: &Arc<Shared>, batch: &mut Vec<Owned>) {
-    let jobs = std::mem::take(batch);
-    let report = crate::worker::executor::retry_write(s, "complete jobs", || {
-        let pool = s.pool.clone();
-        let jobs = &jobs;
-        async move {
-            let mut conn = pool.acquire().await?;
-            store::job_complete_many(&mut conn, jobs).await
-        }
-    })
-    .await;
-    let m = &s.metrics;
-    if let Some(report) = report {
-        m.add(&m.counters.completions, report.done);
-        if !report.lost.is_empty() {
-            m.add(&m.counters.lost, report.lost.len() as u64);
+async fn flush(s: &Arc<Shared>, batch: &mut Vec<Key>) {
+    let keys = std::mem::take(batch);
+    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
+    let result = write_retrying(s, "complete jobs", keys.len() > 1, || complete(s, &jobs)).await;
+    match result {
+        Ok(report) => done(s, &keys, &report),
+        Err(WriteFailed::Locked(_) | WriteFailed::Refused(_)) if keys.len() > 1 => {
             tracing::warn!(
-                jobs = ?report.lost.iter().map(|j| j.0).collect::<Vec<_>>(),
-                "completion refused: lease lost, another worker owns these jobs now"
+                jobs = keys.len(),
+                "completion batch blocked or refused; completing these jobs one by one"
             );
+            for key in keys {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let job = [key.owned()];
+                    match write_retrying(&s, "complete job", false, || complete(&s, &job)).await {
+                        Ok(report) => done(&s, std::slice::from_ref(&key), &report),
+                        Err(e) => {
+                            tracing::error!(id = key.id.0, error = %e, "completion not written; the lease will bring the job back");
+                            s.forget(&key);
+                        }
+                    }
+                });
+            }
         }
+        Err(e) => {
+            tracing::error!(jobs = keys.len(), error = %e, "completions not written; the leases will bring the jobs back");
+            for k in &keys {
+                s.forget(k);
+            }
+        }
+    }
+}
+
+async fn complete(s: &Shared, jobs: &[Owned]) -> Result<GuardedReport, crate::Error> {
+    let mut conn = s.db.acquire().await?;
+    store::job_complete_many(&mut conn, jobs).await
+}
+
+/// Counts what a completion statement did and lets go of exactly these claims.
+fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
+    let m = &s.metrics;
+    m.add(
+        &m.counters.completions,
+        report.done + report.settled.len() as u64,
+    );
+    if !report.lost.is_empty() {
+        m.add(&m.counters.lost, report.lost.len() as u64);
+        tracing::warn!(
+            jobs = ?report.lost.iter().map(|j| j.0).collect::<Vec<_>>(),
+            "completion refused: the lease was lost and another worker owns these jobs now"
+        );
     }
     {
         let mut map = s.in_flight();
-        for j in &jobs {
-            map.remove(&j.id);
+        for k in keys {
+            map.remove(k);
+        }
+    }
+    for k in keys {
+        if !report.lost.contains(&k.id) {
+            s.emit(WorkerEvent::Completed { id: k.id });
         }
     }
     s.slot_freed.notify_waiters();
-    batch.clear();
 }

@@ -1,104 +1,131 @@
 //! Runs one claimed job: decode, run the handler in its own task (outside any transaction,
-//! holding no connection), enforce the timeout, catch panics, and record the outcome.
+//! holding no connection), enforce the timeout, catch panics, stop it when its lease is lost or
+//! cannot be renewed, and record the outcome.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use sqlx::MySqlPool;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use crate::context::{ContextParts, Heartbeat};
-use crate::store::{self, ClaimedJob, Outcome, Owned};
-use crate::worker::{InFlight, Shared, unit_random};
+use crate::store::{self, ClaimedJob, Outcome, Written};
+use crate::worker::{InFlight, Key, Phase, Shared, WorkerEvent, unit_random};
 use crate::{CancelReason, Error, ErrorClass, JobContext, JobError, JobId, RetryPolicy};
 
 /// Delay before retrying a job whose kind this worker does not know (rolling deploys).
 const UNKNOWN_KIND_DELAY: Duration = Duration::from_secs(60);
 
+/// How long an aborted handler gets to stop. A handler that blocks its thread cannot be stopped
+/// by `abort()` until it yields: after this long the worker records the attempt, frees the slot
+/// and leaves the task behind (it ends at its next `.await`).
+pub(crate) const ABORT_GRACE: Duration = Duration::from_secs(1);
+
 /// Extends one job's lease on demand ([`JobContext::heartbeat`]).
 struct LeaseExtender {
-    pool: MySqlPool,
-    lease: Duration,
+    shared: Weak<Shared>,
+    key: Key,
 }
 
 impl Heartbeat for LeaseExtender {
-    fn beat(&self, id: JobId, token: &str) -> BoxFuture<'static, Result<bool, Error>> {
-        let pool = self.pool.clone();
-        let lease = self.lease;
-        let owned = [Owned {
-            id,
-            token: token.to_owned(),
-        }];
+    fn beat(&self, _id: JobId, _token: &str) -> BoxFuture<'static, Result<bool, Error>> {
+        let shared = self.shared.clone();
+        let key = self.key.clone();
         Box::pin(async move {
-            let mut conn = pool.acquire().await?;
-            let report = store::job_heartbeat(&mut conn, lease, &owned).await?;
-            Ok(report.lost.is_empty())
+            match shared.upgrade() {
+                Some(s) => crate::worker::lease::beat_one(&s, &key).await,
+                None => Ok(false),
+            }
         })
     }
 }
 
-/// Starts the supervisor task of one claimed job; the permit is its slot.
+/// Starts the supervisor task of one claimed job; the permit is its slot. `lease_from` is when
+/// the claim that set the lease was sent.
 pub(crate) fn spawn(
-    s: Arc<Shared>,
+    s: &Arc<Shared>,
     job: ClaimedJob,
     queue: &str,
     token: Arc<str>,
     permit: OwnedSemaphorePermit,
+    lease_from: tokio::time::Instant,
 ) {
+    let key = Key { id: job.id, token };
     let ctx = JobContext::from_parts(ContextParts {
         id: job.id,
         kind: job.kind.clone().unwrap_or_default(),
         queue: queue.to_owned(),
         attempt: job.attempt,
         max_attempts: job.max_attempts,
-        claim_token: token.to_string(),
+        claim_token: key.token.to_string(),
         pool: Some(s.pool.clone()),
         extensions: s.extensions.clone(),
         heartbeat: Some(Arc::new(LeaseExtender {
-            pool: s.pool.clone(),
-            lease: s.config.lease,
+            shared: Arc::downgrade(s),
+            key: key.clone(),
         })),
     });
     s.in_flight().insert(
-        job.id,
+        key.clone(),
         InFlight {
-            token: token.clone(),
             ctx: ctx.clone(),
             abort: None,
-            finished: false,
+            phase: Phase::Claimed,
+            lease_from,
         },
     );
-    tokio::spawn(supervise(s, job, queue.to_owned(), token, ctx, permit));
+    s.emit(WorkerEvent::Claimed {
+        id: job.id,
+        attempt: job.attempt,
+    });
+    tokio::spawn(supervise(
+        s.clone(),
+        job,
+        queue.to_owned(),
+        key,
+        ctx,
+        permit,
+    ));
 }
 
 /// What became of one attempt.
 enum Ran {
     Ok,
     Err(JobError),
-    /// The handler was stopped from outside (lease lost, shutdown): someone else records it.
-    Stopped,
+    /// The handler was stopped from outside (lease lost or unconfirmed, shutdown).
+    Stopped(CancelReason),
 }
 
 async fn supervise(
     s: Arc<Shared>,
     job: ClaimedJob,
     queue: String,
-    token: Arc<str>,
+    key: Key,
     ctx: JobContext,
     permit: OwnedSemaphorePermit,
 ) {
-    let owned = Owned {
-        id: job.id,
-        token: token.to_string(),
+    let start = {
+        let mut map = s.in_flight();
+        match map.get_mut(&key) {
+            Some(f) if !s.stopping.load(Ordering::SeqCst) && !ctx.is_cancelled() => {
+                f.phase = Phase::Running;
+                true
+            }
+            _ => false,
+        }
     };
-    if s.stopping.load(Ordering::SeqCst) {
-        // Claimed but not started when shutdown began: shutdown's release hands it back.
+    if !start {
+        // Claimed but not started: shutdown releases it (the entry stays `Claimed`), or its
+        // lease could not be confirmed (adopted too late): hand it back now.
         drop(permit);
         s.slot_freed.notify_waiters();
+        if ctx.cancel_reason() == Some(CancelReason::LeaseUnconfirmed) {
+            release_one(&s, &key).await;
+        }
         return;
     }
     let registration = match job.kind.as_deref() {
@@ -113,6 +140,7 @@ async fn supervise(
     let policy = registration.map(|r| r.retry_policy()).unwrap_or_default();
     let started = Instant::now();
     s.metrics.job_started();
+    s.emit(WorkerEvent::Started { id: job.id });
 
     let ran = match registration {
         None => Ran::Err(JobError::retry(format!(
@@ -138,80 +166,100 @@ async fn supervise(
             Ok(fut) => {
                 let timeout = r.timeout().unwrap_or(s.config.job_timeout);
                 let span = tracing::info_span!("job", kind = r.kind(), id = job.id.0, queue = %queue, attempt = job.attempt);
-                run_handler(&s, job.id, &ctx, fut.instrument(span), timeout).await
+                run_handler(&s, &key, &ctx, fut.instrument(span), timeout).await
             }
         },
     };
     let took = started.elapsed();
-    let error = !matches!(ran, Ran::Ok);
-    s.metrics.job_finished(&kind_label, took, error);
+    s.metrics
+        .job_finished(&kind_label, took, !matches!(ran, Ran::Ok));
+    s.emit(WorkerEvent::Returned { id: job.id });
     drop(permit);
     s.slot_freed.notify_waiters();
 
-    match ran {
-        Ran::Stopped => {}
+    let err = match ran {
+        Ran::Stopped(CancelReason::LeaseUnconfirmed) => {
+            release_one(&s, &key).await;
+            return;
+        }
+        // Lost: the lease service removed the entry; shutdown: its release writes the outcome.
+        Ran::Stopped(_) => return,
         Ran::Ok => {
-            mark_finished(&s, job.id);
-            s.completer.complete(owned);
-        }
-        Ran::Err(err) => {
-            mark_finished(&s, job.id);
-            let unknown = registration.is_none();
-            let outcome = decide(
-                err.class(),
-                job.attempt,
-                job.max_attempts,
-                &policy,
-                unknown,
-                unit_random(),
-            );
-            let message = describe(&err, &outcome, job.attempt, job.max_attempts);
-            if let Outcome::Fail = outcome {
-                tracing::warn!(id = job.id.0, kind = %kind_label, error = %message, "job failed");
-            } else {
-                tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
+            if mark_finishing(&s, &key) {
+                s.completer.complete(key);
             }
-            record(&s, &owned, &outcome, &message).await;
-            s.in_flight().remove(&job.id);
-            s.slot_freed.notify_waiters();
+            return;
         }
+        Ran::Err(err) => err,
+    };
+    if !mark_finishing(&s, &key) {
+        return;
     }
+    let unknown = registration.is_none();
+    let outcome = decide(
+        err.class(),
+        job.attempt,
+        job.max_attempts,
+        &policy,
+        unknown,
+        unit_random(),
+    );
+    let message = describe(&err, &outcome, job.attempt, job.max_attempts);
+    if let Outcome::Fail = outcome {
+        tracing::warn!(id = job.id.0, kind = %kind_label, error = %message, "job failed");
+    } else {
+        tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
+    }
+    record(&s, &key, &outcome, &message).await;
+    s.forget(&key);
 }
 
-fn mark_finished(s: &Shared, id: JobId) {
-    if let Some(f) = s.in_flight().get_mut(&id) {
-        f.finished = true;
+/// Moves this claim's entry to `Finishing`; `false` when it is gone (lease lost, released).
+fn mark_finishing(s: &Shared, key: &Key) -> bool {
+    match s.in_flight().get_mut(key) {
+        Some(f) => {
+            f.phase = Phase::Finishing;
+            true
+        }
+        None => false,
     }
 }
 
 /// Runs the handler in a task of its own (so a panic is caught and it can be aborted), with
-/// the timeout.
+/// the timeout, until it returns or its context is cancelled from outside.
 async fn run_handler(
     s: &Arc<Shared>,
-    id: JobId,
+    key: &Key,
     ctx: &JobContext,
     fut: impl Future<Output = Result<(), JobError>> + Send + 'static,
     timeout: Duration,
 ) -> Ran {
     let mut handle = tokio::spawn(fut);
-    if let Some(f) = s.in_flight().get_mut(&id) {
+    if let Some(f) = s.in_flight().get_mut(key) {
         f.abort = Some(handle.abort_handle());
     } else {
         // Lost or released before it started.
         handle.abort();
-        return Ran::Stopped;
+        return Ran::Stopped(CancelReason::LeaseLost);
     }
     let joined = tokio::select! {
         r = &mut handle => r,
         () = tokio::time::sleep(timeout) => {
             ctx.cancel(CancelReason::Timeout);
-            handle.abort();
-            let _ = handle.await;
+            let stopped = stop(handle).await;
             s.metrics.add(&s.metrics.counters.timeouts, 1);
-            return Ran::Err(JobError::retry(format!(
-                "timed out after {}",
-                crate::backoff::format_duration(timeout)
-            )));
+            let mut msg = format!("timed out after {}", crate::backoff::format_duration(timeout));
+            if !stopped {
+                msg.push_str(" (the handler blocks its thread and did not stop when aborted)");
+            }
+            return Ran::Err(JobError::retry(msg));
+        }
+        () = ctx.cancelled() => {
+            let reason = ctx.cancel_reason().unwrap_or(CancelReason::LeaseLost);
+            if !stop(handle).await {
+                tracing::error!(id = key.id.0, %reason, "handler blocks its thread and did not stop when aborted; left behind");
+            }
+            return Ran::Stopped(reason);
         }
     };
     match joined {
@@ -227,8 +275,14 @@ async fn run_handler(
                 .unwrap_or_else(|| "non-string panic payload".to_owned());
             Ran::Err(JobError::retry(format!("handler panicked: {msg}")))
         }
-        Err(_) => Ran::Stopped,
+        Err(_) => Ran::Stopped(ctx.cancel_reason().unwrap_or(CancelReason::Shutdown)),
     }
+}
+
+/// Aborts a handler and waits up to [`ABORT_GRACE`] for it to end; `false` if it did not.
+async fn stop(handle: JoinHandle<Result<(), JobError>>) -> bool {
+    handle.abort();
+    tokio::time::timeout(ABORT_GRACE, handle).await.is_ok()
 }
 
 /// The outcome of a failed attempt: a pure function of the error class and the attempts.
@@ -268,130 +322,229 @@ fn describe(err: &JobError, outcome: &Outcome, attempt: u32, max_attempts: u32) 
     }
 }
 
-/// Writes a non-completion outcome, retrying on deadlocks and connection errors.
-async fn record(s: &Arc<Shared>, owned: &Owned, outcome: &Outcome, message: &str) {
-    let m = &s.metrics;
-    let written = retry_write(s, "record outcome", || {
-        let pool = s.pool.clone();
-        async move {
-            let mut conn = pool.acquire().await?;
-            store::job_finish_attempt(&mut conn, owned, outcome, message).await
-        }
-    })
-    .await;
-    match written {
-        Some(true) => match outcome {
-            Outcome::Retry { .. } => m.add(&m.counters.retries, 1),
-            Outcome::Snooze { .. } => m.add(&m.counters.snoozes, 1),
-            Outcome::Fail => m.add(&m.counters.failures, 1),
-            Outcome::Cancel => m.add(&m.counters.cancels, 1),
-        },
-        Some(false) => {
-            m.add(&m.counters.lost, 1);
-            tracing::warn!(
-                id = owned.id.0,
-                "lost ownership before the outcome was written: another worker owns the job now"
-            );
-        }
-        None => {}
+fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Retry { .. } => "retry",
+        Outcome::Snooze { .. } => "snooze",
+        Outcome::Fail => "fail",
+        Outcome::Cancel => "cancel",
     }
 }
 
-/// Runs a write until it succeeds; deadlocks and connection errors are retried with jittered
-/// backoff. Gives up (returns `None`) only when the worker's services are stopping.
-pub(crate) async fn retry_write<T, F, Fut>(s: &Shared, what: &str, mut f: F) -> Option<T>
+/// Writes a non-completion outcome, retrying on deadlocks and connection errors. A write the
+/// server refuses for good records the attempt as failed (with both errors) instead of retrying
+/// forever while heartbeats keep the job alive.
+async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
+    let m = &s.metrics;
+    let owned = key.owned();
+    let write = |outcome: Outcome, message: String| {
+        let owned = owned.clone();
+        write_retrying(s, "record outcome", false, move || {
+            let (owned, outcome, message) = (owned.clone(), outcome.clone(), message.clone());
+            let db = s.db.clone();
+            async move {
+                let mut conn = db.acquire().await?;
+                store::job_finish_attempt(&mut conn, &owned, &outcome, &message).await
+            }
+        })
+    };
+    let mut written = write(outcome.clone(), message.to_owned()).await;
+    let mut outcome = outcome.clone();
+    if let Err(WriteFailed::Refused(e)) = &written {
+        let fallback = format!(
+            "could not record this attempt's outcome ({}): {}; the attempt ended with: {message}",
+            outcome_name(&outcome),
+            error_chain(e)
+        );
+        tracing::error!(id = key.id.0, error = %fallback, "recording the job as failed instead");
+        outcome = Outcome::Fail;
+        written = write(Outcome::Fail, fallback).await;
+    }
+    match written {
+        Ok(Written::Now | Written::Already) => {
+            match outcome {
+                Outcome::Retry { .. } => m.add(&m.counters.retries, 1),
+                Outcome::Snooze { .. } => m.add(&m.counters.snoozes, 1),
+                Outcome::Fail => m.add(&m.counters.failures, 1),
+                Outcome::Cancel => m.add(&m.counters.cancels, 1),
+            }
+            s.emit(WorkerEvent::Recorded {
+                id: key.id,
+                outcome: outcome_name(&outcome),
+            });
+        }
+        Ok(Written::Lost) => {
+            m.add(&m.counters.lost, 1);
+            tracing::warn!(
+                id = key.id.0,
+                "lost ownership before the outcome was written: another worker owns the job now"
+            );
+        }
+        Err(e) => {
+            tracing::error!(id = key.id.0, error = %e, "outcome not written; the lease will bring the job back");
+        }
+    }
+}
+
+/// Why [`write_retrying`] gave up.
+#[derive(Debug)]
+pub(crate) enum WriteFailed {
+    /// The worker is stopping and the write still fails.
+    Stopping(Error),
+    /// The server refused the write for a reason retrying will not fix.
+    Refused(Error),
+    /// A lock wait or deadlock, with `fail_fast_on_lock`.
+    Locked(Error),
+}
+
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stopping(e) => write!(f, "abandoned at shutdown: {}", error_chain(e)),
+            Self::Refused(e) => write!(f, "refused: {}", error_chain(e)),
+            Self::Locked(e) => write!(f, "lock conflict: {}", error_chain(e)),
+        }
+    }
+}
+
+/// Tries of a write the server refuses with a non-transient error before giving up.
+const REFUSED_TRIES: u32 = 3;
+
+/// Runs a write until it succeeds. Connection errors, and deadlocks or lock wait timeouts
+/// unless `fail_fast_on_lock`, are retried with jittered backoff for as long as the worker runs;
+/// other errors a few times. Each error is logged once, on one line.
+pub(crate) async fn write_retrying<T, F, Fut>(
+    s: &Shared,
+    what: &str,
+    fail_fast_on_lock: bool,
+    mut f: F,
+) -> Result<T, WriteFailed>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,
 {
     let m = &s.metrics;
     let mut pause = Duration::from_millis(5);
+    let mut refused = 0;
     loop {
-        match f().await {
-            Ok(v) => return Some(v),
-            Err(e) => {
-                match store::db_error_number(&e) {
-                    Some(1213) => m.add(&m.counters.deadlocks, 1),
-                    Some(1205) => m.add(&m.counters.lock_waits, 1),
-                    _ => m.add(&m.counters.db_errors, 1),
-                }
-                if !store::is_transient(&e) {
-                    tracing::error!(error = %error_chain(&e), "{what} failed; retrying");
-                } else {
-                    tracing::warn!(error = %error_chain(&e), "{what} failed; retrying");
-                }
-                if s.stop_services.is_cancelled() {
-                    tracing::error!("{what} abandoned at shutdown; the lease will return the job");
-                    return None;
-                }
-                let wait = pause.mul_f64(0.5 + unit_random());
-                if !crate::worker::sleep_or_cancel(wait, &s.stop_services).await {
-                    // One last try after the stop signal.
-                    return f().await.ok();
-                }
-                pause = (pause * 2).min(Duration::from_secs(5));
+        let e = match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        match store::db_error_number(&e) {
+            Some(1213) => m.add(&m.counters.deadlocks, 1),
+            Some(1205) => m.add(&m.counters.lock_waits, 1),
+            _ => m.add(&m.counters.db_errors, 1),
+        }
+        if fail_fast_on_lock && store::is_lock_error(&e) {
+            return Err(WriteFailed::Locked(e));
+        }
+        if !store::is_transient(&e) {
+            refused += 1;
+            if refused >= REFUSED_TRIES {
+                return Err(WriteFailed::Refused(e));
             }
         }
+        tracing::warn!(error = %error_chain(&e), "{what} failed; retrying");
+        if s.stop_services.is_cancelled() {
+            return Err(WriteFailed::Stopping(e));
+        }
+        let wait = pause.mul_f64(0.5 + unit_random());
+        if !crate::worker::sleep_or_cancel(wait, &s.stop_services).await {
+            // One last try after the stop signal.
+            return f().await.map_err(WriteFailed::Stopping);
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
     }
 }
 
-/// An error and its sources, joined by `: `.
+/// An error and its sources, joined by `: `, leaving out a source whose text the message
+/// before it already carries (sqlx repeats its source's text in its own message).
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         cur = c.source();
     }
     out
 }
 
-/// Cancels every job still running (with `reason`) and hands it back to `pending` without
-/// consuming the attempt. Jobs whose handler already returned are left to their outcome write.
-pub(crate) async fn release_all(s: &Arc<Shared>, reason: CancelReason) -> usize {
-    let taken: Vec<(JobId, InFlight)> = {
+/// Takes the entries `pick` selects, cancels their handlers (reason: shutdown) and hands the
+/// jobs back to `pending` without consuming the attempt, in one statement. Returns how many
+/// were released. Bounded in time: if the database cannot be reached the leases bring the jobs
+/// back.
+pub(crate) async fn release_where(s: &Arc<Shared>, pick: impl Fn(&InFlight) -> bool) -> usize {
+    let taken: Vec<(Key, InFlight)> = {
         let mut map = s.in_flight();
-        let ids: Vec<JobId> = map
+        let keys: Vec<Key> = map
             .iter()
-            .filter(|(_, f)| !f.finished)
-            .map(|(id, _)| *id)
+            .filter(|(_, f)| pick(f))
+            .map(|(k, _)| k.clone())
             .collect();
-        ids.into_iter()
-            .filter_map(|id| map.remove(&id).map(|f| (id, f)))
+        keys.into_iter()
+            .filter_map(|k| map.remove(&k).map(|f| (k, f)))
             .collect()
     };
     if taken.is_empty() {
         return 0;
     }
-    let owned: Vec<Owned> = taken
-        .iter()
-        .map(|(id, f)| {
-            f.ctx.cancel(reason);
-            if let Some(a) = &f.abort {
-                a.abort();
-            }
-            Owned {
-                id: *id,
-                token: f.token.to_string(),
-            }
-        })
-        .collect();
-    let report = retry_write(s, "release jobs", || {
-        let pool = s.pool.clone();
+    for (_, f) in &taken {
+        f.ctx.cancel(CancelReason::Shutdown);
+        if let Some(a) = &f.abort {
+            a.abort();
+        }
+    }
+    let keys: Vec<Key> = taken.into_iter().map(|(k, _)| k).collect();
+    s.slot_freed.notify_waiters();
+    release(s, &keys, Duration::from_secs(10)).await
+}
+
+/// Hands one claim back after it was stopped because its lease could not be renewed: one
+/// bounded try (the database may well be unreachable; then the lease brings the job back).
+async fn release_one(s: &Arc<Shared>, key: &Key) {
+    if s.forget(key).is_some() {
+        release(s, std::slice::from_ref(key), Duration::from_secs(2)).await;
+    }
+}
+
+async fn release(s: &Arc<Shared>, keys: &[Key], limit: Duration) -> usize {
+    let owned: Vec<store::Owned> = keys.iter().map(Key::owned).collect();
+    let work = write_retrying(s, "release jobs", false, || {
+        let db = s.db.clone();
         let owned = &owned;
         async move {
-            let mut conn = pool.acquire().await?;
+            let mut conn = db.acquire().await?;
             store::job_release(&mut conn, owned).await
         }
-    })
-    .await
-    .unwrap_or_default();
+    });
+    let report = match tokio::time::timeout(limit, work).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            tracing::error!(jobs = keys.len(), error = %e, "release failed; the leases will bring the jobs back");
+            return 0;
+        }
+        Err(_) => {
+            tracing::error!(
+                jobs = keys.len(),
+                "release timed out; the leases will bring the jobs back"
+            );
+            return 0;
+        }
+    };
     let m = &s.metrics;
     m.add(&m.counters.released, report.done);
     m.add(&m.counters.lost, report.lost.len() as u64);
-    s.slot_freed.notify_waiters();
-    usize::try_from(report.done).unwrap_or(usize::MAX)
+    for k in keys {
+        if !report.lost.contains(&k.id) {
+            s.emit(WorkerEvent::Released { id: k.id });
+        }
+    }
+    usize::try_from(report.done + report.settled.len() as u64).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

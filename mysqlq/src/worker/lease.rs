@@ -1,64 +1,201 @@
-//! Heartbeats: every interval, one statement extends the leases of all jobs this worker
-//! holds (token-guarded). A job whose lease was lost is cancelled through its context and its
-//! late result is never written over the new owner's state.
+//! Leases. Heartbeats: every interval, one statement extends the leases of all jobs this worker
+//! holds (token-guarded); a failed round is retried quickly, not a full interval later. A job
+//! the database says another claim owns now is cancelled through its context, and its late
+//! result is never written over the new owner's state.
+//!
+//! The watchdog: the worker knows, for each job, when the statement that last set its lease was
+//! sent. When no heartbeat has renewed a lease by `lease − margin` after that moment (the
+//! database is unreachable or stalled), the job is stopped here, before the database can see
+//! its lease expire and hand it to another worker, and no new claims are made until a heartbeat
+//! succeeds again. The overlap window this leaves is documented in `docs/guarantees.md`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::CancelReason;
-use crate::store::{self, Owned};
-use crate::worker::{Shared, sleep_or_cancel};
+use crate::store::{self, GuardedReport, Owned};
+use crate::worker::{Key, Phase, Shared, WorkerEvent, sleep_or_cancel};
 
 /// Most jobs per heartbeat statement.
 const CHUNK: usize = 1000;
 
 pub(crate) async fn run(s: Arc<Shared>) {
     let every = s.config.heartbeat();
-    while sleep_or_cancel(every, &s.stop_services).await {
-        run_once(&s).await;
+    let mut wait = every;
+    let mut failures = 0u32;
+    while sleep_or_cancel(wait, &s.stop_services).await {
+        if run_once(&s).await.is_ok() {
+            failures = 0;
+            wait = every;
+        } else {
+            // Try again soon: the lease keeps running while we wait.
+            failures += 1;
+            wait = (Duration::from_millis(50) * 2u32.saturating_pow(failures.min(8))).min(every);
+        }
     }
 }
 
-/// One round of heartbeats; returns how many jobs were found lost.
-pub(crate) async fn run_once(s: &Arc<Shared>) -> usize {
-    let owned: Vec<Owned> = s
-        .in_flight()
-        .iter()
-        .map(|(id, f)| Owned {
-            id: *id,
-            token: f.token.to_string(),
-        })
-        .collect();
-    let mut lost_total = 0;
-    for chunk in owned.chunks(CHUNK) {
-        let result = async {
-            let mut conn = s.pool.acquire().await?;
-            store::job_heartbeat(&mut conn, s.config.lease, chunk).await
+/// One round of heartbeats over every job held (including those whose outcome is being
+/// written: their lease must hold until it is). `Err(())` when a statement failed.
+pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<(), ()> {
+    let keys: Vec<Key> = s.in_flight().keys().cloned().collect();
+    if keys.is_empty() {
+        if s.lease_unconfirmed.load(Ordering::SeqCst) {
+            // Nothing to renew, but claims stay stopped until the database answers again.
+            return ping(s).await;
         }
-        .await;
-        match result {
-            Ok(report) => {
-                for id in &report.lost {
-                    let entry = s.in_flight().remove(id);
-                    if let Some(f) = entry {
-                        f.ctx.cancel(CancelReason::LeaseLost);
-                        if let Some(a) = &f.abort {
-                            a.abort();
+        return Ok(());
+    }
+    let mut ok = true;
+    for chunk in keys.chunks(CHUNK) {
+        let sent = Instant::now();
+        let owned: Vec<Owned> = chunk.iter().map(Key::owned).collect();
+        match beat(s, &owned).await {
+            Ok(report) => settle(s, chunk, &report, sent),
+            Err(e) if store::is_lock_error(&e) && chunk.len() > 1 => {
+                // One row locked by an application transaction must not stall the others:
+                // renew them one by one, so only the blocked job waits.
+                count_error(s, &e);
+                for key in chunk {
+                    let sent = Instant::now();
+                    match beat(s, std::slice::from_ref(&key.owned())).await {
+                        Ok(report) => settle(s, std::slice::from_ref(key), &report, sent),
+                        Err(e) => {
+                            ok = false;
+                            count_error(s, &e);
                         }
                     }
                 }
-                if !report.lost.is_empty() {
-                    let m = &s.metrics;
-                    m.add(&m.counters.lost, report.lost.len() as u64);
-                    tracing::warn!(jobs = ?report.lost.iter().map(|j| j.0).collect::<Vec<_>>(), "lease lost: jobs cancelled");
-                    lost_total += report.lost.len();
-                }
             }
             Err(e) => {
-                let m = &s.metrics;
-                m.add(&m.counters.db_errors, 1);
-                tracing::warn!(error = %crate::worker::executor::error_chain(&e), "heartbeat failed; will retry");
+                ok = false;
+                count_error(s, &e);
+                tracing::warn!(jobs = chunk.len(), error = %crate::worker::executor::error_chain(&e), "heartbeat failed; retrying shortly");
             }
         }
     }
-    lost_total
+    if ok {
+        s.lease_unconfirmed.store(false, Ordering::SeqCst);
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+async fn beat(s: &Shared, owned: &[Owned]) -> Result<GuardedReport, crate::Error> {
+    let limit = s.config.heartbeat().max(Duration::from_secs(1));
+    let work = async {
+        let mut conn = s.db.acquire().await?;
+        store::job_heartbeat(&mut conn, s.config.lease, owned).await
+    };
+    match tokio::time::timeout(limit, work).await {
+        Ok(r) => r,
+        Err(_) => Err(crate::Error::Database(sqlx::Error::PoolTimedOut)),
+    }
+}
+
+async fn ping(s: &Shared) -> Result<(), ()> {
+    let work = async {
+        let mut conn = s.db.acquire().await?;
+        store::db_now(&mut conn).await
+    };
+    match tokio::time::timeout(s.config.heartbeat().max(Duration::from_secs(1)), work).await {
+        Ok(Ok(_)) => {
+            s.lease_unconfirmed.store(false, Ordering::SeqCst);
+            tracing::info!("database reachable again: claiming resumes");
+            Ok(())
+        }
+        _ => Err(()),
+    }
+}
+
+fn count_error(s: &Shared, e: &crate::Error) {
+    let m = &s.metrics;
+    match store::db_error_number(e) {
+        Some(1213) => m.add(&m.counters.deadlocks, 1),
+        Some(1205) => m.add(&m.counters.lock_waits, 1),
+        _ => m.add(&m.counters.db_errors, 1),
+    }
+}
+
+/// Applies a heartbeat's report to exactly the claims it was about.
+fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
+    let mut lost = Vec::new();
+    {
+        let mut map = s.in_flight();
+        for key in keys {
+            if report.lost.contains(&key.id) {
+                // Only this claim's entry: a later claim of the same job is another key.
+                if let Some(f) = map.remove(key) {
+                    f.ctx.cancel(CancelReason::LeaseLost);
+                    if let Some(a) = &f.abort {
+                        a.abort();
+                    }
+                    lost.push(key.id);
+                }
+            } else if !report.settled.contains(&key.id)
+                && let Some(f) = map.get_mut(key)
+                && f.lease_from < sent
+            {
+                f.lease_from = sent;
+            }
+        }
+    }
+    if lost.is_empty() {
+        s.emit(WorkerEvent::Heartbeat { jobs: keys.len() });
+        return;
+    }
+    s.slot_freed.notify_waiters();
+    let m = &s.metrics;
+    m.add(&m.counters.lost, lost.len() as u64);
+    tracing::warn!(jobs = ?lost.iter().map(|j| j.0).collect::<Vec<_>>(), "lease lost: another worker owns these jobs now; cancelled here");
+    for id in lost {
+        s.emit(WorkerEvent::LeaseLost { id });
+    }
+}
+
+/// Renews one job's lease now ([`crate::JobContext::heartbeat`]); `false` when it was lost.
+pub(crate) async fn beat_one(s: &Shared, key: &Key) -> Result<bool, crate::Error> {
+    let sent = Instant::now();
+    let report = beat(s, std::slice::from_ref(&key.owned())).await?;
+    settle(s, std::slice::from_ref(key), &report, sent);
+    Ok(report.lost.is_empty())
+}
+
+/// Stops jobs whose lease could not be renewed in time (see the module docs).
+pub(crate) async fn watchdog(s: Arc<Shared>) {
+    let lease = s.config.lease;
+    let margin = s.config.lease_margin();
+    let tick = (margin / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    while sleep_or_cancel(tick, &s.stop_services).await {
+        let now = Instant::now();
+        let mut stopped = Vec::new();
+        {
+            let map = s.in_flight();
+            for (key, f) in map.iter() {
+                if f.phase != Phase::Finishing
+                    && !f.ctx.is_cancelled()
+                    && f.lease_from + lease <= now + margin
+                {
+                    f.ctx.cancel(CancelReason::LeaseUnconfirmed);
+                    stopped.push(key.id);
+                }
+            }
+        }
+        if stopped.is_empty() {
+            continue;
+        }
+        s.lease_unconfirmed.store(true, Ordering::SeqCst);
+        tracing::error!(
+            jobs = ?stopped.iter().map(|j| j.0).collect::<Vec<_>>(),
+            "no heartbeat could renew these leases in time (database unreachable?): jobs stopped \
+             here before their lease ends; no new claims until the database answers"
+        );
+        for id in stopped {
+            s.emit(WorkerEvent::LeaseUnconfirmed { id });
+        }
+    }
 }

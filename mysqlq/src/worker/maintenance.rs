@@ -1,7 +1,14 @@
-//! Leader-only maintenance. Every worker tries to take or renew the leader lease (a row in
-//! `mysqlq_leader`) each interval; the holder runs the reaper (the article's recovery SQL for
-//! expired leases) and the pruner (batched deletes of old finished rows and statistics). The
-//! periodic-job scheduler runs in the same round on every worker that declares schedules.
+//! Maintenance, every interval (jittered so workers do not move in step), each step isolated so
+//! that one failing step never skips the others:
+//!
+//! 1. the **reaper**, on every worker: the article's recovery SQL for expired leases. It is
+//!    idempotent and index-backed, so running it everywhere costs little and means a dead
+//!    worker's jobs come back within lease + one interval, whether or not it was the leader;
+//! 2. the **leader lease** (a row in `mysqlq_leader`), held under a per-process identity;
+//! 3. the **scheduler** for periodic jobs, on every worker that declares schedules (the ledger
+//!    makes each tick exactly-once), each schedule on its own;
+//! 4. on the leader only, the **pruner**: batched deletes of old finished rows and statistics.
+//!
 //! When the leader dies its lease expires and another worker takes over within `leader_ttl`;
 //! a clean shutdown resigns at once.
 
@@ -9,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::{self, PruneStatus};
-use crate::worker::{Shared, sleep_or_cancel};
+use crate::worker::{Shared, WorkerEvent, sleep_or_cancel, unit_random};
 
 const LEADER_NAME: &str = "maintenance";
 /// Rows per reaper or pruner statement.
@@ -29,45 +36,66 @@ pub(crate) struct Report {
 pub(crate) async fn run(s: Arc<Shared>) {
     let mut was_leader = false;
     loop {
-        match run_once(&s).await {
-            Ok(r) => {
-                if r.leader != was_leader {
-                    tracing::info!(worker = %s.worker_id, leader = r.leader, "leadership changed");
-                    was_leader = r.leader;
-                }
-            }
-            Err(e) => {
-                let m = &s.metrics;
-                m.add(&m.counters.db_errors, 1);
-                tracing::warn!(error = %crate::worker::executor::error_chain(&e), "maintenance round failed");
-            }
+        let r = run_once(&s).await;
+        if r.leader != was_leader {
+            tracing::info!(worker = %s.worker_id, instance = %s.instance, leader = r.leader, "leadership changed");
+            s.emit(WorkerEvent::Leadership { leader: r.leader });
+            was_leader = r.leader;
         }
-        if !sleep_or_cancel(s.config.maintenance_interval, &s.stop_services).await {
+        s.emit(WorkerEvent::MaintenanceRound);
+        let every = s
+            .config
+            .maintenance_interval
+            .mul_f64(0.8 + 0.2 * unit_random());
+        if !sleep_or_cancel(every, &s.stop_services).await {
             break;
         }
     }
-    if was_leader && let Ok(mut conn) = s.pool.acquire().await {
-        let _ = store::leader_resign(&mut conn, LEADER_NAME, &s.worker_id).await;
+    if was_leader && let Ok(mut conn) = s.db.acquire().await {
+        let _ = store::leader_resign(&mut conn, LEADER_NAME, &s.instance).await;
     }
 }
 
-pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
-    let mut conn = s.pool.acquire().await?;
-    let leader =
-        store::leader_elect(&mut conn, LEADER_NAME, &s.worker_id, s.config.leader_ttl).await?;
-    let mut report = Report {
-        leader,
-        ..Report::default()
+/// One round; a step that fails is logged and counted, and the next steps still run.
+pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
+    let mut report = Report::default();
+    let mut conn = match s.db.acquire().await {
+        Ok(c) => c,
+        Err(e) => {
+            failed(s, "maintenance", &e.into());
+            return report;
+        }
     };
+    match reap(s, &mut conn).await {
+        Ok(n) => report.reaped = n,
+        Err(e) => failed(s, "reaper", &e),
+    }
+    match store::leader_elect(&mut conn, LEADER_NAME, &s.instance, s.config.leader_ttl).await {
+        Ok(leader) => report.leader = leader,
+        Err(e) => failed(s, "leader election", &e),
+    }
     // Every worker that declares schedules runs the scheduler (not only the leader, which may
     // declare none): the ledger's primary key makes each tick exactly-once anyway.
-    report.scheduled = super::scheduler::run_once(s, &mut conn).await?;
-    if !leader {
-        return Ok(report);
+    report.scheduled = super::scheduler::run_once(s, &mut conn).await;
+    if report.leader {
+        match prune(s, &mut conn).await {
+            Ok(n) => report.pruned = n,
+            Err(e) => failed(s, "pruner", &e),
+        }
     }
+    report
+}
+
+fn failed(s: &Shared, step: &str, e: &crate::Error) {
     let m = &s.metrics;
+    m.add(&m.counters.db_errors, 1);
+    tracing::warn!(error = %crate::worker::executor::error_chain(e), "{step} failed this round; the other maintenance steps still ran");
+}
+
+async fn reap(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate::Error> {
+    let mut reaped = 0;
     loop {
-        let r = store::job_reap_expired(&mut conn, BATCH).await?;
+        let r = store::job_reap_expired(conn, BATCH).await?;
         let n = r.retried + r.failed;
         if n > 0 {
             tracing::warn!(
@@ -76,12 +104,21 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
                 "reaped jobs with expired leases"
             );
         }
-        report.reaped += n;
+        reaped += n;
         if r.retried < u64::from(BATCH) && r.failed < u64::from(BATCH) {
             break;
         }
     }
-    m.add(&m.counters.reaped, report.reaped);
+    if reaped > 0 {
+        let m = &s.metrics;
+        m.add(&m.counters.reaped, reaped);
+        s.emit(WorkerEvent::Reaped { jobs: reaped });
+    }
+    Ok(reaped)
+}
+
+async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate::Error> {
+    let mut pruned = 0;
     let plan = [
         (PruneStatus::Completed, s.config.completed_retention),
         (PruneStatus::Cancelled, s.config.completed_retention),
@@ -90,14 +127,15 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<Report, crate::Error> {
     for (status, age) in plan {
         // A few batches per round keeps each round short; the backlog goes over several rounds.
         for _ in 0..10 {
-            let n = store::job_prune(&mut conn, status, age, BATCH).await?;
-            report.pruned += n;
+            let n = store::job_prune(conn, status, age, BATCH).await?;
+            pruned += n;
             if n < u64::from(BATCH) {
                 break;
             }
         }
     }
-    m.add(&m.counters.pruned, report.pruned);
-    store::stats_prune(&mut conn, STATS_RETENTION).await?;
-    Ok(report)
+    let m = &s.metrics;
+    m.add(&m.counters.pruned, pruned);
+    store::stats_prune(conn, STATS_RETENTION).await?;
+    Ok(pruned)
 }

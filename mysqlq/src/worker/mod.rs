@@ -6,6 +6,7 @@
 //! election, reaper, pruner) and [`stats`] (per-minute counters for `mysqlq-cli stats`).
 
 mod completer;
+mod events;
 mod executor;
 mod lease;
 mod maintenance;
@@ -14,22 +15,30 @@ mod scheduler;
 mod stats;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use sqlx::MySqlPool;
-use tokio::sync::{Notify, Semaphore};
+use sqlx::mysql::MySqlPoolOptions;
+use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Extensions;
 use crate::metrics::Metrics;
+use crate::store::Owned;
 use crate::{Error, JobContext, JobId, Registry};
 
-/// Connections the worker itself uses at most at once with the default single claim loop:
-/// claim, completer, heartbeat, maintenance (one more per extra claim loop).
-pub const RESERVED_CONNECTIONS: u32 = 4;
+pub use events::WorkerEvent;
+
+/// Connections of the worker's own pool with the default single claim loop: claims, the
+/// completer, heartbeats, maintenance and statistics (one more per extra claim loop). The
+/// worker opens this small pool itself, from the connect options of the pool it is given, so
+/// handlers borrowing connections through [`JobContext::pool`] can never starve the claims,
+/// heartbeats and completions that keep their jobs safe.
+pub const RESERVED_CONNECTIONS: u32 = 5;
 
 /// Worker settings. Every field has a documented default (`DEFAULT_*`).
 #[derive(Debug, Clone)]
@@ -71,6 +80,11 @@ pub struct Config {
     /// How often counters are flushed to the statistics tables. Default
     /// [`Config::DEFAULT_STATS_INTERVAL`].
     pub stats_interval: Duration,
+    /// `innodb_lock_wait_timeout` of the worker's own sessions (whole seconds, at least 1): a
+    /// completion or heartbeat blocked by an application transaction that holds a lock on a job
+    /// row gives up after this long and is retried for that job alone, so one blocked row never
+    /// stalls the others. Default [`Config::DEFAULT_LOCK_WAIT_TIMEOUT`].
+    pub lock_wait_timeout: Duration,
 }
 
 impl Config {
@@ -101,9 +115,19 @@ impl Config {
     pub const DEFAULT_FAILED_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
     /// Statistics flushed every 5 s.
     pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(5);
+    /// Worker sessions wait at most 5 s for a row lock.
+    pub const DEFAULT_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
     fn heartbeat(&self) -> Duration {
         self.heartbeat_interval.unwrap_or(self.lease / 3)
+    }
+
+    /// How long before the end of its lease (as last confirmed by the database) a job is
+    /// stopped locally when no heartbeat could renew it: a quarter of the lease, at most 5 s.
+    /// Leases are counted from the moment the renewing statement was *sent*, and the database
+    /// counts them from when it ran that statement, so the local deadline always comes first.
+    pub fn lease_margin(&self) -> Duration {
+        (self.lease / 4).min(Duration::from_secs(5))
     }
 }
 
@@ -125,6 +149,7 @@ impl Default for Config {
             completed_retention: Self::DEFAULT_COMPLETED_RETENTION,
             failed_retention: Self::DEFAULT_FAILED_RETENTION,
             stats_interval: Self::DEFAULT_STATS_INTERVAL,
+            lock_wait_timeout: Self::DEFAULT_LOCK_WAIT_TIMEOUT,
         }
     }
 }
@@ -146,10 +171,12 @@ impl Worker {
         }
     }
 
-    /// A pool size for a worker of `concurrency`: the reserved connections plus one per job up
-    /// to 16, for handlers that borrow a connection through [`JobContext::pool`].
+    /// A size for the pool given to [`Worker::builder`] with `concurrency`: one connection per
+    /// job up to 16, for handlers that borrow a connection through [`JobContext::pool`], plus one
+    /// for enqueues. The worker's own services use a separate pool of
+    /// [`RESERVED_CONNECTIONS`] that it opens itself.
     pub fn recommended_pool_size(concurrency: usize) -> u32 {
-        RESERVED_CONNECTIONS + u32::try_from(concurrency.min(16)).unwrap_or(16)
+        1 + u32::try_from(concurrency.clamp(1, 16)).unwrap_or(16)
     }
 }
 
@@ -277,6 +304,12 @@ impl WorkerBuilder {
         self
     }
 
+    /// `innodb_lock_wait_timeout` of the worker's own sessions (default 5 s).
+    pub fn lock_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.config.lock_wait_timeout = timeout;
+        self
+    }
+
     /// Checks the settings, the server and the schema, then starts the services.
     pub async fn start(self) -> Result<WorkerHandle, Error> {
         let registry = match self.registry {
@@ -287,41 +320,56 @@ impl WorkerBuilder {
         if config.queues.is_empty() {
             config.queues = registry.queues().into_iter().map(str::to_owned).collect();
         }
-        validate(&config, &self.pool)?;
+        validate(&config)?;
+        let mut periodic = registry.periodic()?;
+        periodic.extend(self.periodic);
+        scheduler::validate(&periodic, config.maintenance_interval)?;
+        let db = service_pool(&self.pool, &config);
         {
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = db.acquire().await?;
             crate::store::server::detect(&mut conn).await?;
             crate::migrate::check_schema(&mut conn).await?;
         }
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
-        let mut periodic = registry.periodic()?;
-        periodic.extend(self.periodic);
+        // The leader lease and every other "is this me?" question use an identity no other
+        // process can share, even when replicas are started with the same `--worker-id`.
+        let instance = format!(
+            "{}#{}",
+            worker_id.chars().take(90).collect::<String>(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let (events, _) = broadcast::channel(events::CAPACITY);
         let shared = Arc::new(Shared {
             pool: self.pool,
+            db,
             slots: Arc::new(Semaphore::new(config.concurrency)),
             config,
             registry,
             metrics: Arc::new(Metrics::new(&worker_id)),
             worker_id,
+            instance,
             extensions: Arc::new(self.extensions),
             in_flight: Mutex::new(HashMap::new()),
             stop_fetching: CancellationToken::new(),
             stop_services: CancellationToken::new(),
             slot_freed: Notify::new(),
             stopping: AtomicBool::new(false),
+            lease_unconfirmed: AtomicBool::new(false),
             completer: completer::Completer::new(),
             periodic,
+            events,
         });
         stats::register_worker(&shared).await?;
-        let mut tasks: Vec<JoinHandle<()>> = (0..shared.config.claimers)
+        let producers: Vec<JoinHandle<()>> = (0..shared.config.claimers)
             .map(|i| tokio::spawn(producer::run(shared.clone(), i)))
             .collect();
-        tasks.extend([
+        let services = vec![
             tokio::spawn(completer::run(shared.clone())),
             tokio::spawn(lease::run(shared.clone())),
+            tokio::spawn(lease::watchdog(shared.clone())),
             tokio::spawn(maintenance::run(shared.clone())),
             tokio::spawn(stats::run(shared.clone())),
-        ]);
+        ];
         tracing::info!(
             worker = %shared.worker_id,
             queues = ?shared.config.queues,
@@ -329,11 +377,32 @@ impl WorkerBuilder {
             jobs = shared.registry.len(),
             "worker started"
         );
-        Ok(WorkerHandle { shared, tasks })
+        Ok(WorkerHandle {
+            shared,
+            producers,
+            services,
+        })
     }
 }
 
-fn validate(c: &Config, pool: &MySqlPool) -> Result<(), Error> {
+/// The worker's own pool: same server and credentials as the application's pool, sized for the
+/// services alone, with a short lock wait on every session.
+fn service_pool(app: &MySqlPool, config: &Config) -> MySqlPool {
+    let size =
+        RESERVED_CONNECTIONS + u32::try_from(config.claimers.saturating_sub(1)).unwrap_or(16);
+    let lock_wait = config.lock_wait_timeout.as_secs().max(1);
+    MySqlPoolOptions::new()
+        .max_connections(size)
+        .min_connections(0)
+        .acquire_timeout(config.lease.max(Duration::from_secs(5)))
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            Box::pin(async move { crate::store::worker_session_setup(conn, lock_wait).await })
+        })
+        .connect_lazy_with((*app.connect_options()).clone())
+}
+
+fn validate(c: &Config) -> Result<(), Error> {
     let bad = |msg: String| Err(Error::Config(msg));
     if c.queues.is_empty() {
         return bad("no queue to work: register jobs with #[job] (and link them into this binary) or name queues".into());
@@ -359,11 +428,12 @@ fn validate(c: &Config, pool: &MySqlPool) -> Result<(), Error> {
     if c.lease < Duration::from_millis(500) {
         return bad(format!("lease {:?} is too short: at least 500ms", c.lease));
     }
-    if c.heartbeat() >= c.lease {
+    if c.heartbeat() >= c.lease - c.lease_margin() {
         return bad(format!(
-            "heartbeat interval {:?} must be shorter than the lease {:?}",
+            "heartbeat interval {:?} must be shorter than the lease {:?} less its safety margin {:?}",
             c.heartbeat(),
-            c.lease
+            c.lease,
+            c.lease_margin()
         ));
     }
     if c.poll_floor.is_zero() || c.poll_floor > c.poll_ceiling {
@@ -378,15 +448,12 @@ fn validate(c: &Config, pool: &MySqlPool) -> Result<(), Error> {
             c.leader_ttl, c.maintenance_interval
         ));
     }
-    let max = pool.options().get_max_connections();
-    let reserved = u32::try_from(c.claimers)
-        .unwrap_or(u32::MAX)
-        .saturating_add(3);
-    if max < reserved {
+    if c.lock_wait_timeout < Duration::from_secs(1)
+        || c.lock_wait_timeout > Duration::from_secs(3600)
+    {
         return bad(format!(
-            "the pool allows {max} connections but the worker needs {reserved} for itself \
-             (claims, completer, heartbeat, maintenance); size it with Worker::recommended_pool_size({})",
-            c.concurrency
+            "lock wait timeout {:?} must be between 1s and 1h (whole seconds)",
+            c.lock_wait_timeout
         ));
     }
     Ok(())
@@ -401,40 +468,93 @@ fn default_worker_id() -> String {
     format!("{host}:{}:{:04x}", std::process::id(), fastrand::u16(..))
 }
 
+/// One claim of one job: the job's id and the token of the claim that gave it. Every map entry,
+/// removal, cancellation and write is keyed by both, so a stale report about an earlier claim
+/// of the same job never touches a later one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub(crate) id: JobId,
+    pub(crate) token: Arc<str>,
+}
+
+impl Key {
+    pub(crate) fn owned(&self) -> Owned {
+        Owned {
+            id: self.id,
+            token: self.token.to_string(),
+        }
+    }
+}
+
+/// Where a held job is in its life inside this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Claimed, handler not started yet.
+    Claimed,
+    /// The handler is running.
+    Running,
+    /// The handler returned; its outcome is being written.
+    Finishing,
+}
+
 /// A job this process holds.
 pub(crate) struct InFlight {
-    pub(crate) token: Arc<str>,
     pub(crate) ctx: JobContext,
     pub(crate) abort: Option<tokio::task::AbortHandle>,
-    /// The handler returned; its outcome is being written.
-    pub(crate) finished: bool,
+    pub(crate) phase: Phase,
+    /// The lease is valid at least until `lease_from + lease`: the moment the last statement
+    /// that set it (the claim or a heartbeat) was sent.
+    pub(crate) lease_from: tokio::time::Instant,
 }
 
 /// State shared by the services of one worker.
 pub(crate) struct Shared {
+    /// The application's pool: handlers use it through [`JobContext::pool`].
     pub(crate) pool: MySqlPool,
+    /// The worker's own pool: claims, completions, heartbeats, maintenance, statistics.
+    pub(crate) db: MySqlPool,
     pub(crate) config: Config,
     pub(crate) registry: Registry,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) worker_id: String,
+    /// This process's identity among workers (leader lease): `worker_id#random`.
+    pub(crate) instance: String,
     pub(crate) extensions: Arc<Extensions>,
     pub(crate) slots: Arc<Semaphore>,
-    pub(crate) in_flight: Mutex<HashMap<JobId, InFlight>>,
+    pub(crate) in_flight: Mutex<HashMap<Key, InFlight>>,
     /// Cancelled when shutdown starts: no more claims.
     pub(crate) stop_fetching: CancellationToken,
     /// Cancelled when everything has drained: heartbeats, maintenance, completer stop.
     pub(crate) stop_services: CancellationToken,
     pub(crate) slot_freed: Notify,
     pub(crate) stopping: AtomicBool,
+    /// Set when jobs were stopped because no heartbeat could renew their lease; no claims until
+    /// the database answers again.
+    pub(crate) lease_unconfirmed: AtomicBool,
     pub(crate) completer: completer::Completer,
     pub(crate) periodic: Vec<crate::Periodic>,
+    pub(crate) events: broadcast::Sender<WorkerEvent>,
 }
 
 impl Shared {
-    pub(crate) fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, InFlight>> {
+    pub(crate) fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<Key, InFlight>> {
         self.in_flight
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tells subscribers (tests, `WorkerHandle::events`) what happened.
+    pub(crate) fn emit(&self, event: WorkerEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// Removes the entry of exactly this claim, if it is still there.
+    pub(crate) fn forget(&self, key: &Key) -> Option<InFlight> {
+        let removed = self.in_flight().remove(key);
+        if removed.is_some() {
+            self.slot_freed.notify_waiters();
+        }
+        removed
     }
 }
 
@@ -451,7 +571,8 @@ pub(crate) fn wake_local() {
 pub struct ShutdownReport {
     /// Jobs that finished within the grace period.
     pub finished: usize,
-    /// Jobs cancelled at the deadline and released to `pending`.
+    /// Jobs handed back to `pending` without consuming their attempt: claimed but not started
+    /// when shutdown began, or cancelled at the deadline.
     pub released: usize,
 }
 
@@ -460,7 +581,8 @@ pub struct ShutdownReport {
 #[must_use = "dropping the handle leaves the worker running until the runtime stops; call shutdown"]
 pub struct WorkerHandle {
     shared: Arc<Shared>,
-    tasks: Vec<JoinHandle<()>>,
+    producers: Vec<JoinHandle<()>>,
+    services: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -482,34 +604,85 @@ impl WorkerHandle {
         self.shared.metrics.clone()
     }
 
-    /// Waits for SIGINT or SIGTERM, then shuts down gracefully.
-    pub async fn run_until_signal(self) -> Result<ShutdownReport, Error> {
-        wait_for_signal().await;
-        tracing::info!(worker = %self.shared.worker_id, "signal received: shutting down");
-        self.shutdown().await
+    /// What the worker does, as it happens (River's test signals): claims, starts, outcomes,
+    /// lost leases, releases, reaping, leadership. Made for tests that wait for an event
+    /// instead of sleeping; a receiver that falls more than a few thousand events behind
+    /// misses the oldest ones (`RecvError::Lagged`).
+    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.shared.events.subscribe()
     }
 
-    /// Graceful shutdown: stop claiming → let running jobs finish for the shutdown timeout →
-    /// cancel the rest and release them to `pending` without consuming their attempt. Every
-    /// job this worker held is completed, rescheduled or released when this returns.
+    /// Waits for SIGINT or SIGTERM, then shuts down gracefully; a second SIGINT or SIGTERM
+    /// during the grace period stops at once (running jobs are cancelled and released).
+    pub async fn run_until_signal(self) -> Result<ShutdownReport, Error> {
+        wait_for_signal().await;
+        let running = self.shared.in_flight().len();
+        tracing::warn!(
+            worker = %self.shared.worker_id,
+            running,
+            grace = %crate::backoff::format_duration(self.shared.config.shutdown_timeout),
+            "signal received: no more claims; waiting for running jobs up to the grace period \
+             (send SIGINT or SIGTERM again to stop now and release them)"
+        );
+        self.shutdown_with(async {
+            wait_for_signal().await;
+            tracing::warn!("second signal: stopping now, releasing running jobs");
+        })
+        .await
+    }
+
+    /// Graceful shutdown: stop claiming → release jobs claimed but not started at once → let
+    /// running jobs finish for the shutdown timeout → cancel the rest and release them to
+    /// `pending` without consuming their attempt. Every job this worker held is completed,
+    /// rescheduled or released when this returns (or, if the database cannot be reached, left
+    /// to its lease).
     pub async fn shutdown(self) -> Result<ShutdownReport, Error> {
+        self.shutdown_with(std::future::pending()).await
+    }
+
+    /// [`shutdown`](Self::shutdown) that ends the grace period as soon as `force` completes
+    /// (a second signal, an orchestrator's deadline).
+    pub async fn shutdown_with(
+        self,
+        force: impl Future<Output = ()> + Send,
+    ) -> Result<ShutdownReport, Error> {
         let s = &self.shared;
         s.stopping.store(true, Ordering::SeqCst);
         s.stop_fetching.cancel();
         let running_at_start = s.in_flight().len();
         let deadline = tokio::time::Instant::now() + s.config.shutdown_timeout;
-        // Phase 1: wait for running jobs (their outcomes are written by their own tasks).
-        while !s.in_flight().is_empty() && tokio::time::Instant::now() < deadline {
+        let mut released = 0;
+        let mut producers = self.producers;
+        let mut force = std::pin::pin!(force);
+        // Phase 1: release what has not started; wait for running jobs (their outcomes are
+        // written by their own tasks) and for a claim in flight to come back.
+        loop {
+            producers.retain(|p| !p.is_finished());
+            released += executor::release_where(s, |f| f.phase == Phase::Claimed).await;
+            if (s.in_flight().is_empty() && producers.is_empty())
+                || tokio::time::Instant::now() >= deadline
+            {
+                break;
+            }
             tokio::select! {
                 () = s.slot_freed.notified() => {}
                 () = tokio::time::sleep_until(deadline) => {}
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                () = &mut force => break,
             }
         }
         // Phase 2: cancel what is left and hand it back.
-        let released = executor::release_all(s, crate::CancelReason::Shutdown).await;
+        for p in &producers {
+            p.abort();
+        }
+        released += executor::release_where(s, |f| f.phase != Phase::Finishing).await;
+        // Outcomes already being written get a moment to land.
+        let settle = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !s.in_flight().is_empty() && tokio::time::Instant::now() < settle {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         s.stop_services.cancel();
-        for t in self.tasks {
+        for t in producers.into_iter().chain(self.services) {
             let _ = t.await;
         }
         stats::unregister_worker(s).await;
@@ -518,6 +691,7 @@ impl WorkerHandle {
             released,
         };
         tracing::info!(worker = %s.worker_id, finished = report.finished, released = report.released, "worker stopped");
+        s.db.close().await;
         Ok(report)
     }
 }

@@ -1,24 +1,55 @@
 //! The claim loop: claims only for free slots, loops at once while batches come back full,
 //! backs off exponentially with jitter when idle, sleeps while saturated until a slot frees,
 //! and wakes at once when this process enqueues.
+//!
+//! Lock conflicts (deadlocks, lock wait timeouts, Galera certification failures) are retried
+//! with jitter and never lengthen the idle backoff: a worker that lost a race is not idle.
+//! They are logged as one aggregated line per interval, not one line per error. A claim whose
+//! COMMIT reply was lost is resolved on a fresh connection: its jobs are run if it committed.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::store::{self, ClaimParams};
-use crate::worker::{LOCAL_WAKE, Shared, executor, unit_random};
+use tokio::time::Instant;
 
-/// Tries of one claim on deadlock / lock wait timeout before backing off to the next poll.
+use crate::store::{self, ClaimParams, ClaimedJob};
+use crate::worker::{LOCAL_WAKE, Shared, WorkerEvent, executor, unit_random};
+
+/// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
 const CLAIM_LOCK_RETRIES: u32 = 5;
+/// Lock conflicts of claims are summed up in one log line at most this often.
+const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What went wrong in a claim.
+enum ClaimError {
+    /// Lost a lock race (deadlock, lock wait, certification failure) after a few tries.
+    Conflict,
+    /// Anything else (the server is unreachable, …).
+    Other,
+}
 
 pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
     let floor = s.config.poll_floor;
     let ceiling = s.config.poll_ceiling;
     let mut idle = floor;
     let mut next_queue = claimer;
+    let mut conflicts = Conflicts::default();
     loop {
         if s.stop_fetching.is_cancelled() {
             return;
+        }
+        if s.lease_unconfirmed.load(Ordering::SeqCst) {
+            // Leases could not be renewed: claim nothing until a heartbeat succeeds again.
+            if !crate::worker::sleep_or_cancel(
+                floor.max(Duration::from_millis(50)),
+                &s.stop_fetching,
+            )
+            .await
+            {
+                return;
+            }
+            continue;
         }
         if s.slots.available_permits() == 0 {
             // Saturated: sleep until a job finishes (or shutdown).
@@ -35,15 +66,17 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         let mut any = false;
         let mut full = false;
         let mut failed = false;
+        let mut conflicted = false;
         let n = s.config.queues.len();
         for i in 0..n {
             let queue = &s.config.queues[(next_queue + i) % n];
-            match claim_queue(&s, queue).await {
+            match claim_queue(&s, queue, &mut conflicts).await {
                 Ok((got, wanted)) => {
                     any |= got > 0;
                     full |= got > 0 && got == wanted;
                 }
-                Err(()) => failed = true,
+                Err(ClaimError::Conflict) => conflicted = true,
+                Err(ClaimError::Other) => failed = true,
             }
             if s.slots.available_permits() == 0 || s.stop_fetching.is_cancelled() {
                 break;
@@ -54,7 +87,9 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             idle = floor;
             continue;
         }
-        if any {
+        conflicts.log_if_due();
+        if any || conflicted {
+            // Lost a lock race: others are working this queue, so it is not idle.
             idle = floor;
         } else if failed {
             idle = (idle * 4).min(ceiling.max(Duration::from_secs(5)));
@@ -96,7 +131,11 @@ async fn gather_slots(s: &Shared) {
 }
 
 /// Claims up to the free slots from one queue and starts the jobs. Returns (claimed, asked).
-async fn claim_queue(s: &Arc<Shared>, queue: &str) -> Result<(usize, usize), ()> {
+async fn claim_queue(
+    s: &Arc<Shared>,
+    queue: &str,
+    conflicts: &mut Conflicts,
+) -> Result<(usize, usize), ClaimError> {
     let want = s
         .config
         .batch_size
@@ -117,28 +156,39 @@ async fn claim_queue(s: &Arc<Shared>, queue: &str) -> Result<(usize, usize), ()>
     };
     let m = &s.metrics;
     let mut attempt = 0;
-    let jobs = loop {
+    let (jobs, sent) = loop {
         attempt += 1;
-        let result = match s.pool.acquire().await {
-            Ok(mut conn) => store::job_claim(&mut conn, &params).await,
-            Err(e) => Err(e.into()),
+        let sent = Instant::now();
+        let result = match s.db.acquire().await {
+            Ok(mut conn) => store::job_claim_tracked(&mut conn, &params).await,
+            Err(e) => Err(store::ClaimFailed {
+                error: e.into(),
+                in_doubt: Vec::new(),
+            }),
         };
         match result {
-            Ok(jobs) => break jobs,
-            Err(e) if store::is_lock_error(&e) && attempt < CLAIM_LOCK_RETRIES => {
-                count_lock_error(s, &e);
+            Ok(jobs) => break (jobs, sent),
+            Err(f) if !f.in_doubt.is_empty() => {
+                m.add(&m.counters.db_errors, 1);
+                let jobs = resolve(s, &token, f).await;
+                if !jobs.is_empty() {
+                    s.emit(WorkerEvent::ClaimAdopted { jobs: jobs.len() });
+                }
+                break (jobs, sent);
+            }
+            Err(f) if store::is_lock_error(&f.error) => {
+                conflicts.count(s, &f.error);
+                if attempt >= CLAIM_LOCK_RETRIES || s.stop_fetching.is_cancelled() {
+                    return Err(ClaimError::Conflict);
+                }
                 // Redo the whole claim from its SELECT after a short jittered pause.
                 let pause = Duration::from_millis(2u64 << attempt).mul_f64(0.5 + unit_random());
                 tokio::time::sleep(pause).await;
             }
-            Err(e) => {
-                if store::is_lock_error(&e) {
-                    count_lock_error(s, &e);
-                } else {
-                    m.add(&m.counters.db_errors, 1);
-                }
-                tracing::warn!(queue, error = %crate::worker::executor::error_chain(&e), "claim failed; will retry");
-                return Err(());
+            Err(f) => {
+                m.add(&m.counters.db_errors, 1);
+                tracing::warn!(queue, error = %executor::error_chain(&f.error), "claim failed; will retry");
+                return Err(ClaimError::Other);
             }
         }
     };
@@ -153,16 +203,84 @@ async fn claim_queue(s: &Arc<Shared>, queue: &str) -> Result<(usize, usize), ()>
     let count = jobs.len();
     for job in jobs {
         let one = permits.split(1).expect("one permit per claimed job");
-        executor::spawn(s.clone(), job, queue, token.clone(), one);
+        executor::spawn(s, job, queue, token.clone(), one, sent);
     }
     drop(permits); // unused slots go back
     Ok((count, want as usize))
 }
 
-fn count_lock_error(s: &Shared, e: &crate::Error) {
-    let m = &s.metrics;
-    match store::db_error_number(e) {
-        Some(1213) => m.add(&m.counters.deadlocks, 1),
-        _ => m.add(&m.counters.lock_waits, 1),
+/// Resolves a claim whose COMMIT reply was lost: asks the database, on a fresh connection,
+/// which of its jobs are `processing` under its token (waiting for the transaction to end),
+/// retrying while the lease would still leave time to run them. Returns the jobs to run.
+async fn resolve(s: &Shared, token: &str, failed: store::ClaimFailed) -> Vec<ClaimedJob> {
+    tracing::warn!(
+        jobs = failed.in_doubt.len(),
+        error = %executor::error_chain(&failed.error),
+        "claim COMMIT sent but no reply came back; asking the database whether it committed"
+    );
+    let give_up = Instant::now() + s.config.lease - s.config.lease_margin();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let result = async {
+            let mut conn = s.db.acquire().await?;
+            store::job_claim_resolve(&mut conn, token, &failed.in_doubt).await
+        }
+        .await;
+        match result {
+            Ok(jobs) => {
+                tracing::info!(
+                    claimed = jobs.len(),
+                    of = failed.in_doubt.len(),
+                    "in-doubt claim resolved"
+                );
+                return jobs;
+            }
+            Err(e) if Instant::now() + pause < give_up => {
+                tracing::warn!(error = %executor::error_chain(&e), "resolving the in-doubt claim failed; retrying");
+                tokio::time::sleep(pause.mul_f64(0.5 + unit_random())).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                tracing::error!(error = %executor::error_chain(&e), "could not resolve the in-doubt claim; its jobs come back when their lease ends");
+                return Vec::new();
+            }
+        }
+    }
+}
+
+/// Lock conflicts of claims, counted and summed up in one log line per interval.
+#[derive(Default)]
+struct Conflicts {
+    since_log: u64,
+    last_error: Option<String>,
+    logged_at: Option<Instant>,
+}
+
+impl Conflicts {
+    fn count(&mut self, s: &Shared, e: &crate::Error) {
+        let m = &s.metrics;
+        match store::db_error_number(e) {
+            Some(1213) => m.add(&m.counters.deadlocks, 1),
+            _ => m.add(&m.counters.lock_waits, 1),
+        }
+        self.since_log += 1;
+        self.last_error = Some(executor::error_chain(e));
+    }
+
+    fn log_if_due(&mut self) {
+        if self.since_log == 0 {
+            return;
+        }
+        let now = Instant::now();
+        if self.logged_at.is_some_and(|t| now < t + CONFLICT_LOG_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            conflicts = self.since_log,
+            last = self.last_error.as_deref().unwrap_or_default(),
+            "claims lost lock races with other claimers (retried at once with jitter)"
+        );
+        self.since_log = 0;
+        self.logged_at = Some(now);
     }
 }

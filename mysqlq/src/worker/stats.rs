@@ -1,5 +1,6 @@
-//! Flushes the worker's counters to the statistics tables every interval (one statement per
-//! table), and keeps the worker's row in `mysqlq_worker` fresh.
+//! Flushes the worker's counters to the statistics tables every interval, and keeps the
+//! worker's row in `mysqlq_worker` fresh, in one transaction: a failed flush is rolled back
+//! whole and its counts go into the next one, never twice.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use crate::store;
 use crate::worker::{Shared, sleep_or_cancel};
 
 pub(crate) async fn register_worker(s: &Arc<Shared>) -> Result<(), crate::Error> {
-    let mut conn = s.pool.acquire().await?;
+    let mut conn = s.db.acquire().await?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     store::worker_register(
         &mut conn,
@@ -24,7 +25,7 @@ pub(crate) async fn register_worker(s: &Arc<Shared>) -> Result<(), crate::Error>
 }
 
 pub(crate) async fn unregister_worker(s: &Arc<Shared>) {
-    if let Ok(mut conn) = s.pool.acquire().await {
+    if let Ok(mut conn) = s.db.acquire().await {
         let _ = store::worker_stopped(&mut conn, &s.worker_id).await;
     }
 }
@@ -52,9 +53,15 @@ pub(crate) async fn run(s: Arc<Shared>) {
             })
             .collect();
         let result = async {
-            let mut conn = s.pool.acquire().await?;
-            store::stats_add(&mut conn, &s.worker_id, &delta, &kind_deltas).await?;
-            store::worker_seen(&mut conn, &s.worker_id, s.metrics.running()).await
+            let mut conn = s.db.acquire().await?;
+            store::stats_flush(
+                &mut conn,
+                &s.worker_id,
+                &delta,
+                &kind_deltas,
+                s.metrics.running(),
+            )
+            .await
         }
         .await;
         match result {
@@ -63,7 +70,9 @@ pub(crate) async fn run(s: Arc<Shared>) {
                 kinds_flushed = kinds;
             }
             Err(e) => {
-                tracing::debug!(error = %crate::worker::executor::error_chain(&e), "statistics flush failed; will retry")
+                let m = &s.metrics;
+                m.add(&m.counters.db_errors, 1);
+                tracing::warn!(error = %crate::worker::executor::error_chain(&e), "statistics flush failed (rolled back); its counts go into the next flush")
             }
         }
         if !go_on {

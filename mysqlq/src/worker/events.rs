@@ -1,0 +1,81 @@
+//! What a worker does, as events: River's "test signals". Tests wait for the event they need
+//! instead of sleeping for a time that is too short on a loaded machine and too long on an idle
+//! one. Sending costs nothing when nobody listens.
+
+use crate::JobId;
+
+/// Events buffered per subscriber before the oldest are dropped.
+pub(crate) const CAPACITY: usize = 4096;
+
+/// One thing a worker did. See [`crate::WorkerHandle::events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEvent {
+    /// Jobs were claimed (one event per job).
+    Claimed {
+        /// The job.
+        id: JobId,
+        /// The attempt this claim started.
+        attempt: u32,
+    },
+    /// A claim whose COMMIT reply was lost turned out to have committed: its jobs are run.
+    ClaimAdopted {
+        /// How many jobs the claim held.
+        jobs: usize,
+    },
+    /// A handler started.
+    Started {
+        /// The job.
+        id: JobId,
+    },
+    /// A handler returned (any result); its outcome is written next.
+    Returned {
+        /// The job.
+        id: JobId,
+    },
+    /// A job's completion was written.
+    Completed {
+        /// The job.
+        id: JobId,
+    },
+    /// A failed attempt's outcome (retry, snooze, fail, cancel) was written.
+    Recorded {
+        /// The job.
+        id: JobId,
+        /// `retry`, `snooze`, `fail` or `cancel`.
+        outcome: &'static str,
+    },
+    /// The database said another claim owns the job now: it was cancelled here.
+    LeaseLost {
+        /// The job.
+        id: JobId,
+    },
+    /// No heartbeat could renew the job's lease in time: it was stopped here before the lease
+    /// could expire.
+    LeaseUnconfirmed {
+        /// The job.
+        id: JobId,
+    },
+    /// The job was handed back to `pending` without consuming its attempt.
+    Released {
+        /// The job.
+        id: JobId,
+    },
+    /// A heartbeat round renewed every lease it carried.
+    Heartbeat {
+        /// Jobs renewed.
+        jobs: usize,
+    },
+    /// The reaper returned jobs with expired leases.
+    Reaped {
+        /// Jobs reaped.
+        jobs: u64,
+    },
+    /// This worker became, or stopped being, the leader.
+    Leadership {
+        /// `true` when it is the leader now.
+        leader: bool,
+    },
+    /// A maintenance round ended.
+    MaintenanceRound,
+}

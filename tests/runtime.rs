@@ -1,0 +1,479 @@
+//! Runtime correctness: the defects a healthy worker must never have (issue "a healthy worker
+//! must never lose, strand or double-run a job"), each with the test that failed before its
+//! fix. Tests wait for the worker's events (`WorkerHandle::events`), not for fixed times.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mysqlq::store::{self, ClaimedJob, Owned};
+use mysqlq::{JobContext, JobError, JobId, WorkerEvent};
+use mysqlq_tests::jobs::Noop;
+use mysqlq_tests::{PrivateServer, TestDb};
+use sqlx::Connection;
+use tokio::sync::broadcast;
+
+/// Waits for the first event `pick` accepts; panics with `what` after `limit`.
+async fn wait_event(
+    rx: &mut broadcast::Receiver<WorkerEvent>,
+    what: &str,
+    limit: Duration,
+    pick: impl Fn(&WorkerEvent) -> bool,
+) -> WorkerEvent {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(e)) if pick(&e) => return e,
+            Ok(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("{what}: event channel closed: {e}"),
+            Err(_) => panic!("timed out waiting for {what}"),
+        }
+    }
+}
+
+async fn scalar(db: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+}
+
+fn uuid_like(n: u8) -> String {
+    format!("{n:08x}-0000-4000-8000-000000000000")
+}
+
+#[tokio::test]
+async fn an_in_doubt_claim_is_resolved_by_its_token_after_the_transaction_ends() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(Noop { n }.enqueue(&db.pool).await.unwrap().id());
+    }
+    let jobs: Vec<ClaimedJob> = ids
+        .iter()
+        .map(|&id| ClaimedJob {
+            id,
+            kind: Some("noop".into()),
+            payload: "{}".into(),
+            attempt: 1,
+            max_attempts: 3,
+        })
+        .collect();
+    // A claim's transaction, still open (its COMMIT "on the wire"), over the first two jobs.
+    let token = uuid_like(1);
+    let mut claimer = db.connect().await;
+    let mut tx = claimer.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE job_queue SET status = 'processing', claim_token = ?, attempts = 1, \
+         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 60 SECOND WHERE id IN (?, ?)",
+    )
+    .bind(&token)
+    .bind(ids[0].0)
+    .bind(ids[1].0)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    // Resolving waits for that transaction instead of reading the rows from before it.
+    let resolver = {
+        let (mut conn, token, jobs) = (db.connect().await, token.clone(), jobs.clone());
+        tokio::spawn(async move { store::job_claim_resolve(&mut conn, &token, &jobs).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !resolver.is_finished(),
+        "the resolution must wait for the in-doubt transaction"
+    );
+    tx.commit().await.unwrap();
+    let owned = resolver.await.unwrap().unwrap();
+    assert_eq!(
+        owned.iter().map(|j| j.id).collect::<Vec<_>>(),
+        ids[..2].to_vec(),
+        "the claim committed: exactly its two jobs are adopted"
+    );
+    // A claim that was rolled back owns nothing.
+    let mut tx = claimer.begin().await.unwrap();
+    sqlx::query("UPDATE job_queue SET status = 'processing', claim_token = ? WHERE id = ?")
+        .bind(uuid_like(2))
+        .bind(ids[2].0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let mut conn = db.connect().await;
+    let owned = store::job_claim_resolve(&mut conn, &uuid_like(2), &jobs[2..])
+        .await
+        .unwrap();
+    assert!(owned.is_empty(), "a rolled-back claim owns nothing");
+}
+
+#[tokio::test]
+async fn absurd_delays_are_clamped_to_what_datetime_holds() {
+    // Before: `UTC_TIMESTAMP(6) + INTERVAL <i64::MAX> MICROSECOND` failed with 1441 and the
+    // worker retried the write forever while heartbeats kept the job alive.
+    let db = TestDb::new().await;
+    let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let mut conn = db.connect().await;
+    let jobs = store::job_claim(
+        &mut conn,
+        &store::ClaimParams {
+            queue: "test",
+            limit: 1,
+            worker_id: "w",
+            token: &uuid_like(3),
+            lease: Duration::from_secs(60),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(jobs.len(), 1);
+    let owned = Owned {
+        id,
+        token: uuid_like(3),
+    };
+    let written = store::job_finish_attempt(
+        &mut conn,
+        &owned,
+        &store::Outcome::Snooze {
+            delay: Duration::MAX,
+        },
+        "see you at the end of time",
+    )
+    .await
+    .unwrap();
+    assert_eq!(written, store::Written::Now);
+    let year = scalar(
+        &db,
+        &format!(
+            "SELECT YEAR(available_at) FROM job_queue WHERE id = {}",
+            id.0
+        ),
+    )
+    .await;
+    assert_eq!(year, 9999);
+}
+
+/// Blocks its thread (no `.await`) for 6 s, far past its 300 ms timeout.
+static BLOCKER_DONE: AtomicBool = AtomicBool::new(false);
+
+#[mysqlq::job(queue = "blocking", retries = 3, backoff = "1h", timeout = "300ms")]
+async fn thread_blocker(_ctx: JobContext) -> Result<(), JobError> {
+    std::thread::sleep(Duration::from_secs(6));
+    BLOCKER_DONE.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_blocking_its_thread_is_left_behind_after_its_timeout() {
+    // Before: after the timeout the worker aborted the task and then waited for it, which a
+    // thread-blocking handler never lets happen until it yields: the slot and the job stayed
+    // held for as long as the thread was blocked.
+    let db = TestDb::new().await;
+    let id = ThreadBlocker {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().queues(["blocking"]).start().await.unwrap();
+    let mut events = worker.events();
+    wait_event(
+        &mut events,
+        "the timed-out attempt recorded",
+        Duration::from_secs(30),
+        |e| matches!(e, WorkerEvent::Recorded { id: j, outcome: "retry" } if *j == id),
+    )
+    .await;
+    assert!(
+        !BLOCKER_DONE.load(Ordering::SeqCst),
+        "the retry was recorded while the handler still blocked its thread"
+    );
+    let err: String = sqlx::query_scalar("SELECT last_error FROM job_queue WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        err.contains("timed out after 300ms") && err.contains("blocks its thread"),
+        "{err}"
+    );
+    worker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_releases_jobs_of_a_claim_that_lands_after_it_began_at_once() {
+    // Before: jobs claimed by a claim still in flight when shutdown began were never started
+    // and never released until the whole grace period had passed.
+    let db = TestDb::new().await;
+    let id = Noop { n: 7 }
+        .enqueue_with(
+            &db.pool,
+            &mysqlq::EnqueueOptions::new().concurrency_limit("k", 1),
+        )
+        .await
+        .unwrap()
+        .id();
+    // Hold the key's row: the worker's claim selects the job, then waits for this lock.
+    let mut blocker = db.connect().await;
+    let mut tx = blocker.begin().await.unwrap();
+    sqlx::query("INSERT INTO mysqlq_concurrency (concurrency_key) VALUES ('k')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let grace = Duration::from_secs(120);
+    let worker = db.worker().shutdown_timeout(grace).start().await.unwrap();
+    db.wait_for(
+        "the worker's claim waits for the key",
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%mysqlq:job_claim_concurrency%'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let began = std::time::Instant::now();
+    let shutdown = tokio::spawn(worker.shutdown());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tx.commit().await.unwrap(); // the claim commits after shutdown began
+    let report = shutdown.await.unwrap().unwrap();
+    assert_eq!(report.released, 1, "{report:?}");
+    assert!(
+        began.elapsed() < grace / 4,
+        "shutdown waited {:?} of its {grace:?} grace period for a job that never started",
+        began.elapsed()
+    );
+    let (status, attempts): (String, u32) =
+        sqlx::query_as("SELECT status, attempts FROM job_queue WHERE id = ?")
+            .bind(id.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), attempts), ("pending", 0));
+}
+
+#[tokio::test]
+async fn orphans_come_back_while_the_leader_is_dead_and_one_of_two_same_id_workers_leads() {
+    let db = TestDb::new().await;
+    let a = db.worker().worker_id("replica").start().await.unwrap();
+    let b = db.worker().worker_id("replica").start().await.unwrap();
+    let (mut ea, mut eb) = (a.events(), b.events());
+    for e in [&mut ea, &mut eb] {
+        for _ in 0..3 {
+            wait_event(e, "maintenance rounds", Duration::from_secs(30), |e| {
+                matches!(e, WorkerEvent::MaintenanceRound)
+            })
+            .await;
+        }
+    }
+    let leaders = scalar(
+        &db,
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'replica#%' AND expires_at > UTC_TIMESTAMP(6)",
+    )
+    .await;
+    assert_eq!(leaders, 1);
+    // Before: both replicas matched the lease row's `leader_id = 'replica'` and both led.
+    let distinct: i64 = scalar(&db, "SELECT COUNT(DISTINCT leader_id) FROM mysqlq_leader").await;
+    assert_eq!(distinct, 1);
+
+    // A dead leader: its lease row says someone else leads for an hour.
+    sqlx::query(
+        "UPDATE mysqlq_leader SET leader_id = 'dead#0', expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // And a dead worker's job, its lease expired.
+    let id = Noop { n: 9 }.enqueue(&db.pool).await.unwrap().id();
+    sqlx::query(
+        "UPDATE job_queue SET status = 'processing', attempts = 1, locked_by = 'ghost', \
+         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    )
+    .bind(uuid_like(4))
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Before: only the leader reaped, so the orphan waited for the dead leader's lease.
+    let completed = |id: JobId| move |e: &WorkerEvent| matches!(e, WorkerEvent::Completed { id: j } if *j == id);
+    tokio::select! {
+        _ = wait_event(&mut ea, "the orphan completed", Duration::from_secs(30), completed(id)) => {}
+        _ = wait_event(&mut eb, "the orphan completed", Duration::from_secs(30), completed(id)) => {}
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_statistics_flush_counts_nothing_twice() {
+    // Before: the flush was two statements; when the second failed, the first had been applied
+    // and was applied again by the retry, so `stats` over-counted.
+    let db = TestDb::new().await;
+    for sql in [
+        "CREATE TABLE fail_kind_stats (on_off INT NOT NULL)",
+        "INSERT INTO fail_kind_stats VALUES (1)",
+        "CREATE TRIGGER kind_stats_fail BEFORE INSERT ON mysqlq_kind_minute FOR EACH ROW \
+         BEGIN IF (SELECT on_off FROM fail_kind_stats) = 1 THEN \
+         SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected deadlock'; END IF; END",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let worker = db.worker().start().await.unwrap();
+    for n in 0..20 {
+        Noop { n }.enqueue(&db.pool).await.unwrap();
+    }
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 20 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    // Let several flushes fail (the statistics interval is 200 ms), then let them through.
+    let failing_since = std::time::Instant::now();
+    while failing_since.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sqlx::query("UPDATE fail_kind_stats SET on_off = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    db.wait_for(
+        "the statistics flushed",
+        "SELECT COUNT(*) FROM mysqlq_kind_minute",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let claims = scalar(
+        &db,
+        "SELECT CAST(SUM(claims) AS SIGNED) FROM mysqlq_stats_minute",
+    )
+    .await;
+    let completions = scalar(
+        &db,
+        "SELECT CAST(SUM(completions) AS SIGNED) FROM mysqlq_stats_minute",
+    )
+    .await;
+    assert_eq!((claims, completions), (20, 20));
+}
+
+#[mysqlq::job(queue = "slowish", retries = 0)]
+async fn slowish(_ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_row_locked_by_an_application_does_not_stall_other_completions() {
+    // An application transaction holds a shared lock on one running job's row (what a dedupe
+    // enqueue's holder lookup used to leave behind). Before: completions went out in one
+    // statement per flush, so that lock stalled every completion of the worker.
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        ids.push(Slowish { n }.enqueue(&db.pool).await.unwrap().id());
+    }
+    let worker = db
+        .worker()
+        .queues(["slowish"])
+        .concurrency(6)
+        .lock_wait_timeout(Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "all running",
+        "SELECT COUNT(*) = 6 FROM job_queue WHERE status = 'processing'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut app = db.connect().await;
+    let mut tx = app.begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? LOCK IN SHARE MODE")
+        .bind(ids[0].0)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    db.wait_for(
+        "the five others completed while the lock is held",
+        "SELECT COUNT(*) = 5 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    tx.commit().await.unwrap();
+    db.wait_for(
+        "the locked one completed once the lock went",
+        "SELECT COUNT(*) = 6 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    assert_eq!(m.counters.snapshot().lost, 0);
+}
+
+/// Waits until cancelled and records why.
+#[mysqlq::job(queue = "cutoff", retries = 5, backoff = "100ms")]
+async fn until_cancelled(ctx: JobContext) -> Result<(), JobError> {
+    ctx.cancelled().await;
+    Err(JobError::retry(format!(
+        "cancelled: {}",
+        ctx.cancel_reason()
+            .map(|r| r.to_string())
+            .unwrap_or_default()
+    )))
+}
+
+#[tokio::test]
+async fn a_worker_cut_off_from_the_database_stops_its_job_before_the_lease_ends() {
+    // Before: a worker that could not reach the database kept running its handlers for up to
+    // the job timeout while, once the lease ended, another worker could run the same job.
+    let server = PrivateServer::start();
+    let db = TestDb::on(&server.url()).await;
+    let id = UntilCancelled {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db
+        .worker()
+        .queues(["cutoff"])
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    wait_event(
+        &mut events,
+        "the job started",
+        Duration::from_secs(30),
+        |e| matches!(e, WorkerEvent::Started { id: j } if *j == id),
+    )
+    .await;
+    // The server stops answering (SIGSTOP): no heartbeat can renew the lease.
+    server.pause();
+    let paused_at = std::time::Instant::now();
+    wait_event(
+        &mut events,
+        "the job stopped here",
+        Duration::from_secs(30),
+        |e| matches!(e, WorkerEvent::LeaseUnconfirmed { id: j } if *j == id),
+    )
+    .await;
+    let stopped_after = paused_at.elapsed();
+    wait_event(
+        &mut events,
+        "the handler returned",
+        Duration::from_secs(30),
+        |e| matches!(e, WorkerEvent::Returned { id: j } if *j == id),
+    )
+    .await;
+    let returned_after = paused_at.elapsed();
+    server.resume();
+    // The server ran the last heartbeat before the pause, so the lease ends at most 2 s after
+    // it: the handler must be gone by then (the watchdog stops it at lease − margin after the
+    // last heartbeat was sent).
+    assert!(
+        returned_after < Duration::from_secs(2),
+        "the handler ran {returned_after:?} into a 2 s lease without a heartbeat (stopped after {stopped_after:?})"
+    );
+    // Once the database answers, the job is handed back (or reaped) and runs again.
+    wait_event(
+        &mut events,
+        "the job claimed again",
+        Duration::from_secs(60),
+        |e| matches!(e, WorkerEvent::Started { id: j } if *j == id),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+}
