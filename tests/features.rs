@@ -171,6 +171,7 @@ async fn dedupe_until_started_admits_a_new_job_once_the_first_runs() {
     );
     let worker = db
         .worker()
+        .concurrency(1) // the second must wait: claiming it would free the key again
         .shutdown_timeout(Duration::from_millis(100))
         .start()
         .await
@@ -400,7 +401,18 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
         .unwrap();
     Noop { n: 1 }.enqueue(&db.pool).await.unwrap();
     let worker = db.worker().start().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await; // many polls (ceiling 100 ms)
+    let mut events = worker.events();
+    let mut empty_polls = 0;
+    while empty_polls < 5 {
+        match tokio::time::timeout(Duration::from_secs(20), events.recv()).await {
+            Ok(Ok(mysqlq::WorkerEvent::Polled { claimed: 0 })) => empty_polls += 1,
+            Ok(Ok(mysqlq::WorkerEvent::Polled { claimed })) => {
+                panic!("claimed {claimed} from a paused queue")
+            }
+            Ok(_) => {}
+            Err(_) => panic!("timed out waiting for the worker's polls"),
+        }
+    }
     assert_eq!(db.count("pending").await, 1, "nothing claimed while paused");
     assert!(worker.metrics().counters.snapshot().empty_polls > 0);
     mysqlq::store::queue_set_paused(&mut conn, "test", false)

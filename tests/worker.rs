@@ -486,7 +486,16 @@ async fn an_enqueue_in_this_process_wakes_an_idle_worker() {
         .start()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await; // let the idle backoff grow past 1 s
+    // Let the idle backoff grow past 1 s: 5 ms doubling, nine empty polls in a row.
+    let mut events = worker.events();
+    let mut empty_polls = 0;
+    while empty_polls < 9 {
+        match tokio::time::timeout(Duration::from_secs(30), events.recv()).await {
+            Ok(Ok(mysqlq::WorkerEvent::Polled { claimed: 0 })) => empty_polls += 1,
+            Ok(_) => {}
+            Err(_) => panic!("timed out waiting for the worker's polls"),
+        }
+    }
     Noop { n: 1 }.enqueue(&db.pool).await.unwrap();
     db.wait_for(
         "picked up long before the next poll",

@@ -18,6 +18,11 @@ pub enum WorkerEvent {
         /// The attempt this claim started.
         attempt: u32,
     },
+    /// A claim statement ran (whether or not it found jobs).
+    Polled {
+        /// Jobs it claimed.
+        claimed: usize,
+    },
     /// A claim whose COMMIT reply was lost turned out to have committed: its jobs are run.
     ClaimAdopted {
         /// How many jobs the claim held.

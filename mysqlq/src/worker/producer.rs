@@ -193,6 +193,9 @@ async fn claim_queue(
         }
     };
     m.add(&m.counters.polls, 1);
+    s.emit(WorkerEvent::Polled {
+        claimed: jobs.len(),
+    });
     if jobs.is_empty() {
         m.add(&m.counters.empty_polls, 1);
         return Ok((0, want as usize));
