@@ -206,3 +206,62 @@ async fn sigterm_stops_gracefully_and_releases_jobs_at_once() {
         "nothing waits for a lease after a clean stop"
     );
 }
+
+#[tokio::test]
+async fn a_second_sigterm_ends_the_grace_period_at_once_and_releases_running_jobs() {
+    let db = TestDb::new().await;
+    for _ in 0..2 {
+        Sleepy { ms: 600_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    let mut p = Proc::start(
+        BIN,
+        &db,
+        "twice",
+        &[
+            "--queues",
+            "test",
+            "--concurrency",
+            "2",
+            "--shutdown-timeout",
+            "10m",
+        ],
+    );
+    db.wait_for(
+        "two started",
+        "SELECT COUNT(*) >= 2 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(mysqlq_tests::signal(p.child.id(), "TERM"));
+    // The first signal says how long it will wait and how to force.
+    let log = std::env::temp_dir().join(format!("{}-twice.log", db.name));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("signal received") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no shutdown notice in the worker's log:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        text.contains("10m") && text.contains("again to stop now"),
+        "{text}"
+    );
+    // The second ends the ten-minute grace period now.
+    assert!(p.terminate(Duration::from_secs(30)).success());
+    let (pending, fresh): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED) FROM job_queue",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (pending, fresh),
+        (2, 2),
+        "both released, attempts given back"
+    );
+}
