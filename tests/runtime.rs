@@ -477,3 +477,55 @@ async fn a_worker_cut_off_from_the_database_stops_its_job_before_the_lease_ends(
     .await;
     worker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
+    // Before: after five claim deadlocks in a row the worker multiplied its idle wait by four
+    // up to 5 s, and starved while others (here: nobody, once the conflicts stop) worked.
+    let db = TestDb::new().await;
+    for sql in [
+        "CREATE TABLE conflict_on (on_off INT NOT NULL)",
+        "INSERT INTO conflict_on VALUES (1)",
+        "CREATE TRIGGER claim_conflict BEFORE UPDATE ON job_queue FOR EACH ROW \
+         BEGIN IF NEW.status = 'processing' AND OLD.status = 'pending' \
+         AND (SELECT on_off FROM conflict_on) = 1 THEN \
+         SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected deadlock'; END IF; END",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().start().await.unwrap();
+    let m = worker.metrics();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while m.counters.snapshot().deadlocks < 40 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker stopped trying: {} deadlocks",
+            m.counters.snapshot().deadlocks
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut events = worker.events();
+    sqlx::query("UPDATE conflict_on SET on_off = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let freed = std::time::Instant::now();
+    wait_event(
+        &mut events,
+        "the job claimed",
+        Duration::from_secs(30),
+        |e| matches!(e, WorkerEvent::Claimed { id: j, .. } if *j == id),
+    )
+    .await;
+    // The idle ceiling is 100 ms; the escalated wait was 5 s.
+    assert!(
+        freed.elapsed() < Duration::from_secs(3),
+        "claimed {:?} after the conflicts ended",
+        freed.elapsed()
+    );
+    worker.shutdown().await.unwrap();
+}

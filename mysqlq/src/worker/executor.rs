@@ -552,6 +552,35 @@ mod tests {
     use super::*;
     use crate::Backoff;
 
+    #[derive(Debug)]
+    struct Outer(Inner);
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error returned from database: {}", self.0)
+        }
+    }
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("1213 (40001): Deadlock found")
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    #[test]
+    fn an_error_chain_says_each_text_once() {
+        assert_eq!(
+            error_chain(&Outer(Inner)),
+            "error returned from database: 1213 (40001): Deadlock found"
+        );
+    }
+
     #[test]
     fn decisions_follow_the_error_class() {
         let p = RetryPolicy::new(2, Backoff::Fixed(Duration::from_secs(10)));
