@@ -529,3 +529,94 @@ async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
     );
     worker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn schedule_names_are_checked_at_start() {
+    use mysqlq::Periodic;
+    use mysqlq_tests::jobs::Tick;
+    let db = TestDb::new().await;
+    let long = Periodic::new("* * * * * *", &Tick {})
+        .unwrap()
+        .named("x".repeat(129));
+    let err = db.worker().periodic(long).start().await.unwrap_err();
+    assert!(err.to_string().contains("1 to 128 bytes"), "{err}");
+    let err = db
+        .worker()
+        .periodic(
+            Periodic::new("* * * * * *", &Tick {})
+                .unwrap()
+                .named("same"),
+        )
+        .periodic(
+            Periodic::new("0 * * * * *", &Tick {})
+                .unwrap()
+                .named("same"),
+        )
+        .start()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("two periodic jobs are named `same`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_schedule_skips_neither_the_reaper_nor_the_other_schedules() {
+    use mysqlq::Periodic;
+    use mysqlq_tests::jobs::Tick;
+    // Before: the scheduler ran first and any error ended the maintenance round, so one broken
+    // schedule stopped the reaper and every other schedule.
+    let db = TestDb::new().await;
+    sqlx::query(
+        "CREATE TRIGGER cron_broken BEFORE INSERT ON mysqlq_cron FOR EACH ROW \
+         BEGIN IF NEW.name = 'broken' THEN \
+         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected schedule failure'; END IF; END",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let orphan = Noop { n: 3 }.enqueue(&db.pool).await.unwrap().id();
+    sqlx::query(
+        "UPDATE job_queue SET status = 'processing', attempts = 1, locked_by = 'ghost', \
+         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    )
+    .bind(uuid_like(5))
+    .bind(orphan.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let worker = db
+        .worker()
+        .queues(["test", "ticks"])
+        .periodic(
+            Periodic::new("* * * * * *", &Tick {})
+                .unwrap()
+                .named("broken"),
+        )
+        .periodic(
+            Periodic::new("* * * * * *", &Tick {})
+                .unwrap()
+                .named("fine"),
+        )
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the orphan reaped and completed",
+        &format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'completed'",
+            orphan.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    db.wait_for(
+        "the healthy schedule enqueued a tick",
+        "SELECT COUNT(*) FROM mysqlq_cron WHERE name = 'fine' AND job_id IS NOT NULL",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+}
