@@ -163,7 +163,7 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// ```
 pub use mysqlq_macros::job;
 pub use periodic::{Periodic, parse_schedule};
-pub use registry::{JobRegistration, Registry};
+pub use registry::{JobRegistration, PayloadError, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use worker::{
     Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,
