@@ -705,6 +705,41 @@ async fn posts_from_other_origins_are_refused() {
     .await;
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+
+    // Behind a reverse proxy that rewrites `Host`, the browser's origin is the public name:
+    // accepted once that name is configured, refused otherwise.
+    let b = insert_failed(&db, "test", "{}", "e").await;
+    let proxied = |d: &Dash, cookie: String, token: String| {
+        let addr = d.addr;
+        async move {
+            http(
+                addr,
+                "POST",
+                "/failed/retry",
+                &[
+                    ("Origin", "https://admin.example.com"),
+                    ("X-Forwarded-Host", "admin.example.com"),
+                    ("Sec-Fetch-Site", "same-origin"),
+                    ("Cookie", &cookie),
+                ],
+                Some((
+                    "application/x-www-form-urlencoded",
+                    &format!("only={b}&mysqlq_csrf={token}"),
+                )),
+            )
+            .await
+        }
+    };
+    let (_, cookie, token) = d.csrf("/failed").await;
+    assert_eq!(proxied(&d, cookie, token).await.status, 403);
+    let d = Dash::start(
+        &db,
+        DashboardOptions::new().allowed_host("admin.example.com"),
+    )
+    .await;
+    let (_, cookie, token) = d.csrf("/failed").await;
+    assert_eq!(proxied(&d, cookie, token).await.status, 303);
+    assert_eq!(status_of(&db, b).await.as_deref(), Some("pending"));
 }
 
 #[tokio::test]

@@ -105,9 +105,11 @@ fn check_host(state: &Shared, req: &Request) -> Option<Response> {
 }
 
 /// POSTs must come from the dashboard's own pages: `Sec-Fetch-Site` (when the browser sends
-/// it) `same-origin` or `none`, and `Origin` (when sent) the request's own host.
+/// it) `same-origin` or `none`, and `Origin` (when sent) the request's own host — its `Host`,
+/// the `X-Forwarded-Host` of a proxy that rewrote `Host`, or a configured name.
 fn same_origin(state: &Shared, headers: &HeaderMap) -> bool {
-    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let site = text(header::HeaderName::from_static("sec-fetch-site"));
     if site.is_some_and(|s| !matches!(s, "same-origin" | "none")) {
         return false;
     }
@@ -120,12 +122,20 @@ fn same_origin(state: &Shared, headers: &HeaderMap) -> bool {
     let Some((_, authority)) = origin.split_once("://") else {
         return false; // `null` and other opaque origins
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
     let authority = authority.trim_end_matches('/');
-    authority.eq_ignore_ascii_case(host) && host_allowed(state, &host_name(authority))
+    let name = host_name(authority);
+    let forwarded = text(header::HeaderName::from_static("x-forwarded-host"))
+        .and_then(|v| v.split(',').next())
+        .map(str::trim);
+    let own = [text(header::HOST), forwarded]
+        .into_iter()
+        .flatten()
+        .any(|h| authority.eq_ignore_ascii_case(h));
+    let configured = state
+        .allowed_hosts
+        .as_ref()
+        .is_some_and(|names| names.iter().any(|n| *n == name));
+    (own && host_allowed(state, &name)) || configured
 }
 
 /// Who is asking: the access token presented (token mode), else the session cookie.
