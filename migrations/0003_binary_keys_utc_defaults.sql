@@ -14,9 +14,12 @@
 --    default to UTC_TIMESTAMP(6) (MySQL 8.0.13+, MariaDB 10.2+); on MySQL 8.0.1–8.0.12 they
 --    have no default and an INSERT must set them (docs/schema.md).
 -- 3. `updated_at` defaults to UTC as well. Its ON UPDATE clause can only be CURRENT_TIMESTAMP,
---    which mysqlq's own sessions (time_zone '+00:00') make UTC.
+--    which mysqlq's own sessions (sqlx sets time_zone '+00:00') make UTC. The other defaults
+--    of that kind (`mysqlq_queue.updated_at`, `mysqlq_cron.created_at`) default to UTC too, in
+--    case an operator writes those tables by hand.
 --
--- `{key_collation}`, `{utc_default}` and `{updated_default}` are filled in per server by
+-- `{key_collation}`, `{utc_default}` (UTC, or no default) and `{updated_default}` (UTC, or the
+-- session clock where the server has no expression defaults) are filled in per server by
 -- `mysqlq::store::server`. Every statement states the full column definition, so running this
 -- file again changes nothing; existing rows (held dedupe keys included) are kept as they are:
 -- values that were distinct under the old collation stay distinct under a binary one.
@@ -41,7 +44,11 @@ ALTER TABLE mysqlq_concurrency
   MODIFY concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE {key_collation} NOT NULL;
 
 ALTER TABLE mysqlq_queue
-  MODIFY queue_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {key_collation} NOT NULL;
+  MODIFY queue_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE {key_collation} NOT NULL,
+  MODIFY updated_at DATETIME(6) NOT NULL {updated_default} ON UPDATE CURRENT_TIMESTAMP(6);
+
+ALTER TABLE mysqlq_cron
+  MODIFY created_at DATETIME(6) NOT NULL {updated_default};
 
 ALTER TABLE mysqlq_kind_minute
   MODIFY kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE {key_collation} NOT NULL;

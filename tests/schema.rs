@@ -154,6 +154,21 @@ async fn plain_sql_inserts_from_any_time_zone_get_utc_defaults() {
             "job {id}: available_at {available}s, created_at {created}s, updated_at {updated}s from UTC"
         );
     }
+    // Tables an operator may write by hand default to UTC as well.
+    exec(
+        &mut conn,
+        "INSERT INTO mysqlq_queue (queue_name, paused) VALUES ('by-hand', 1); \
+         INSERT INTO mysqlq_cron (name, tick) VALUES ('by-hand', '2024-01-01 00:00:00')",
+    )
+    .await;
+    let off: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT ABS(TIMESTAMPDIFF(SECOND, updated_at, UTC_TIMESTAMP(6))) FROM mysqlq_queue), \
+                (SELECT ABS(TIMESTAMPDIFF(SECOND, created_at, UTC_TIMESTAMP(6))) FROM mysqlq_cron)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(off.0 < 60 && off.1 < 60, "seconds from UTC: {off:?}");
     let documented: (String, Option<String>, u32) =
         sqlx::query_as("SELECT queue_name, kind, max_attempts FROM job_queue ORDER BY id LIMIT 1")
             .fetch_one(&mut conn)
@@ -189,6 +204,7 @@ async fn table_shapes(conn: &mut MySqlConnection) -> Vec<String> {
         "mysqlq_concurrency",
         "mysqlq_queue",
         "mysqlq_kind_minute",
+        "mysqlq_cron",
     ] {
         let (_, ddl): (String, String) =
             sqlx::query_as(sqlx::AssertSqlSafe(format!("SHOW CREATE TABLE {t}")))
