@@ -104,14 +104,16 @@ fn check_host(state: &Shared, req: &Request) -> Option<Response> {
     ))
 }
 
-/// POSTs must come from the dashboard's own pages: `Sec-Fetch-Site` (when the browser sends
-/// it) `same-origin` or `none`, and `Origin` (when sent) the request's own host — its `Host`,
-/// the `X-Forwarded-Host` of a proxy that rewrote `Host`, or a configured name.
+/// POSTs must come from the dashboard's own pages. `Sec-Fetch-Site`, set by the browser and
+/// not by scripts, decides when present: `same-origin` or `none`. Otherwise `Origin` (when
+/// sent) must be the request's own host — its `Host`, the `X-Forwarded-Host` of a proxy that
+/// rewrote `Host`, or a configured name; `null` is refused. (Chromium sends `Origin: null` on
+/// same-origin form posts under `Referrer-Policy: no-referrer`, hence the `same-origin` policy
+/// below.)
 fn same_origin(state: &Shared, headers: &HeaderMap) -> bool {
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    let site = text(header::HeaderName::from_static("sec-fetch-site"));
-    if site.is_some_and(|s| !matches!(s, "same-origin" | "none")) {
-        return false;
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        return matches!(site, "same-origin" | "none");
     }
     let Some(origin) = headers.get(header::ORIGIN) else {
         return true;
@@ -335,7 +337,7 @@ fn with_headers(mut resp: Response) -> Response {
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ];
     for (k, v) in fixed {
