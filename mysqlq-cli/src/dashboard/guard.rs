@@ -136,7 +136,7 @@ fn same_origin(state: &Shared, headers: &HeaderMap) -> bool {
     let configured = state
         .allowed_hosts
         .as_ref()
-        .is_some_and(|names| names.iter().any(|n| *n == name));
+        .is_some_and(|names| names.contains(&name));
     (own && host_allowed(state, &name)) || configured
 }
 
