@@ -346,6 +346,15 @@ async fn listings_escape_terminal_control_characters() {
         assert!(out.contains("\\u{1b}"), "escaped, not dropped: {out}");
     }
     assert!(show.contains("second line"), "{show}");
+    // A retry refused because another job holds the key names the key, escaped.
+    sqlx::query("INSERT INTO job_queue (queue_name, kind, payload, dedupe_key) VALUES ('test', 'noop', '{}', ?)")
+        .bind(format!("d{evil}"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let e = fails(&db.url(), &["failed", "retry", &id.to_string()], 1);
+    assert!(e.contains("not retried") && !e.contains('\u{1b}'), "{e:?}");
+    assert!(e.contains("\\u{1b}"), "{e}");
 }
 
 #[test]

@@ -232,7 +232,7 @@ async fn bulk(conn: &mut MySqlConnection, a: &FailedBulkArgs, op: Op) -> Result<
 }
 
 fn conflict_text(c: &admin::DedupeConflict) -> String {
-    let key = c.dedupe_key.as_deref().unwrap_or("?");
+    let key = out::printable(c.dedupe_key.as_deref().unwrap_or("?"), false);
     match c.holder {
         Some(h) => format!(
             "job {} not retried: its dedupe key `{key}` is held by job {h}",
