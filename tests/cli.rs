@@ -257,6 +257,8 @@ async fn enqueue_uses_the_registered_defaults_and_reports_duplicates() {
             "{}",
             "--max-attempts",
             "2",
+            "--queue",
+            "elsewhere",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -267,11 +269,106 @@ async fn enqueue_uses_the_registered_defaults_and_reports_duplicates() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(q, "default");
+    assert_eq!(q, "elsewhere");
     fails(
         &url,
         &["enqueue", "noop", "--json", "{}", "--queue", "no spaces"],
         2,
+    );
+}
+
+#[tokio::test]
+async fn enqueue_checks_the_payload_against_the_job_and_refuses_unknown_kinds() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    for (json, why) in [
+        (r#"{"n": "seven"}"#, "invalid type"),
+        (r#"{"m": 1}"#, "missing field `n`"),
+        ("[1]", "JSON object"),
+        ("42", "JSON object"),
+    ] {
+        let e = fails(&url, &["enqueue", "noop", "--json", json], 2);
+        assert!(e.contains("noop") || e.contains("object"), "{json}: {e}");
+        assert!(e.contains(why), "{json}: {e}");
+    }
+    // A kind this binary does not know would land on a queue no worker may serve.
+    let e = fails(&url, &["enqueue", "no_such_job", "--json", "{}"], 2);
+    assert!(e.contains("not registered") && e.contains("--queue"), "{e}");
+    let e = fails(
+        &url,
+        &["enqueue", "no_such_job", "--json", "[]", "--queue", "q"],
+        2,
+    );
+    assert!(e.contains("JSON object"), "{e}");
+    let total: i64 = scalar_i64(&db, "SELECT COUNT(*) FROM job_queue").await;
+    assert_eq!(total, 0, "nothing was enqueued");
+    ok(&url, &["enqueue", "noop", "--json", r#"{"n": 7}"#]);
+}
+
+#[test]
+fn passwords_with_url_delimiters_are_never_printed() {
+    for url in [
+        "mysql://app:pa/ss9Word@127.0.0.1:1/app",
+        "mysql://app:pa?ss9Word@127.0.0.1:1/app",
+        "mysql://app:pa#ss9Word@127.0.0.1:1/app",
+    ] {
+        let o = run(url, &["stats"]);
+        assert_ne!(o.status.code(), Some(0), "{url}");
+        let all = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(!all.contains("ss9Word"), "{url}: {all}");
+        assert!(all.contains("app:***@"), "{url}: {all}");
+    }
+}
+
+#[tokio::test]
+async fn listings_escape_terminal_control_characters() {
+    let db = TestDb::new().await;
+    let evil = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31mred";
+    let id = sqlx::query(
+        "INSERT INTO job_queue (queue_name, kind, payload, dedupe_key, status, attempts, max_attempts, \
+         last_error, finished_at) VALUES ('test', ?, JSON_OBJECT('note', ?), ?, 'failed', 4, 4, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(format!("k{evil}"))
+    .bind(evil)
+    .bind(format!("d{evil}"))
+    .bind(format!("upstream said: {evil}\nsecond line"))
+    .execute(&db.pool)
+    .await
+    .unwrap()
+    .last_insert_id();
+    let show = ok(&db.url(), &["failed", "show", &id.to_string()]);
+    let list = ok(&db.url(), &["failed", "list"]);
+    for out in [&show, &list] {
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{9b}') && !out.contains('\u{7}'),
+            "{out:?}"
+        );
+        assert!(out.contains("\\u{1b}"), "escaped, not dropped: {out}");
+    }
+    assert!(show.contains("second line"), "{show}");
+    // A retry refused because another job holds the key names the key, escaped.
+    sqlx::query("INSERT INTO job_queue (queue_name, kind, payload, dedupe_key) VALUES ('test', 'noop', '{}', ?)")
+        .bind(format!("d{evil}"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let e = fails(&db.url(), &["failed", "retry", &id.to_string()], 1);
+    assert!(e.contains("not retried") && !e.contains('\u{1b}'), "{e:?}");
+    assert!(e.contains("\\u{1b}"), "{e}");
+}
+
+#[test]
+fn dashboard_refuses_a_public_address_without_a_token() {
+    let url = "mysql://root@127.0.0.1:1/none";
+    let o = cmd(url, &["dashboard", "--addr", "0.0.0.0:0"])
+        .env_remove("MYSQLQ_DASHBOARD_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: ") && err.contains("--token") && err.contains("--read-only"),
+        "{err}"
     );
 }
 

@@ -65,7 +65,10 @@ async fn http(
     body: Option<(&str, &str)>,
 ) -> Resp {
     let mut s = TcpStream::connect(addr).await.expect("connect");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -155,6 +158,12 @@ async fn http(
     }
 }
 
+/// The CSRF field's value in a page.
+fn form_token(body: &str) -> Option<String> {
+    let rest = body.split(r#"name="mysqlq_csrf" value=""#).nth(1)?;
+    Some(rest.split('"').next()?.to_owned())
+}
+
 /// The dashboard router served in-process on a free loopback port.
 struct Dash {
     addr: SocketAddr,
@@ -176,15 +185,14 @@ impl Dash {
         http(self.addr, "GET", path, &[], None).await
     }
 
-    /// GETs `path` and returns the page with the CSRF cookie (`name=value`) and token.
+    /// GETs `path` and returns the page with the session cookie (`name=value`) and the CSRF
+    /// token its forms carry (empty when the page has no form).
     async fn csrf(&self, path: &str) -> (Resp, String, String) {
         let r = self.get(path).await;
-        let cookie = r.cookie("mysqlq_csrf").expect("a CSRF cookie");
-        let token = cookie.split_once('=').unwrap().1.to_owned();
+        let cookie = r.cookie("mysqlq_session").expect("a session cookie");
+        let token = form_token(&r.body).unwrap_or_default();
         assert!(
-            r.body
-                .contains(&format!(r#"name="mysqlq_csrf" value="{token}""#))
-                || !r.body.contains("<form method=\"post\""),
+            !token.is_empty() || !r.body.contains("<form method=\"post\""),
             "forms carry the CSRF field"
         );
         (r, cookie, token)
@@ -405,7 +413,7 @@ async fn actions_need_the_csrf_token_and_then_work() {
     let (_, cookie, token) = d.csrf("/failed").await;
     assert!(
         d.get("/failed").await.set_cookies()[0].contains("SameSite=Strict"),
-        "the CSRF cookie is SameSite=Strict"
+        "the session cookie is SameSite=Strict"
     );
 
     // Refused: no token at all, cookie without field, field without cookie, wrong field.
@@ -419,9 +427,10 @@ async fn actions_need_the_csrf_token_and_then_work() {
             format!("only={a}&mysqlq_csrf=forged"),
         ),
         (
-            Some("mysqlq_csrf=forged"),
+            Some("mysqlq_session=forgedforgedforged"),
             format!("only={a}&mysqlq_csrf=forged"),
         ),
+        (Some("mysqlq_session=forgedforgedforged"), form.clone()),
     ] {
         let r = d.post("/failed/retry", cookie_h, &body).await;
         assert_eq!(r.status, 403, "{cookie_h:?} {body}: {}", r.body);
@@ -604,6 +613,217 @@ async fn the_token_guards_every_route() {
     // POSTs need the token too, before CSRF is even looked at.
     let r = d.post("/queues/pause", None, "queue=test").await;
     assert_eq!(r.status, 401);
+}
+
+#[tokio::test]
+async fn other_host_names_are_refused_against_dns_rebinding() {
+    let db = TestDb::new().await;
+    let id = insert_failed(&db, "test", r#"{"secret": "payload"}"#, "e").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let port = d.addr.port();
+    let job = format!("/jobs/{id}");
+    for host in [
+        format!("attacker.example:{port}"),
+        format!("127.0.0.1.attacker.example:{port}"),
+        "attacker.example".to_owned(),
+    ] {
+        let r = http(d.addr, "GET", &job, &[("Host", &host)], None).await;
+        assert_eq!(r.status, 403, "{host}");
+        assert!(!r.body.contains("payload"), "{}", r.body);
+        assert!(r.body.contains("--allowed-host"), "{}", r.body);
+        assert!(r.set_cookies().is_empty(), "no cookie for {host}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let r = http(d.addr, "GET", &job, &[("Host", &host)], None).await;
+        assert_eq!(r.status, 200, "{host}");
+    }
+    // Names the operator allowed are served.
+    let d = Dash::start(
+        &db,
+        DashboardOptions::new().allowed_host("Admin.Example.com"),
+    )
+    .await;
+    let r = http(
+        d.addr,
+        "GET",
+        &job,
+        &[("Host", "admin.example.com:443")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = http(d.addr, "GET", &job, &[("Host", "other.example.com")], None).await;
+    assert_eq!(r.status, 403);
+}
+
+#[tokio::test]
+async fn posts_from_other_origins_are_refused() {
+    let db = TestDb::new().await;
+    let a = insert_failed(&db, "test", "{}", "e").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let (_, cookie, token) = d.csrf("/failed").await;
+    let form = format!("only={a}&mysqlq_csrf={token}");
+    let own = format!("http://{}", d.addr);
+    for headers in [
+        vec![("Origin", "http://attacker.example")],
+        vec![("Origin", "null")],
+        vec![("Sec-Fetch-Site", "cross-site")],
+        vec![("Sec-Fetch-Site", "same-site")],
+        vec![("Origin", own.as_str()), ("Sec-Fetch-Site", "cross-site")],
+    ] {
+        let mut h = headers.clone();
+        h.push(("Cookie", &cookie));
+        let r = http(
+            d.addr,
+            "POST",
+            "/failed/retry",
+            &h,
+            Some(("application/x-www-form-urlencoded", &form)),
+        )
+        .await;
+        assert_eq!(r.status, 403, "{headers:?}: {}", r.body);
+        assert!(r.body.contains("Origin"), "{}", r.body);
+    }
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+    // The dashboard's own page posting to itself, as Chromium does it: `Sec-Fetch-Site`
+    // decides, whatever `Origin` says (`null` under some referrer policies).
+    let r = http(
+        d.addr,
+        "POST",
+        "/failed/retry",
+        &[
+            ("Origin", "null"),
+            ("Sec-Fetch-Site", "same-origin"),
+            ("Cookie", &cookie),
+        ],
+        Some(("application/x-www-form-urlencoded", &form)),
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+
+    // Behind a reverse proxy that rewrites `Host`, the origin a browser without
+    // `Sec-Fetch-Site` sends is the public name: accepted once that name is configured.
+    let b = insert_failed(&db, "test", "{}", "e").await;
+    let proxied = |d: &Dash, cookie: String, token: String| {
+        let addr = d.addr;
+        async move {
+            http(
+                addr,
+                "POST",
+                "/failed/retry",
+                &[
+                    ("Origin", "https://admin.example.com"),
+                    ("X-Forwarded-Host", "admin.example.com"),
+                    ("Cookie", &cookie),
+                ],
+                Some((
+                    "application/x-www-form-urlencoded",
+                    &format!("only={b}&mysqlq_csrf={token}"),
+                )),
+            )
+            .await
+        }
+    };
+    let (_, cookie, token) = d.csrf("/failed").await;
+    assert_eq!(proxied(&d, cookie, token).await.status, 403);
+    let d = Dash::start(
+        &db,
+        DashboardOptions::new().allowed_host("admin.example.com"),
+    )
+    .await;
+    let (_, cookie, token) = d.csrf("/failed").await;
+    assert_eq!(proxied(&d, cookie, token).await.status, 303);
+    assert_eq!(status_of(&db, b).await.as_deref(), Some("pending"));
+}
+
+#[tokio::test]
+async fn csrf_tokens_are_per_session_and_only_for_authenticated_callers() {
+    let db = TestDb::new().await;
+    let a = insert_failed(&db, "test", "{}", "e").await;
+    // Without a token: each browser gets its own session, and its own CSRF token.
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let (_, cookie1, token1) = d.csrf("/failed").await;
+    let (_, cookie2, token2) = d.csrf("/failed").await;
+    assert_ne!(cookie1, cookie2);
+    assert_ne!(token1, token2);
+    assert!(!token1.is_empty() && !cookie1.contains(&token1));
+    // A session keeps its cookie and token.
+    let r = http(d.addr, "GET", "/failed", &[("Cookie", &cookie1)], None).await;
+    assert!(r.set_cookies().is_empty(), "{:?}", r.set_cookies());
+    assert_eq!(form_token(&r.body).as_deref(), Some(token1.as_str()));
+    // One session's token does not work with another session's cookie.
+    let r = d
+        .post(
+            "/failed/retry",
+            Some(&cookie2),
+            &format!("only={a}&mysqlq_csrf={token1}"),
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+
+    // With a token: nothing is handed to a caller that has not authenticated.
+    let d = Dash::start(&db, DashboardOptions::new().token("s3cret-token")).await;
+    let r = d.get("/failed").await;
+    assert_eq!(r.status, 401);
+    assert!(r.set_cookies().is_empty(), "{:?}", r.set_cookies());
+    assert!(!r.body.contains("mysqlq_csrf"));
+    let bearer = [("Authorization", "Bearer s3cret-token")];
+    let r = http(d.addr, "GET", "/failed", &bearer, None).await;
+    assert_eq!(r.status, 200);
+    let token = form_token(&r.body).expect("a CSRF field");
+    assert_ne!(
+        token, token1,
+        "bound to the access token, not one per process"
+    );
+    let r = http(
+        d.addr,
+        "POST",
+        "/failed/retry",
+        &bearer,
+        Some((
+            "application/x-www-form-urlencoded",
+            &format!("only={a}&mysqlq_csrf={token}"),
+        )),
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+
+    // Behind a TLS-terminating proxy the cookies are Secure.
+    let r = http(
+        d.addr,
+        "GET",
+        "/failed?token=s3cret-token",
+        &[("X-Forwarded-Proto", "https")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 303);
+    assert!(
+        r.set_cookies().iter().all(|c| c.contains("; Secure")),
+        "{:?}",
+        r.set_cookies()
+    );
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let r = http(d.addr, "GET", "/", &[("X-Forwarded-Proto", "https")], None).await;
+    assert!(
+        r.set_cookies()[0].contains("; Secure"),
+        "{:?}",
+        r.set_cookies()
+    );
+    let r = d.get("/").await;
+    assert!(
+        !r.set_cookies()[0].contains("Secure"),
+        "{:?}",
+        r.set_cookies()
+    );
 }
 
 #[tokio::test]

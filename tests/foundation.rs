@@ -709,3 +709,114 @@ async fn leader_lease_has_one_holder_and_fails_over() {
         "takeover after resign"
     );
 }
+
+/// Completes `id` from a connection of its own that waits at most 1 s for row locks, as a
+/// worker completing the job would. `Err` carries the server's error number.
+async fn complete_with_short_lock_wait(db: &TestDb, id: JobId) -> Result<u64, Option<u16>> {
+    let mut conn = db.connect().await;
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE job_queue SET status = 'completed', finished_at = UTC_TIMESTAMP(6) \
+         WHERE id = ? AND status IN ('pending', 'processing')",
+    )
+    .bind(id.0)
+    .execute(&mut conn)
+    .await
+    .map(|r| r.rows_affected())
+    .map_err(|e| mysqlq::store::db_error_number(&mysqlq::Error::Database(e)))
+}
+
+#[tokio::test]
+async fn a_duplicate_enqueue_leaves_no_lock_on_the_holder() {
+    let db = TestDb::new().await;
+    let opts = EnqueueOptions::new().dedupe_key("refresh:place-7");
+    let holder = Noop { n: 1 }.enqueue_with(&db.pool, &opts).await.unwrap();
+    assert!(!holder.is_duplicate());
+
+    // On a pool: the statement is its own transaction.
+    let dup = Noop { n: 2 }.enqueue_with(&db.pool, &opts).await.unwrap();
+    assert_eq!(dup, Enqueued::Duplicate(holder.id()));
+
+    // Inside an application transaction at READ COMMITTED that stays open: completing the
+    // holder from another connection must not wait for it.
+    let mut app = db.connect().await;
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut app)
+        .await
+        .unwrap();
+    let mut tx = sqlx::Connection::begin(&mut app).await.unwrap();
+    let dup = Noop { n: 3 }.enqueue_with(&mut *tx, &opts).await.unwrap();
+    assert_eq!(dup, Enqueued::Duplicate(holder.id()));
+    assert_eq!(
+        complete_with_short_lock_wait(&db, holder.id()).await,
+        Ok(1),
+        "the holder completes while the enqueuing transaction is open"
+    );
+    // The key is free now: the same transaction can take it.
+    let next = Noop { n: 4 }.enqueue_with(&mut *tx, &opts).await.unwrap();
+    assert!(!next.is_duplicate(), "{next:?}");
+    tx.commit().await.unwrap();
+    assert_eq!(db.count("pending").await, 1);
+}
+
+#[tokio::test]
+async fn bulk_enqueue_cuts_statements_by_bytes() {
+    let db = TestDb::new().await;
+    let packet: u64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS UNSIGNED)")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // 500 rows of 60 KB: one 500-row statement would be 30 MB.
+    let rows = 500usize;
+    let blob = "x".repeat(60_000);
+    assert!(
+        (rows * blob.len()) as u64 > packet,
+        "the test needs rows larger than max_allowed_packet ({packet})"
+    );
+    let jobs: Vec<NewJob> = (0..rows)
+        .map(|_| NewJob::from_job(&Big { blob: blob.clone() }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    let out = mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
+    assert_eq!(out.len(), rows);
+    let ids: Vec<u64> = sqlx::query_scalar("SELECT id FROM job_queue ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(ids, out.iter().map(|e| e.id().0).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn bulk_enqueue_on_a_pool_is_all_or_nothing() {
+    let db = TestDb::new().await;
+    // A row the server refuses, after the first full chunk.
+    sqlx::raw_sql(
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON job_queue FOR EACH ROW \
+         BEGIN IF NEW.kind = 'poison' THEN \
+           SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison row'; END IF; END",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut jobs: Vec<NewJob> = (0..store::INSERT_CHUNK_ROWS as u64 + 10)
+        .map(|n| NewJob::from_job(&Noop { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    jobs.push(
+        NewJob::new(
+            "poison",
+            "test",
+            &serde_json::json!({}),
+            &EnqueueOptions::new(),
+        )
+        .unwrap(),
+    );
+    let err = mysqlq::enqueue_many(&db.pool, jobs).await.unwrap_err();
+    assert!(format!("{err:?}").contains("poison row"), "{err:?}");
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(total, 0, "no chunk was committed on its own");
+}

@@ -290,9 +290,13 @@ pub(crate) struct BenchEnqueueArgs {
 /// `dashboard`.
 #[derive(Debug, Args)]
 pub(crate) struct DashboardArgs {
-    /// Address to listen on (keep it on loopback, or set --token)
+    /// Address to listen on; off loopback it needs --token or --read-only
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
     pub(crate) addr: std::net::SocketAddr,
+    /// Also answer requests for this host name (repeatable); IP addresses and localhost are
+    /// always answered, other names refused (DNS rebinding protection)
+    #[arg(long, value_name = "NAME")]
+    pub(crate) allowed_host: Vec<String>,
     /// Show only: hide retry/discard/pause/resume and refuse them (403)
     #[arg(long)]
     pub(crate) read_only: bool,

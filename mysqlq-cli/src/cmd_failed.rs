@@ -93,10 +93,13 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 lines.push(("lease expires", opt(&job.lease_expires_at)));
             }
             for (k, v) in lines {
-                println!("{:<14}{v}", format!("{k}:"));
+                println!("{:<14}{}", format!("{k}:"), out::printable(&v, false));
             }
-            println!("last error:\n{}", job.last_error.as_deref().unwrap_or("-"));
-            println!("payload:\n{payload}");
+            println!(
+                "last error:\n{}",
+                out::printable(job.last_error.as_deref().unwrap_or("-"), true)
+            );
+            println!("payload:\n{}", out::printable(&payload, true));
             if job.status != "failed" {
                 out::warn(&format!("job {} is {}, not failed", job.id, job.status));
             }
@@ -229,7 +232,7 @@ async fn bulk(conn: &mut MySqlConnection, a: &FailedBulkArgs, op: Op) -> Result<
 }
 
 fn conflict_text(c: &admin::DedupeConflict) -> String {
-    let key = c.dedupe_key.as_deref().unwrap_or("?");
+    let key = out::printable(c.dedupe_key.as_deref().unwrap_or("?"), false);
     match c.holder {
         Some(h) => format!(
             "job {} not retried: its dedupe key `{key}` is held by job {h}",

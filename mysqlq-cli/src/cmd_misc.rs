@@ -86,11 +86,31 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
     }
     let registry = crate::registry()?;
     let registered = registry.get(&a.kind);
+    match registered {
+        Some(r) => r.check_payload(&a.json.to_string()).map_err(|e| {
+            CliError::usage(
+                format!("the payload does not fit job `{}`: {e}", a.kind),
+                "pass --json with an object of the job's arguments, e.g. --json '{\"order_id\": 42}'",
+            )
+        })?,
+        None if !a.json.is_object() => {
+            return Err(CliError::usage(
+                "the payload must be a JSON object of the job's arguments",
+                "pass --json with an object, e.g. --json '{\"order_id\": 42}'",
+            ));
+        }
+        None => {}
+    }
     let mut opts = EnqueueOptions::new();
     let queue = match (&a.queue, registered) {
         (Some(q), _) => q.clone(),
         (None, Some(r)) => r.queue().to_owned(),
-        (None, None) => "default".to_owned(),
+        (None, None) => {
+            return Err(CliError::usage(
+                format!("kind `{}` is not registered in this binary", a.kind),
+                "check the spelling, or pass --queue QUEUE to enqueue it for a worker that links the job",
+            ));
+        }
     };
     if let Some(p) = a
         .priority
@@ -114,7 +134,7 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
         .map_err(|e| CliError::mysqlq("cannot enqueue", &e))?;
     if registered.is_none() {
         out::warn(&format!(
-            "kind `{}` is not registered in this binary; enqueued on queue `{queue}` for a worker that links it",
+            "kind `{}` is not registered in this binary: its payload is not checked; enqueued on queue `{queue}` for a worker that links it",
             a.kind
         ));
     }

@@ -142,16 +142,17 @@ pub(crate) async fn acquire(pool: &MySqlPool) -> Result<PoolConnection<MySql>, C
     })
 }
 
-/// The password in `mysql://user:password@host/…`, raw and as written.
+/// The password in `mysql://user:password@host/…`, raw and as written. The user information
+/// runs to the **last** `@`: a password may contain `/`, `?`, `#` and `@` unescaped.
 fn password_of(url: &str) -> Option<String> {
     let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (userinfo, _) = rest.rsplit_once('@')?;
     let (_, password) = userinfo.split_once(':')?;
     (!password.is_empty()).then(|| password.to_owned())
 }
 
-/// `mysql://user:***@host/db`: the password (if any) replaced.
+/// `mysql://user:***@host/db`: everything between the user's `:` and the last `@` replaced, so
+/// a password containing `/`, `?`, `#` or `@` never shows.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return if url.contains('@') {
@@ -160,13 +161,11 @@ pub(crate) fn redact_url(url: &str) -> String {
             url.to_owned()
         };
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
         return url.to_owned();
     };
     match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
         None => url.to_owned(),
     }
 }
@@ -225,6 +224,24 @@ mod tests {
             redact_url("mysql://root@127.0.0.1:3306/x"),
             "mysql://root@127.0.0.1:3306/x"
         );
+        for (url, secret) in [
+            ("mysql://app:pa/ss9Word@db:3306/app", "pa/ss9Word"),
+            ("mysql://app:pa?ss9Word@db/app", "pa?ss9Word"),
+            (
+                "mysql://app:pa#ss9Word@db/app?ssl-mode=required",
+                "pa#ss9Word",
+            ),
+            ("mysql://app:a@b/c?d#e@db/app", "a@b/c?d#e"),
+        ] {
+            let r = redact_url(url);
+            assert!(!r.contains(secret) && !r.contains("ss9"), "{url} -> {r}");
+            assert!(r.starts_with("mysql://app:***@db"), "{url} -> {r}");
+            let t = Target::new(Some(url)).unwrap();
+            let s = t.scrub(&format!(
+                "failed for {url}; the password {secret} was rejected"
+            ));
+            assert!(!s.contains(secret), "{s}");
+        }
         let t = Target::new(Some("mysql://app:hunter%402@db/app")).unwrap();
         let s = t.scrub("failed for mysql://app:hunter%402@db/app with hunter@2 and hunter%402");
         assert!(!s.contains("hunter"), "{s}");

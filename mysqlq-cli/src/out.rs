@@ -1,5 +1,7 @@
 //! Output: aligned tables, human durations and sizes, progress bars on stderr.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -26,8 +28,14 @@ impl Table {
         }
     }
 
+    /// Adds a row; control characters in the cells are escaped ([`printable`]).
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| printable(&c, false).into_owned())
+                .collect(),
+        );
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -77,6 +85,26 @@ impl Table {
         }
         out
     }
+}
+
+/// `text` safe to print on a terminal: every control character (ESC and the CSI of escape
+/// sequences, BEL, backspace, carriage return, C1 controls, …) is shown as `\u{1b}` instead of
+/// being sent to the terminal. With `keep_newlines`, `\n` stays a line break. Values read from
+/// the database (errors of remote services, keys, payloads) go through this before printing.
+pub(crate) fn printable(text: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && !(keep_newlines && c == '\n');
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// `3m 12s`; `-` for none.
@@ -169,6 +197,20 @@ mod tests {
             t.render(),
             "QUEUE    READY\ndefault      5\nq        12345\n"
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("plain text", false), "plain text");
+        assert_eq!(
+            printable("a\x1b[2Jb\u{9b}c\rd\x07", false),
+            "a\\u{1b}[2Jb\\u{9b}c\\u{d}d\\u{7}"
+        );
+        assert_eq!(printable("x\ny\tz", true), "x\ny\\u{9}z");
+        assert_eq!(printable("x\ny", false), "x\\u{a}y");
+        let mut t = Table::new(&["A"]);
+        t.row(vec!["\x1b]0;owned\x07".into()]);
+        assert!(!t.render().contains('\x1b'));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
-use sqlx::{Acquire, MySql};
+use sqlx::{Acquire, Connection, MySql};
 
 use crate::store::{self, InsertRow};
 use crate::{Error, Job, JobId};
@@ -299,10 +299,14 @@ where
     Ok(out)
 }
 
-/// Enqueues many jobs through `target` with multi-row INSERTs of up to
-/// [`store::INSERT_CHUNK_ROWS`] rows. Inside a transaction all rows commit or roll back
-/// together; on a pool each chunk commits on its own. Returns one result per job, in order.
-/// Jobs with a dedupe key are inserted one statement each (to report each duplicate).
+/// Enqueues many jobs through `target` in one transaction: all of them are written or none.
+///
+/// Rows go in multi-row INSERTs of up to [`store::INSERT_CHUNK_ROWS`] rows and at most half the
+/// server's `max_allowed_packet` bytes. Inside the caller's transaction the rows commit or roll
+/// back with it (a savepoint undoes this call's rows if it fails); on a pool or a bare
+/// connection the call runs its own transaction, retried from the top on a deadlock or lock
+/// wait timeout. Returns one result per job, in order. Jobs with a dedupe key are inserted one
+/// statement each (to report each duplicate).
 pub fn enqueue_many<'c, A, I>(target: A, jobs: I) -> BoxFuture<'c, Result<Vec<Enqueued>, Error>>
 where
     A: Acquire<'c, Database = MySql> + Send + 'c,
@@ -314,8 +318,29 @@ where
             return Ok(Vec::new());
         }
         let mut conn = target.acquire().await?;
-        let out = store::job_insert_many(&mut conn, &rows).await?;
+        let owned = !conn.is_in_transaction();
+        let mut tries = 0;
+        let out = loop {
+            tries += 1;
+            // `begin` on a connection already in a transaction makes a savepoint.
+            let mut tx = Connection::begin(&mut *conn).await?;
+            match store::job_insert_many(&mut tx, &rows).await {
+                Ok(out) => {
+                    tx.commit().await?;
+                    break out;
+                }
+                Err(e) if owned && tries < MANY_ATTEMPTS && store::is_lock_error(&e) => {
+                    drop(tx);
+                    tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         crate::worker::wake_local();
         Ok(out)
     })
 }
+
+/// Attempts of an [`enqueue_many`] that owns its transaction, when deadlocks or lock wait
+/// timeouts roll it back.
+const MANY_ATTEMPTS: u32 = 5;

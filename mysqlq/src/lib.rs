@@ -79,7 +79,7 @@ pub use enqueue::{
 pub use error::{Classify, Error, ErrorClass, JobError};
 pub use job::{Job, JobId};
 pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
-pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
+pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_version};
 /// Turns an `async fn` into a job: a struct holding its arguments, a [`Job`] implementation, and
 /// a registration that [`Registry::from_inventory`] finds.
 ///
@@ -163,7 +163,7 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, schema_version};
 /// ```
 pub use mysqlq_macros::job;
 pub use periodic::{Periodic, parse_schedule};
-pub use registry::{JobRegistration, Registry};
+pub use registry::{JobRegistration, PayloadError, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use worker::{
     Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,

@@ -3,6 +3,7 @@
 use sqlx::{MySqlConnection, MySqlPool};
 
 use crate::store::migrations;
+use crate::store::server::ServerInfo;
 
 use crate::Error;
 
@@ -24,28 +25,40 @@ const MIGRATIONS: &[Migration] = &[
         name: "0002_workers_and_stats",
         sql: include_str!("../../migrations/0002_workers_and_stats.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_binary_keys_utc_defaults",
+        sql: include_str!("../../migrations/0003_binary_keys_utc_defaults.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.
 pub async fn migrate(pool: &MySqlPool) -> Result<u32, Error> {
+    migrate_to(pool, SCHEMA_VERSION).await
+}
+
+/// Applies the migrations up to `version` only: for tests that build a database of an older
+/// schema and upgrade it. Not for applications, which need [`SCHEMA_VERSION`].
+#[doc(hidden)]
+pub async fn migrate_to(pool: &MySqlPool, version: u32) -> Result<u32, Error> {
     let mut conn = pool.acquire().await?;
-    crate::store::server::detect(&mut conn).await?;
+    let server = crate::store::server::detect(&mut conn).await?;
     if !migrations::migration_lock(&mut conn).await? {
         return Err(Error::invalid(
             "migration lock",
             "another process held it for 60 s; is a migration stuck? look at SHOW PROCESSLIST",
         ));
     }
-    let result = apply(&mut conn).await;
+    let result = apply(&mut conn, &server, version.min(SCHEMA_VERSION)).await;
     let _ = migrations::migration_unlock(&mut conn).await;
     result
 }
 
-async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
+async fn apply(conn: &mut MySqlConnection, server: &ServerInfo, target: u32) -> Result<u32, Error> {
     let done = migrations::migrations_applied(conn).await?;
     if let Some(&newest) = done.iter().max()
         && newest > SCHEMA_VERSION
@@ -55,11 +68,15 @@ async fn apply(conn: &mut MySqlConnection) -> Result<u32, Error> {
             expected: SCHEMA_VERSION,
         });
     }
-    for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-        migrations::migration_apply(conn, m.version, m.name, statements(m.sql)).await?;
+    let todo = MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= target && !done.contains(&m.version));
+    for m in todo {
+        let sql = server.render_migration(m.sql);
+        migrations::migration_apply(conn, m.version, m.name, statements(&sql)).await?;
         tracing::info!(version = m.version, name = m.name, "applied migration");
     }
-    Ok(SCHEMA_VERSION)
+    Ok(target)
 }
 
 /// The schema version of the database: the newest applied migration, 0 when there is none.

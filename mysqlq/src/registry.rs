@@ -25,6 +25,7 @@ pub struct JobRegistration {
     file: &'static str,
     line: u32,
     run: RunFn,
+    check: fn(&str) -> Result<(), serde_json::Error>,
     retry_policy: fn() -> RetryPolicy,
     timeout: fn() -> Option<Duration>,
 }
@@ -35,6 +36,10 @@ fn run_erased<J: Job>(
 ) -> Result<BoxFuture<'static, Result<(), JobError>>, serde_json::Error> {
     let job: J = serde_json::from_str(payload)?;
     Ok(Box::pin(job.run(ctx)))
+}
+
+fn check_erased<J: Job>(payload: &str) -> Result<(), serde_json::Error> {
+    serde_json::from_str::<J>(payload).map(drop)
 }
 
 impl JobRegistration {
@@ -48,6 +53,7 @@ impl JobRegistration {
             file,
             line,
             run: run_erased::<J>,
+            check: check_erased::<J>,
             retry_policy: J::retry_policy,
             timeout: J::timeout,
         }
@@ -88,6 +94,19 @@ impl JobRegistration {
         (self.timeout)()
     }
 
+    /// Checks that `payload` (JSON text) decodes as this job's arguments, as a worker would
+    /// decode it, without running the job: for tools that enqueue by kind name. The payload
+    /// must be a JSON object (a worker's decoding would also take an array of the arguments in
+    /// order, which mysqlq never writes).
+    pub fn check_payload(&self, payload: &str) -> Result<(), PayloadError> {
+        let value: serde_json::Value =
+            serde_json::from_str(payload).map_err(PayloadError::Decode)?;
+        if !value.is_object() {
+            return Err(PayloadError::NotAnObject);
+        }
+        (self.check)(payload).map_err(PayloadError::Decode)
+    }
+
     pub(crate) fn runner(&self) -> RunFn {
         self.run
     }
@@ -104,6 +123,18 @@ impl fmt::Debug for JobRegistration {
 }
 
 inventory::collect!(JobRegistration);
+
+/// Why [`JobRegistration::check_payload`] refused a payload.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The payload is JSON but not an object of the job's arguments.
+    #[error("the payload must be a JSON object of the job's arguments")]
+    NotAnObject,
+    /// The payload does not decode as the job's arguments (a field missing, of the wrong type, …).
+    #[error(transparent)]
+    Decode(serde_json::Error),
+}
 
 /// The jobs a worker can run, sorted by kind name.
 #[derive(Debug, Clone, Default)]

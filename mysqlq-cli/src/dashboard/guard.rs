@@ -1,19 +1,34 @@
-//! The layer in front of every route: token, read-only, CSRF, and security headers.
+//! The layer in front of every route: allowed hosts, token, read-only, same-origin POSTs, CSRF,
+//! and security headers.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
 
 use super::Shared;
 
 /// Name of the cookie holding the access token.
 const TOKEN_COOKIE: &str = "mysqlq_token";
-/// Name of the cookie (and form field) holding the CSRF token.
+/// Name of the session cookie of a dashboard without a token (the CSRF token is bound to it).
+pub(super) const SESSION_COOKIE: &str = "mysqlq_session";
+/// Name of the form field holding the CSRF token.
 pub(super) const CSRF_FIELD: &str = "mysqlq_csrf";
 /// Largest form body accepted.
 const MAX_FORM_BYTES: usize = 256 * 1024;
+
+tokio::task_local! {
+    /// The CSRF token of the request being answered, for the forms the handlers render.
+    static CSRF: String;
+}
+
+/// The CSRF token of the request being answered (empty outside the guard).
+pub(super) fn current_csrf() -> String {
+    CSRF.try_with(Clone::clone).unwrap_or_default()
+}
 
 /// `a == b` in time independent of where they differ.
 fn same(a: &str, b: &str) -> bool {
@@ -45,11 +60,106 @@ fn plain(status: StatusCode, text: &str) -> Response {
         .into_response()
 }
 
-/// Token check: `Ok(None)` passes, `Ok(Some(response))` answers now (refusal or the redirect
-/// that trades `?token=` for a cookie).
-fn check_token(state: &Shared, req: &Request) -> Option<Response> {
-    let want = state.token.as_deref()?;
+/// The host name of a `Host` / `Origin` authority (`name[:port]`, `[v6][:port]`), lowercased.
+fn host_name(authority: &str) -> String {
+    let a = authority.trim();
+    let name = if let Some(rest) = a.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else {
+        a.rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(a, |(name, _)| name)
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// `true` when `host` may be served: an IP address (a DNS rebinding attack needs a name),
+/// `localhost`, or a name of [`super::DashboardOptions::allowed_host`].
+fn host_allowed(state: &Shared, host: &str) -> bool {
+    let Some(allowed) = &state.allowed_hosts else {
+        return true;
+    };
+    host.parse::<std::net::IpAddr>().is_ok()
+        || host == "localhost"
+        || allowed.iter().any(|a| a == host)
+}
+
+/// The `Host` check against DNS rebinding: a page of another site whose name was re-pointed
+/// to this address sends its own name as `Host`.
+fn check_host(state: &Shared, req: &Request) -> Option<Response> {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(ToString::to_string));
+    let name = host.as_deref().map(host_name).unwrap_or_default();
+    if !name.is_empty() && host_allowed(state, &name) {
+        return None;
+    }
+    Some(plain(
+        StatusCode::FORBIDDEN,
+        "forbidden: this host name is not allowed (DNS rebinding protection); open the dashboard \
+         by IP address or localhost, or start it with --allowed-host NAME",
+    ))
+}
+
+/// POSTs must come from the dashboard's own pages. `Sec-Fetch-Site`, set by the browser and
+/// not by scripts, decides when present: `same-origin` or `none`. Otherwise `Origin` (when
+/// sent) must be the request's own host — its `Host`, the `X-Forwarded-Host` of a proxy that
+/// rewrote `Host`, or a configured name; `null` is refused. (Chromium sends `Origin: null` on
+/// same-origin form posts under `Referrer-Policy: no-referrer`, hence the `same-origin` policy
+/// below.)
+fn same_origin(state: &Shared, headers: &HeaderMap) -> bool {
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        return matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    let Some((_, authority)) = origin.split_once("://") else {
+        return false; // `null` and other opaque origins
+    };
+    let authority = authority.trim_end_matches('/');
+    let name = host_name(authority);
+    let forwarded = text(header::HeaderName::from_static("x-forwarded-host"))
+        .and_then(|v| v.split(',').next())
+        .map(str::trim);
+    let own = [text(header::HOST), forwarded]
+        .into_iter()
+        .flatten()
+        .any(|h| authority.eq_ignore_ascii_case(h));
+    let configured = state
+        .allowed_hosts
+        .as_ref()
+        .is_some_and(|names| names.contains(&name));
+    (own && host_allowed(state, &name)) || configured
+}
+
+/// Who is asking: the access token presented (token mode), else the session cookie.
+enum Caller {
+    /// Authenticated with this token.
+    Token(String),
+    /// No token configured: this session cookie, if the browser sent one.
+    Session(Option<String>),
+}
+
+/// Token check: `Ok(caller)` passes, `Err(response)` answers now (refusal or the redirect that
+/// trades `?token=` for a cookie).
+fn check_token(state: &Shared, req: &Request) -> Result<Caller, Box<Response>> {
     let headers = req.headers();
+    let Some(want) = state.token.as_deref() else {
+        let session = cookie(headers, SESSION_COOKIE)
+            .filter(|s| {
+                (16..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric())
+            })
+            .map(str::to_owned);
+        return Ok(Caller::Session(session));
+    };
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -57,7 +167,7 @@ fn check_token(state: &Shared, req: &Request) -> Option<Response> {
     if bearer.is_some_and(|t| same(t.trim(), want))
         || cookie(headers, TOKEN_COOKIE).is_some_and(|t| same(t, want))
     {
-        return None;
+        return Ok(Caller::Token(want.to_owned()));
     }
     let query = req.uri().query().unwrap_or("");
     let from_query = form_urlencoded::parse(query.as_bytes())
@@ -81,19 +191,20 @@ fn check_token(state: &Shared, req: &Request) -> Option<Response> {
             );
         }
         let cookie = format!(
-            "{TOKEN_COOKIE}={want}; Path={}; HttpOnly; SameSite=Strict",
-            cookie_path(state)
+            "{TOKEN_COOKIE}={want}; Path={}; HttpOnly; SameSite=Strict{}",
+            cookie_path(state),
+            secure_attr(headers)
         );
         let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
         if let Ok(v) = HeaderValue::from_str(&cookie) {
             resp.headers_mut().append(header::SET_COOKIE, v);
         }
-        return Some(resp);
+        return Err(Box::new(resp));
     }
-    Some(plain(
+    Err(Box::new(plain(
         StatusCode::UNAUTHORIZED,
         "unauthorized: this dashboard needs its token; open it once with ?token=<token> or send `Authorization: Bearer <token>`",
-    ))
+    )))
 }
 
 fn cookie_path(state: &Shared) -> &str {
@@ -104,56 +215,120 @@ fn cookie_path(state: &Shared) -> &str {
     }
 }
 
-/// CSRF check of a POST: the form field and the cookie must both carry the process's token.
-fn csrf_ok(state: &Shared, headers: &HeaderMap, body: &[u8]) -> bool {
+/// `; Secure` when the request came over TLS: an `https` URI, or a proxy saying so in
+/// `X-Forwarded-Proto` / `Forwarded: proto=https`. (Adding `Secure` only ever restricts where
+/// the browser sends the cookie, so trusting the header is safe.)
+fn secure_attr(headers: &HeaderMap) -> &'static str {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase)
+            .unwrap_or_default()
+    };
+    let forwarded_proto = text("x-forwarded-proto");
+    let forwarded = text("forwarded");
+    if forwarded_proto.split(',').next().map(str::trim) == Some("https")
+        || forwarded.contains("proto=https")
+    {
+        "; Secure"
+    } else {
+        ""
+    }
+}
+
+/// The CSRF token of a caller: an HMAC of its token or session under the process's key, so it
+/// differs per session, is issued only to authenticated callers, and cannot be forged.
+fn csrf_of(state: &Shared, caller: &str) -> String {
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(&state.csrf_key) else {
+        return String::new();
+    };
+    mac.update(b"mysqlq-dashboard-csrf:");
+    mac.update(caller.as_bytes());
+    let bytes = mac.finalize().into_bytes();
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        s.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        s.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+        s
+    })
+}
+
+/// CSRF check of a POST: the form field must carry the caller's CSRF token.
+fn csrf_ok(expected: Option<&str>, body: &[u8]) -> bool {
     let field = form_urlencoded::parse(body)
         .find(|(k, _)| k == CSRF_FIELD)
         .map(|(_, v)| v.into_owned());
-    let cookie_ok = cookie(headers, CSRF_FIELD).is_some_and(|c| same(c, &state.csrf));
-    cookie_ok && field.is_some_and(|f| same(&f, &state.csrf))
+    match (expected, field) {
+        (Some(want), Some(got)) => !want.is_empty() && same(&got, want),
+        _ => false,
+    }
 }
 
-/// The middleware: token, then for writes read-only and CSRF, then the security headers and
-/// the CSRF cookie on every answer.
+/// The middleware: host, token, then for writes read-only, origin and CSRF, then the
+/// security headers (and, for a new session, its cookie).
 pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
-    if let Some(resp) = check_token(&state, &req) {
-        return with_headers(&state, resp);
+    if let Some(resp) = check_host(&state, &req) {
+        return with_headers(resp);
     }
+    let caller = match check_token(&state, &req) {
+        Ok(caller) => caller,
+        Err(resp) => return with_headers(*resp),
+    };
+    let secure = secure_attr(req.headers());
+    let (csrf, new_session) = match &caller {
+        Caller::Token(t) => (Some(csrf_of(&state, &format!("token:{t}"))), None),
+        Caller::Session(Some(s)) => (Some(csrf_of(&state, &format!("session:{s}"))), None),
+        Caller::Session(None) => {
+            let s = uuid::Uuid::new_v4().simple().to_string();
+            (None, Some(s))
+        }
+    };
     let req = if matches!(*req.method(), Method::GET | Method::HEAD) {
         req
     } else {
         if state.read_only {
-            return with_headers(
-                &state,
-                plain(
-                    StatusCode::FORBIDDEN,
-                    "forbidden: the dashboard is read-only (started with --read-only)",
-                ),
-            );
+            return with_headers(plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: the dashboard is read-only (started with --read-only)",
+            ));
+        }
+        if !same_origin(&state, req.headers()) {
+            return with_headers(plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: the form was not sent from this dashboard's own page (Origin / Sec-Fetch-Site); open the dashboard and submit it there",
+            ));
         }
         let (parts, body) = req.into_parts();
         let Ok(bytes) = to_bytes(body, MAX_FORM_BYTES).await else {
-            return with_headers(
-                &state,
-                plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
-            );
+            return with_headers(plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"));
         };
-        if !csrf_ok(&state, &parts.headers, &bytes) {
-            return with_headers(
-                &state,
-                plain(
-                    StatusCode::FORBIDDEN,
-                    "forbidden: missing or wrong CSRF token; reload the page and submit the form again",
-                ),
-            );
+        if !csrf_ok(csrf.as_deref(), &bytes) {
+            return with_headers(plain(
+                StatusCode::FORBIDDEN,
+                "forbidden: missing or wrong CSRF token; reload the page and submit the form again",
+            ));
         }
         Request::from_parts(parts, Body::from(bytes))
     };
-    let resp = next.run(req).await;
-    with_headers(&state, resp)
+    let csrf = match (&csrf, &new_session) {
+        (Some(c), _) => c.clone(),
+        (None, Some(s)) => csrf_of(&state, &format!("session:{s}")),
+        (None, None) => String::new(),
+    };
+    let mut resp = with_headers(CSRF.scope(csrf, next.run(req)).await);
+    if let Some(s) = new_session {
+        let c = format!(
+            "{SESSION_COOKIE}={s}; Path={}; HttpOnly; SameSite=Strict{secure}",
+            cookie_path(&state)
+        );
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            resp.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    resp
 }
 
-fn with_headers(state: &Shared, mut resp: Response) -> Response {
+fn with_headers(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     let fixed = [
         (
@@ -162,19 +337,11 @@ fn with_headers(state: &Shared, mut resp: Response) -> Response {
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ];
     for (k, v) in fixed {
         h.insert(k, HeaderValue::from_static(v));
-    }
-    let csrf = format!(
-        "{CSRF_FIELD}={}; Path={}; HttpOnly; SameSite=Strict",
-        state.csrf,
-        cookie_path(state)
-    );
-    if let Ok(v) = HeaderValue::from_str(&csrf) {
-        h.append(header::SET_COOKIE, v);
     }
     resp
 }
@@ -191,9 +358,17 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=1; mysqlq_csrf=xyz"),
+            HeaderValue::from_static("a=1; mysqlq_session=xyz"),
         );
-        assert_eq!(cookie(&h, CSRF_FIELD), Some("xyz"));
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("xyz"));
         assert_eq!(cookie(&h, TOKEN_COOKIE), None);
+    }
+
+    #[test]
+    fn host_names_lose_their_port() {
+        assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:8080"), "::1");
+        assert_eq!(host_name("Admin.Example.com."), "admin.example.com");
+        assert_eq!(host_name("localhost"), "localhost");
     }
 }

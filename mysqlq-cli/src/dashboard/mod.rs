@@ -6,10 +6,15 @@
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
 //! seconds from `GET /api/overview`.
 //!
-//! Safety: every POST must carry the per-process CSRF token both in a hidden form field and in
-//! a `SameSite=Strict` cookie; [`DashboardOptions::token`] guards every request (Bearer header,
-//! or `?token=` once, which sets a cookie); [`DashboardOptions::read_only`] hides the actions
-//! and refuses them with 403. Pages are compiled `maud` templates, which escape every value.
+//! Safety: requests must name an allowed host (an IP address, `localhost`, or
+//! [`DashboardOptions::allowed_host`]), which defeats DNS rebinding; [`DashboardOptions::token`]
+//! guards every request (Bearer header, or `?token=` once, which sets a cookie); every POST
+//! must come from the dashboard's own origin (`Origin`, `Sec-Fetch-Site`) and carry in a hidden
+//! form field the CSRF token of its session — an HMAC of the access token, or without a token
+//! of a random `SameSite=Strict` session cookie, issued only to callers that passed the token
+//! check; [`DashboardOptions::read_only`] hides the actions and refuses them with 403. Cookies
+//! are `Secure` behind a proxy that says `X-Forwarded-Proto: https`. Pages are compiled `maud`
+//! templates, which escape every value.
 //!
 //! ```no_run
 //! # async fn app(pool: sqlx::MySqlPool) {
@@ -42,6 +47,8 @@ pub struct DashboardOptions {
     read_only: bool,
     token: Option<String>,
     base_path: String,
+    allowed_hosts: Vec<String>,
+    any_host: bool,
 }
 
 impl DashboardOptions {
@@ -67,6 +74,31 @@ impl DashboardOptions {
         self
     }
 
+    /// Also serve requests for host name `name` (the `Host` header, port ignored). By default
+    /// only IP addresses and `localhost` are served: a page of another site whose DNS name is
+    /// re-pointed at this address (DNS rebinding) is refused with 403. Add the names the
+    /// dashboard is reached by, e.g. `admin.example.com`.
+    #[must_use]
+    pub fn allowed_host(mut self, name: impl Into<String>) -> Self {
+        let name = name
+            .into()
+            .trim()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        if !name.is_empty() {
+            self.allowed_hosts.push(name);
+        }
+        self
+    }
+
+    /// Serve any host name: only for a dashboard behind a reverse proxy that checks the host
+    /// itself.
+    #[must_use]
+    pub fn allow_any_host(mut self, any: bool) -> Self {
+        self.any_host = any;
+        self
+    }
+
     /// The path the router is nested at (e.g. `/admin/jobs`), used in links, form actions and
     /// cookie paths. Default: empty (mounted at `/`).
     #[must_use]
@@ -82,8 +114,10 @@ struct State {
     pool: MySqlPool,
     read_only: bool,
     token: Option<String>,
-    /// The per-process CSRF token.
-    csrf: String,
+    /// Host names served besides IP addresses and `localhost`; `None`: any.
+    allowed_hosts: Option<Vec<String>>,
+    /// The per-process key of the sessions' CSRF tokens.
+    csrf_key: [u8; 32],
     base: String,
 }
 
@@ -103,7 +137,8 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         pool,
         read_only: options.read_only,
         token: options.token,
-        csrf: uuid::Uuid::new_v4().simple().to_string(),
+        allowed_hosts: (!options.any_host).then_some(options.allowed_hosts),
+        csrf_key: random_key(),
         base: options.base_path,
     });
     Router::new()
@@ -127,8 +162,25 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .with_state(state)
 }
 
+/// 32 random bytes.
+fn random_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    key
+}
+
 /// `mysqlq-cli dashboard`: serves [`router`] on `args.addr` until SIGINT/SIGTERM.
 pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(), CliError> {
+    if !args.addr.ip().is_loopback() && args.token.is_none() && !args.read_only {
+        return Err(CliError::usage(
+            format!(
+                "refusing to serve the dashboard on {} without --token: anyone who reaches it could retry, discard and pause",
+                args.addr
+            ),
+            "pass --token TOKEN (or set MYSQLQ_DASHBOARD_TOKEN), add --read-only, or listen on 127.0.0.1",
+        ));
+    }
     let pool = target.pool(8).await?;
     let mut conn = crate::db::acquire(&pool).await?;
     mysqlq::check_schema(&mut conn)
@@ -139,9 +191,12 @@ pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(),
     if let Some(t) = &args.token {
         options = options.token(t.as_str());
     }
+    for host in &args.allowed_host {
+        options = options.allowed_host(host.as_str());
+    }
     if !args.addr.ip().is_loopback() && args.token.is_none() {
         eprintln!(
-            "warning: the dashboard listens on {} without --token: anyone who reaches it can retry, discard and pause",
+            "warning: the dashboard listens on {} without --token: anyone who reaches it can read every job",
             args.addr
         );
     }

@@ -5,7 +5,7 @@ use mysqlq::store::admin::QueueStats;
 use mysqlq::store::dashboard::MinutePoint;
 
 use super::State;
-use super::guard::CSRF_FIELD;
+use super::guard::{CSRF_FIELD, current_csrf};
 
 /// The whole page around `body`.
 pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> Markup {
@@ -42,9 +42,9 @@ pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> M
     }
 }
 
-/// The hidden CSRF field of every form.
-pub(super) fn csrf(state: &State) -> Markup {
-    html! { input type="hidden" name=(CSRF_FIELD) value=(state.csrf); }
+/// The hidden CSRF field of every form: the token of the session being answered.
+pub(super) fn csrf(_state: &State) -> Markup {
+    html! { input type="hidden" name=(CSRF_FIELD) value=(current_csrf()); }
 }
 
 /// A notice from the last action (`?msg=`).

@@ -15,11 +15,14 @@ pub mod admin;
 pub mod bench;
 mod cron;
 pub mod dashboard;
+mod insert;
 pub mod migrations;
 pub mod server;
 mod workers;
 
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
+pub(crate) use insert::job_dedupe_holder;
+pub use insert::{INSERT_CHUNK_ROWS, InsertRow, job_insert_many, job_insert_one};
 
 pub use workers::{
     WorkerRow, stats_add, stats_flush, stats_prune, worker_register, worker_seen,
@@ -32,227 +35,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sqlx::mysql::MySqlDatabaseError;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
-use crate::{Enqueued, Error, JobId};
+use crate::{Error, JobId};
 
-/// Rows per multi-row INSERT of [`crate::enqueue_many`].
-pub const INSERT_CHUNK_ROWS: usize = 500;
 /// Longest `last_error` stored, in bytes (longer messages are cut at a character boundary).
 pub const MAX_ERROR_BYTES: usize = 4096;
-
-/// A job row to insert.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InsertRow {
-    /// `queue_name`.
-    pub queue: String,
-    /// `kind`.
-    pub kind: String,
-    /// `payload`, serialised JSON.
-    pub payload: String,
-    /// `priority`.
-    pub priority: i16,
-    /// `max_attempts`.
-    pub max_attempts: u32,
-    /// Delay from the database's now, in microseconds.
-    pub delay_us: i64,
-    /// Absolute run time (UTC, `YYYY-MM-DD HH:MM:SS.ffffff`), overriding the delay.
-    pub run_at: Option<String>,
-    /// `dedupe_key`.
-    pub dedupe_key: Option<String>,
-    /// `dedupe_until = 'started'` (else `'finished'`).
-    pub dedupe_until_started: bool,
-    /// `ordering_key`.
-    pub ordering_key: Option<String>,
-    /// `concurrency_key`.
-    pub concurrency_key: Option<String>,
-    /// `concurrency_limit`.
-    pub concurrency_limit: Option<u16>,
-}
-
-macro_rules! insert_columns {
-    () => {
-        "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
-         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, status, created_at) VALUES "
-    };
-}
-macro_rules! insert_values {
-    () => {
-        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, ?, ?, ?, 'pending', \
-         UTC_TIMESTAMP(6))"
-    };
-}
-const INSERT_COLUMNS: &str = insert_columns!();
-const INSERT_NARROW_COLUMNS: &str = "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, status, created_at) VALUES ";
-const INSERT_NARROW_VALUES: &str = "(?, ?, ?, ?, ?, UTC_TIMESTAMP(6), 'pending', UTC_TIMESTAMP(6))";
-const INSERT_VALUES: &str = insert_values!();
-const INSERT_ONE_SQL: &str = concat!(
-    "/* mysqlq:job_insert */ ",
-    insert_columns!(),
-    insert_values!()
-);
-
-fn bind_row<'q>(
-    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
-    r: &'q InsertRow,
-) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    q.bind(&r.queue)
-        .bind(&r.kind)
-        .bind(&r.payload)
-        .bind(r.priority)
-        .bind(r.max_attempts)
-        .bind(r.run_at.as_deref())
-        .bind(r.delay_us)
-        .bind(r.dedupe_key.as_deref())
-        .bind(if r.dedupe_until_started {
-            "started"
-        } else {
-            "finished"
-        })
-        .bind(r.ordering_key.as_deref())
-        .bind(r.concurrency_key.as_deref())
-        .bind(r.concurrency_limit)
-}
-
-impl InsertRow {
-    /// `true` when the row sets nothing beyond queue, kind, payload, priority and attempts.
-    fn is_plain(&self) -> bool {
-        self.delay_us == 0
-            && self.run_at.is_none()
-            && self.dedupe_key.is_none()
-            && !self.dedupe_until_started
-            && self.ordering_key.is_none()
-            && self.concurrency_key.is_none()
-            && self.concurrency_limit.is_none()
-    }
-}
-
-/// `job_insert`: one job; a taken dedupe key returns the holder's id.
-///
-/// Outside a transaction (a pool or a bare connection: the statement is its own transaction)
-/// a deadlock or lock wait timeout — possible when concurrent enqueuers race for one dedupe
-/// key and the first rolls back — is retried here. Inside the caller's transaction it is
-/// returned: the caller's transaction was rolled back and only the caller can redo it.
-pub async fn job_insert_one(
-    conn: &mut MySqlConnection,
-    row: &InsertRow,
-) -> Result<Enqueued, Error> {
-    // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
-    for _ in 0..5 {
-        match bind_row(sqlx::query(INSERT_ONE_SQL), row)
-            .execute(&mut *conn)
-            .await
-        {
-            Ok(done) => return Ok(Enqueued::Inserted(JobId(done.last_insert_id()))),
-            Err(e)
-                if !conn.is_in_transaction()
-                    && matches!(sqlx_error_number(&e), Some(1213 | 1205)) =>
-            {
-                tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
-            }
-            Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
-                let key = row.dedupe_key.as_deref().unwrap_or_default();
-                match job_dedupe_holder(conn, key).await {
-                    Ok(Some(id)) => return Ok(Enqueued::Duplicate(id)),
-                    Ok(None) => {}
-                    Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(Error::invalid(
-        "dedupe key",
-        "the key kept changing hands while enqueueing; try again".to_owned(),
-    ))
-}
-
-/// `job_dedupe_holder`: the job holding a dedupe key. A plain read first (it takes no lock, so
-/// it cannot deadlock with a worker claiming the holder); inside the caller's transaction, whose
-/// snapshot may predate the holder, a locking read (which sees the latest committed row) if the
-/// plain read found nothing.
-pub(crate) async fn job_dedupe_holder(
-    conn: &mut MySqlConnection,
-    key: &str,
-) -> Result<Option<JobId>, Error> {
-    let id: Option<u64> = sqlx::query_scalar(
-        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
-    )
-    .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if id.is_some() || !conn.is_in_transaction() {
-        return Ok(id.map(JobId));
-    }
-    let id: Option<u64> = sqlx::query_scalar(
-        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ? \
-         LOCK IN SHARE MODE",
-    )
-    .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(id.map(JobId))
-}
-
-/// `job_insert_many`: chunked multi-row INSERTs. Multi-row `INSERT … VALUES` is a "simple
-/// insert", whose auto-increment ids are consecutive in every `innodb_autoinc_lock_mode`, so the
-/// ids are `LAST_INSERT_ID() + i × auto_increment_increment`. Rows with a dedupe key go one
-/// statement each, to report each duplicate.
-pub async fn job_insert_many(
-    conn: &mut MySqlConnection,
-    rows: &[InsertRow],
-) -> Result<Vec<Enqueued>, Error> {
-    let step: u64 = sqlx::query_scalar(
-        "/* mysqlq:job_insert_many */ SELECT CAST(@@session.auto_increment_increment AS UNSIGNED)",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    let mut out = vec![Enqueued::Inserted(JobId(0)); rows.len()];
-    let plain: Vec<usize> = (0..rows.len())
-        .filter(|&i| rows[i].dedupe_key.is_none())
-        .collect();
-    for chunk in plain.chunks(INSERT_CHUNK_ROWS) {
-        // Rows that only set what every job has (no delay, run-at or keys) bind 5 values
-        // instead of 12: a third of the bytes for large bulk enqueues.
-        let narrow = chunk.iter().all(|&i| rows[i].is_plain());
-        let (columns, values) = if narrow {
-            (INSERT_NARROW_COLUMNS, INSERT_NARROW_VALUES)
-        } else {
-            (INSERT_COLUMNS, INSERT_VALUES)
-        };
-        let mut sql = String::with_capacity(columns.len() + chunk.len() * (values.len() + 2) + 32);
-        sql.push_str("/* mysqlq:job_insert_many */ ");
-        sql.push_str(columns);
-        for (n, _) in chunk.iter().enumerate() {
-            if n > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(values);
-        }
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for &i in chunk {
-            let r = &rows[i];
-            q = if narrow {
-                q.bind(&r.queue)
-                    .bind(&r.kind)
-                    .bind(&r.payload)
-                    .bind(r.priority)
-                    .bind(r.max_attempts)
-            } else {
-                bind_row(q, r)
-            };
-        }
-        let first = q.execute(&mut *conn).await?.last_insert_id();
-        for (n, &i) in chunk.iter().enumerate() {
-            out[i] = Enqueued::Inserted(JobId(first + n as u64 * step.max(1)));
-        }
-    }
-    for (i, row) in rows.iter().enumerate() {
-        if row.dedupe_key.is_some() {
-            out[i] = job_insert_one(conn, row).await?;
-        }
-    }
-    Ok(out)
-}
 
 /// A job handed to a worker by [`job_claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]

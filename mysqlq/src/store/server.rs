@@ -1,11 +1,13 @@
 //! Server flavour and version detection, and the one place where MySQL and MariaDB differ.
 //!
 //! Differences handled here: the isolation variable (`transaction_isolation` on MySQL 8,
-//! `tx_isolation` on MariaDB before 11.1), and the version floor for `SKIP LOCKED`
-//! (MySQL 8.0.1, MariaDB 10.6). Everything else mysqlq writes is the common dialect
+//! `tx_isolation` on MariaDB before 11.1), the version floor for `SKIP LOCKED`
+//! (MySQL 8.0.1, MariaDB 10.6), the byte-for-byte collation of keys (`utf8mb4_nopad_bin` on
+//! MariaDB, `utf8mb4_0900_bin` on MySQL 8.0.17+) and UTC expression defaults (MySQL 8.0.13+). Everything else mysqlq writes is the common dialect
 //! (no `RETURNING`, no optimizer hints, `LOCK IN SHARE MODE` rather than `FOR SHARE`).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use sqlx::MySqlConnection;
 
@@ -90,6 +92,43 @@ impl ServerInfo {
     }
 }
 
+impl ServerInfo {
+    /// The collation of keys, queue names and kinds: binary (case and accent sensitive) and,
+    /// where the server has one, without trailing-space padding. MySQL before 8.0.17 has only
+    /// `utf8mb4_bin`, which ignores trailing spaces in comparisons.
+    pub fn key_collation(&self) -> &'static str {
+        match self.flavor {
+            ServerFlavor::MariaDb => "utf8mb4_nopad_bin",
+            ServerFlavor::MySql if self.version >= (8, 0, 17) => "utf8mb4_0900_bin",
+            ServerFlavor::MySql => "utf8mb4_bin",
+        }
+    }
+
+    /// `true` when the server takes expression defaults such as `DEFAULT (UTC_TIMESTAMP(6))`
+    /// (MySQL 8.0.13+, MariaDB 10.2+).
+    pub fn has_expression_defaults(&self) -> bool {
+        match self.flavor {
+            ServerFlavor::MariaDb => true,
+            ServerFlavor::MySql => self.version >= (8, 0, 13),
+        }
+    }
+
+    /// Fills the server-dependent placeholders of a migration file: `{key_collation}`,
+    /// `{utc_default}` (a UTC default, or none: the column is then required) and
+    /// `{updated_default}` (a UTC default, or the session clock where no expression default
+    /// exists). The values are fixed identifiers chosen here, never input.
+    pub fn render_migration(&self, sql: &str) -> String {
+        let (utc, updated) = if self.has_expression_defaults() {
+            ("DEFAULT (UTC_TIMESTAMP(6))", "DEFAULT (UTC_TIMESTAMP(6))")
+        } else {
+            ("", "DEFAULT CURRENT_TIMESTAMP(6)")
+        };
+        sql.replace("{key_collation}", self.key_collation())
+            .replace("{utc_default}", utc)
+            .replace("{updated_default}", updated)
+    }
+}
+
 impl fmt::Display for ServerInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (a, b, c) = self.version;
@@ -108,6 +147,37 @@ pub async fn version(conn: &mut MySqlConnection) -> Result<String, Error> {
             .fetch_one(&mut *conn)
             .await?,
     )
+}
+
+/// Which isolation variable answered last (0: not known yet, 1: `transaction_isolation`,
+/// 2: `tx_isolation`), so the usual case costs one statement.
+static ISOLATION_VARIABLE: AtomicU8 = AtomicU8::new(0);
+
+/// `session_isolation`: the session's isolation level (`READ-COMMITTED`, `REPEATABLE-READ`,
+/// …). MySQL 8 and MariaDB 11.1+ name the variable `transaction_isolation`, older MariaDB
+/// `tx_isolation`: the other name is tried when the server does not know the first (error 1193,
+/// which does not end a transaction).
+pub async fn session_isolation(conn: &mut MySqlConnection) -> Result<Option<String>, Error> {
+    let first = ISOLATION_VARIABLE.load(Ordering::Relaxed).max(1);
+    for which in [first, 3 - first] {
+        let sql = if which == 1 {
+            "/* mysqlq:session_isolation */ SELECT CAST(@@session.transaction_isolation AS CHAR)"
+        } else {
+            "/* mysqlq:session_isolation */ SELECT CAST(@@session.tx_isolation AS CHAR)"
+        };
+        match sqlx::query_scalar::<_, Option<String>>(sql)
+            .fetch_one(&mut *conn)
+            .await
+        {
+            Ok(level) => {
+                ISOLATION_VARIABLE.store(which, Ordering::Relaxed);
+                return Ok(level);
+            }
+            Err(e) if super::sqlx_error_number(&e) == Some(1193) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
 }
 
 /// Reads and checks the server version.
@@ -145,5 +215,25 @@ mod tests {
         assert_eq!(old_maria.version, (10, 5, 2));
         assert!(old_maria.check_supported().is_err());
         assert!(ServerInfo::parse("garbage").is_err());
+    }
+
+    #[test]
+    fn keys_collate_byte_for_byte_and_defaults_are_utc() {
+        let maria = ServerInfo::parse("10.6.0-MariaDB").unwrap();
+        assert_eq!(maria.key_collation(), "utf8mb4_nopad_bin");
+        let sql = maria.render_migration("a {key_collation} {utc_default} {updated_default}");
+        assert_eq!(
+            sql,
+            "a utf8mb4_nopad_bin DEFAULT (UTC_TIMESTAMP(6)) DEFAULT (UTC_TIMESTAMP(6))"
+        );
+        let mysql = ServerInfo::parse("8.0.36").unwrap();
+        assert_eq!(mysql.key_collation(), "utf8mb4_0900_bin");
+        assert!(mysql.has_expression_defaults());
+        let old = ServerInfo::parse("8.0.12").unwrap();
+        assert_eq!(old.key_collation(), "utf8mb4_bin");
+        assert_eq!(
+            old.render_migration("{utc_default}|{updated_default}"),
+            "|DEFAULT CURRENT_TIMESTAMP(6)"
+        );
     }
 }

@@ -1,0 +1,355 @@
+//! Enqueue statements: one job (and its dedupe key), and many jobs in multi-row INSERTs cut by
+//! rows and by bytes.
+
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, Connection, MySqlConnection};
+
+use super::{is_duplicate_key, is_lock_error, sqlx_error_number};
+use crate::{Enqueued, Error, JobId};
+
+/// Most rows per multi-row INSERT of [`crate::enqueue_many`].
+pub const INSERT_CHUNK_ROWS: usize = 500;
+/// Bytes a row adds to a statement besides its values: the placeholders of the SQL text and
+/// the length prefixes and type codes of the bound values.
+const ROW_OVERHEAD_BYTES: usize = 160;
+/// Smallest statement budget, for servers reporting a tiny `max_allowed_packet`.
+const MIN_STATEMENT_BYTES: usize = 64 * 1024;
+
+/// A job row to insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InsertRow {
+    /// `queue_name`.
+    pub queue: String,
+    /// `kind`.
+    pub kind: String,
+    /// `payload`, serialised JSON.
+    pub payload: String,
+    /// `priority`.
+    pub priority: i16,
+    /// `max_attempts`.
+    pub max_attempts: u32,
+    /// Delay from the database's now, in microseconds.
+    pub delay_us: i64,
+    /// Absolute run time (UTC, `YYYY-MM-DD HH:MM:SS.ffffff`), overriding the delay.
+    pub run_at: Option<String>,
+    /// `dedupe_key`.
+    pub dedupe_key: Option<String>,
+    /// `dedupe_until = 'started'` (else `'finished'`).
+    pub dedupe_until_started: bool,
+    /// `ordering_key`.
+    pub ordering_key: Option<String>,
+    /// `concurrency_key`.
+    pub concurrency_key: Option<String>,
+    /// `concurrency_limit`.
+    pub concurrency_limit: Option<u16>,
+}
+
+macro_rules! insert_columns {
+    () => {
+        "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, status, created_at) VALUES "
+    };
+}
+macro_rules! insert_values {
+    () => {
+        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?, ?, ?, ?, ?, 'pending', \
+         UTC_TIMESTAMP(6))"
+    };
+}
+const INSERT_COLUMNS: &str = insert_columns!();
+const INSERT_NARROW_COLUMNS: &str = "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, status, created_at) VALUES ";
+const INSERT_NARROW_VALUES: &str = "(?, ?, ?, ?, ?, UTC_TIMESTAMP(6), 'pending', UTC_TIMESTAMP(6))";
+const INSERT_VALUES: &str = insert_values!();
+const INSERT_ONE_SQL: &str = concat!(
+    "/* mysqlq:job_insert */ ",
+    insert_columns!(),
+    insert_values!()
+);
+
+fn bind_row<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    r: &'q InsertRow,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    q.bind(&r.queue)
+        .bind(&r.kind)
+        .bind(&r.payload)
+        .bind(r.priority)
+        .bind(r.max_attempts)
+        .bind(r.run_at.as_deref())
+        .bind(r.delay_us)
+        .bind(r.dedupe_key.as_deref())
+        .bind(if r.dedupe_until_started {
+            "started"
+        } else {
+            "finished"
+        })
+        .bind(r.ordering_key.as_deref())
+        .bind(r.concurrency_key.as_deref())
+        .bind(r.concurrency_limit)
+}
+
+impl InsertRow {
+    /// About how many bytes the row adds to a multi-row INSERT (values and overhead).
+    fn statement_bytes(&self) -> usize {
+        let opt = |s: &Option<String>| s.as_deref().map_or(0, str::len);
+        self.queue.len()
+            + self.kind.len()
+            + self.payload.len()
+            + opt(&self.run_at)
+            + opt(&self.dedupe_key)
+            + opt(&self.ordering_key)
+            + opt(&self.concurrency_key)
+            + INSERT_VALUES.len()
+            + ROW_OVERHEAD_BYTES
+    }
+
+    /// `true` when the row sets nothing beyond queue, kind, payload, priority and attempts.
+    fn is_plain(&self) -> bool {
+        self.delay_us == 0
+            && self.run_at.is_none()
+            && self.dedupe_key.is_none()
+            && !self.dedupe_until_started
+            && self.ordering_key.is_none()
+            && self.concurrency_key.is_none()
+            && self.concurrency_limit.is_none()
+    }
+}
+
+/// `job_insert`: one job; a taken dedupe key returns the holder's id.
+///
+/// Outside a transaction (a pool or a bare connection: the statement is its own transaction)
+/// the INSERT goes first, and its duplicate-key check's shared lock on the holder ends with the
+/// statement; a deadlock or lock wait timeout — possible when concurrent enqueuers race for one
+/// dedupe key and the first rolls back — is retried here. Inside the caller's transaction a
+/// duplicate-key error would leave that shared lock on the holder's index entry until the
+/// caller commits, and the worker completing the holder would wait for it: so a non-locking
+/// read looks for the holder first and, when the caller's reads see the latest committed rows
+/// (READ COMMITTED), answers [`Enqueued::Duplicate`] without touching the holder. Deadlocks and
+/// lock wait timeouts inside the caller's transaction are returned: the caller's transaction
+/// was rolled back and only the caller can redo it.
+pub async fn job_insert_one(
+    conn: &mut MySqlConnection,
+    row: &InsertRow,
+) -> Result<Enqueued, Error> {
+    if let Some(key) = row.dedupe_key.as_deref()
+        && conn.is_in_transaction()
+        && let Some(id) = job_dedupe_holder_current(conn, key).await?
+    {
+        return Ok(Enqueued::Duplicate(id));
+    }
+    // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
+    for _ in 0..5 {
+        match bind_row(sqlx::query(INSERT_ONE_SQL), row)
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(done) => return Ok(Enqueued::Inserted(JobId(done.last_insert_id()))),
+            Err(e)
+                if !conn.is_in_transaction()
+                    && matches!(sqlx_error_number(&e), Some(1213 | 1205)) =>
+            {
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
+            }
+            Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
+                let key = row.dedupe_key.as_deref().unwrap_or_default();
+                match job_dedupe_holder(conn, key).await {
+                    Ok(Some(id)) => return Ok(Enqueued::Duplicate(id)),
+                    Ok(None) => {}
+                    Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::invalid(
+        "dedupe key",
+        "the key kept changing hands while enqueueing; try again".to_owned(),
+    ))
+}
+
+/// The holder of `key` by a non-locking read, when that read is known to see the latest
+/// committed rows: the caller's session runs READ COMMITTED. Under REPEATABLE READ the read
+/// sees the transaction's snapshot, whose holder may have finished since; `None` then, and the
+/// INSERT decides.
+async fn job_dedupe_holder_current(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<Option<JobId>, Error> {
+    let id: Option<u64> = sqlx::query_scalar(
+        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
+    )
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(id) = id else { return Ok(None) };
+    let isolation = super::server::session_isolation(conn).await?;
+    Ok((isolation.as_deref() == Some("READ-COMMITTED")).then_some(JobId(id)))
+}
+
+/// `job_dedupe_holder`: the job holding a dedupe key. A plain read first (it takes no lock, so
+/// it cannot deadlock with a worker claiming the holder); inside the caller's transaction, whose
+/// snapshot may predate the holder, a locking read (which sees the latest committed row) if the
+/// plain read found nothing.
+pub(crate) async fn job_dedupe_holder(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<Option<JobId>, Error> {
+    let id: Option<u64> = sqlx::query_scalar(
+        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
+    )
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if id.is_some() || !conn.is_in_transaction() {
+        return Ok(id.map(JobId));
+    }
+    let id: Option<u64> = sqlx::query_scalar(
+        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ? \
+         LOCK IN SHARE MODE",
+    )
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(id.map(JobId))
+}
+
+/// Consecutive runs of `rows` (indexes) of at most [`INSERT_CHUNK_ROWS`] rows and about
+/// `budget` bytes each; a row larger than the budget goes alone.
+fn chunks_by_size(rows: &[InsertRow], indexes: &[usize], budget: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut bytes = 0usize;
+    for &i in indexes {
+        let size = rows[i].statement_bytes();
+        if !current.is_empty()
+            && (current.len() == INSERT_CHUNK_ROWS || bytes.saturating_add(size) > budget)
+        {
+            out.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes = bytes.saturating_add(size);
+        current.push(i);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// `job_insert_many`: multi-row INSERTs of at most [`INSERT_CHUNK_ROWS`] rows and at most half
+/// the server's `max_allowed_packet` bytes each (a larger statement is refused by the server,
+/// which closes the connection). Multi-row `INSERT … VALUES` is a "simple insert", whose
+/// auto-increment ids are consecutive in every `innodb_autoinc_lock_mode`, so the ids are
+/// `LAST_INSERT_ID() + i × auto_increment_increment`. Rows with a dedupe key go one statement
+/// each, to report each duplicate. Atomicity is the caller's: run it in a transaction
+/// ([`crate::enqueue_many`] does).
+pub async fn job_insert_many(
+    conn: &mut MySqlConnection,
+    rows: &[InsertRow],
+) -> Result<Vec<Enqueued>, Error> {
+    let (step, packet): (u64, u64) = sqlx::query_as(
+        "/* mysqlq:job_insert_many */ SELECT CAST(@@session.auto_increment_increment AS UNSIGNED), \
+         CAST(@@session.max_allowed_packet AS UNSIGNED)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let budget = usize::try_from(packet / 2)
+        .unwrap_or(usize::MAX)
+        .max(MIN_STATEMENT_BYTES);
+    let mut out = vec![Enqueued::Inserted(JobId(0)); rows.len()];
+    let plain: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].dedupe_key.is_none())
+        .collect();
+    for chunk in chunks_by_size(rows, &plain, budget) {
+        // Rows that only set what every job has (no delay, run-at or keys) bind 5 values
+        // instead of 12: a third of the bytes for large bulk enqueues.
+        let narrow = chunk.iter().all(|&i| rows[i].is_plain());
+        let (columns, values) = if narrow {
+            (INSERT_NARROW_COLUMNS, INSERT_NARROW_VALUES)
+        } else {
+            (INSERT_COLUMNS, INSERT_VALUES)
+        };
+        let mut sql = String::with_capacity(columns.len() + chunk.len() * (values.len() + 2) + 32);
+        sql.push_str("/* mysqlq:job_insert_many */ ");
+        sql.push_str(columns);
+        for (n, _) in chunk.iter().enumerate() {
+            if n > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(values);
+        }
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for &i in &chunk {
+            let r = &rows[i];
+            q = if narrow {
+                q.bind(&r.queue)
+                    .bind(&r.kind)
+                    .bind(&r.payload)
+                    .bind(r.priority)
+                    .bind(r.max_attempts)
+            } else {
+                bind_row(q, r)
+            };
+        }
+        let first = q.execute(&mut *conn).await?.last_insert_id();
+        for (n, &i) in chunk.iter().enumerate() {
+            out[i] = Enqueued::Inserted(JobId(first + n as u64 * step.max(1)));
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        if row.dedupe_key.is_some() {
+            out[i] = job_insert_one(conn, row).await?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(payload_bytes: usize) -> InsertRow {
+        InsertRow {
+            queue: "q".into(),
+            kind: "k".into(),
+            payload: "x".repeat(payload_bytes),
+            priority: 0,
+            max_attempts: 1,
+            delay_us: 0,
+            run_at: None,
+            dedupe_key: None,
+            dedupe_until_started: false,
+            ordering_key: None,
+            concurrency_key: None,
+            concurrency_limit: None,
+        }
+    }
+
+    #[test]
+    fn chunks_are_cut_by_rows_and_by_bytes() {
+        let small: Vec<InsertRow> = (0..1200).map(|_| row(10)).collect();
+        let all: Vec<usize> = (0..small.len()).collect();
+        let sizes: Vec<usize> = chunks_by_size(&small, &all, usize::MAX)
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, [500, 500, 200]);
+
+        let big: Vec<InsertRow> = (0..500).map(|_| row(60_000)).collect();
+        let all: Vec<usize> = (0..big.len()).collect();
+        let budget = 8 << 20;
+        let chunks = chunks_by_size(&big, &all, budget);
+        assert!(chunks.len() >= 4, "{}", chunks.len());
+        for c in &chunks {
+            let bytes: usize = c.iter().map(|&i| big[i].statement_bytes()).sum();
+            assert!(bytes <= budget, "{bytes}");
+        }
+        let flat: Vec<usize> = chunks.concat();
+        assert_eq!(flat, all, "every row once, in order");
+
+        let huge = [row(100)];
+        assert_eq!(chunks_by_size(&huge, &[0], 10), vec![vec![0]]);
+    }
+}
