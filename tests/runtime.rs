@@ -620,3 +620,25 @@ async fn a_failing_schedule_skips_neither_the_reaper_nor_the_other_schedules() {
     .await;
     worker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_enqueue_delay_of_any_size_is_written() {
+    let db = TestDb::new().await;
+    let id = Noop { n: 5 }
+        .enqueue_with(
+            &db.pool,
+            &mysqlq::EnqueueOptions::new().delay(Duration::from_secs(u64::MAX)),
+        )
+        .await
+        .unwrap()
+        .id();
+    let year = scalar(
+        &db,
+        &format!(
+            "SELECT YEAR(available_at) FROM job_queue WHERE id = {}",
+            id.0
+        ),
+    )
+    .await;
+    assert_eq!(year, 9999);
+}

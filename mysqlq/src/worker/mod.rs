@@ -425,8 +425,21 @@ fn validate(c: &Config) -> Result<(), Error> {
             c.batch_size
         ));
     }
-    if c.lease < Duration::from_millis(500) {
-        return bad(format!("lease {:?} is too short: at least 500ms", c.lease));
+    if c.lease < Duration::from_millis(500) || c.lease > Duration::from_secs(24 * 3600) {
+        return bad(format!("lease {:?} must be between 500ms and 24h", c.lease));
+    }
+    if c.leader_ttl > Duration::from_secs(24 * 3600) {
+        return bad(format!(
+            "leader lease {:?} must be at most 24h",
+            c.leader_ttl
+        ));
+    }
+    let century = Duration::from_secs(100 * 365 * 24 * 3600);
+    if c.completed_retention > century || c.failed_retention > century {
+        return bad(format!(
+            "retention (completed {:?}, failed {:?}) must be at most 100 years",
+            c.completed_retention, c.failed_retention
+        ));
     }
     if c.heartbeat() >= c.lease - c.lease_margin() {
         return bad(format!(
