@@ -440,8 +440,16 @@ async fn a_worker_cut_off_from_the_database_stops_its_job_before_the_lease_ends(
         |e| matches!(e, WorkerEvent::Started { id: j } if *j == id),
     )
     .await;
-    // The server stops answering (SIGSTOP): no heartbeat can renew the lease.
+    // The server stops answering (SIGSTOP): no heartbeat can renew the lease. The guard
+    // resumes it even when an assertion below fails, so the test cannot hang in clean-up.
+    struct Resume<'a>(&'a PrivateServer);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            self.0.resume();
+        }
+    }
     server.pause();
+    let resume = Resume(&server);
     let paused_at = std::time::Instant::now();
     wait_event(
         &mut events,
@@ -459,7 +467,7 @@ async fn a_worker_cut_off_from_the_database_stops_its_job_before_the_lease_ends(
     )
     .await;
     let returned_after = paused_at.elapsed();
-    server.resume();
+    drop(resume);
     // The server ran the last heartbeat before the pause, so the lease ends at most 2 s after
     // it: the handler must be gone by then (the watchdog stops it at lease − margin after the
     // last heartbeat was sent).
