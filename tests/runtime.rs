@@ -37,6 +37,32 @@ async fn scalar(db: &TestDb, sql: &str) -> i64 {
         .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
 }
 
+async fn exec(db: &TestDb, sql: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}`: {e}"));
+}
+
+/// A job held by a dead worker ("ghost"): `processing`, lease expired a second ago.
+async fn orphan(db: &TestDb, n: u8) -> JobId {
+    let id = Noop { n: u64::from(n) }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id();
+    sqlx::query(
+        "UPDATE job_queue SET status = 'processing', attempts = 1, locked_by = 'ghost', \
+         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    )
+    .bind(uuid_like(n))
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    id
+}
+
 fn uuid_like(n: u8) -> String {
     format!("{n:08x}-0000-4000-8000-000000000000")
 }
@@ -266,23 +292,13 @@ async fn orphans_come_back_while_the_leader_is_dead_and_one_of_two_same_id_worke
     assert_eq!(distinct, 1);
 
     // A dead leader: its lease row says someone else leads for an hour.
-    sqlx::query(
+    exec(
+        &db,
         "UPDATE mysqlq_leader SET leader_id = 'dead#0', expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
     )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
     // And a dead worker's job, its lease expired.
-    let id = Noop { n: 9 }.enqueue(&db.pool).await.unwrap().id();
-    sqlx::query(
-        "UPDATE job_queue SET status = 'processing', attempts = 1, locked_by = 'ghost', \
-         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-    )
-    .bind(uuid_like(4))
-    .bind(id.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    let id = orphan(&db, 4).await;
     // Before: only the leader reaped, so the orphan waited for the dead leader's lease.
     let completed = |id: JobId| move |e: &WorkerEvent| matches!(e, WorkerEvent::Completed { id: j } if *j == id);
     tokio::select! {
@@ -305,10 +321,7 @@ async fn a_failed_statistics_flush_counts_nothing_twice() {
          BEGIN IF (SELECT on_off FROM fail_kind_stats) = 1 THEN \
          SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected deadlock'; END IF; END",
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        exec(&db, sql).await;
     }
     let worker = db.worker().start().await.unwrap();
     for n in 0..20 {
@@ -325,10 +338,7 @@ async fn a_failed_statistics_flush_counts_nothing_twice() {
     while failing_since.elapsed() < Duration::from_secs(1) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    sqlx::query("UPDATE fail_kind_stats SET on_off = 0")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    exec(&db, "UPDATE fail_kind_stats SET on_off = 0").await;
     db.wait_for(
         "the statistics flushed",
         "SELECT COUNT(*) FROM mysqlq_kind_minute",
@@ -499,10 +509,7 @@ async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
          AND (SELECT on_off FROM conflict_on) = 1 THEN \
          SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected deadlock'; END IF; END",
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        exec(&db, sql).await;
     }
     let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
     let worker = db.worker().start().await.unwrap();
@@ -517,10 +524,7 @@ async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut events = worker.events();
-    sqlx::query("UPDATE conflict_on SET on_off = 0")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    exec(&db, "UPDATE conflict_on SET on_off = 0").await;
     let freed = std::time::Instant::now();
     wait_event(
         &mut events,
@@ -577,24 +581,14 @@ async fn a_failing_schedule_skips_neither_the_reaper_nor_the_other_schedules() {
     // Before: the scheduler ran first and any error ended the maintenance round, so one broken
     // schedule stopped the reaper and every other schedule.
     let db = TestDb::new().await;
-    sqlx::query(
+    exec(
+        &db,
         "CREATE TRIGGER cron_broken BEFORE INSERT ON mysqlq_cron FOR EACH ROW \
          BEGIN IF NEW.name = 'broken' THEN \
          SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected schedule failure'; END IF; END",
     )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let orphan = Noop { n: 3 }.enqueue(&db.pool).await.unwrap().id();
-    sqlx::query(
-        "UPDATE job_queue SET status = 'processing', attempts = 1, locked_by = 'ghost', \
-         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-    )
-    .bind(uuid_like(5))
-    .bind(orphan.0)
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    .await;
+    let orphan = orphan(&db, 5).await;
     let worker = db
         .worker()
         .queues(["test", "ticks"])
