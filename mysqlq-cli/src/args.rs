@@ -18,6 +18,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
+    #[command(flatten)]
+    pub(crate) log: crate::logging::LogArgs,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

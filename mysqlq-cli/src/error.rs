@@ -58,7 +58,10 @@ impl CliError {
                     }
                     _ => "see the server's message; `mysqlq-cli doctor` checks the setup",
                 };
-                Self::new(format!("{what}: {}", chain(e)), fix)
+                // mysqlq's message carries the server's number and text; the fix is the CLI's.
+                let text = e.to_string();
+                let problem = text.split_once("; ").map_or(text.as_str(), |(p, _)| p);
+                Self::new(format!("{what}: {problem}"), fix)
             }
             mysqlq::Error::Invalid { .. } => {
                 Self::usage(format!("{what}: {e}"), "fix the argument")
@@ -75,9 +78,10 @@ impl CliError {
         }
     }
 
-    /// The one line printed on stderr, with `secret` (a password) scrubbed.
+    /// The one line printed on stderr, with `secret` (a password) scrubbed and command hints
+    /// naming this binary.
     pub(crate) fn line(&self, scrub: &dyn Fn(&str) -> String) -> String {
-        let text = format!("error: {}; {}", self.problem, self.fix);
+        let text = crate::program::rename(&format!("error: {}; {}", self.problem, self.fix));
         scrub(&text).replace(['\n', '\r'], " ")
     }
 }
