@@ -201,8 +201,21 @@ pub(crate) async fn doctor(target: &Target) -> Result<u8, CliError> {
         let registered: Vec<String> = crate::registry()
             .map(|r| r.queues().into_iter().map(str::to_owned).collect())
             .unwrap_or_default();
-        let queues = admin::stats_queues(&mut conn).await.map_err(db)?;
-        checks.push(stranded_check(&registered, &queues));
+        let queues = match admin::stats_queues(&mut conn).await {
+            Ok(queues) => {
+                checks.push(stranded_check(&registered, &queues));
+                queues
+            }
+            Err(e) => {
+                checks.push(check(
+                    Level::Fail,
+                    "queues",
+                    format!("cannot read the queues: {}", crate::error::chain(&e)),
+                    Some("run `mysqlq-cli migrate`"),
+                ));
+                Vec::new()
+            }
+        };
         let (queue, pending) = plan_queue(&registered, &queues);
         match store::job_claim_explain(&mut conn, &queue).await {
             Ok(plan) => {

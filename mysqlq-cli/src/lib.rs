@@ -46,6 +46,8 @@ mod logging;
 mod metrics_http;
 mod out;
 mod program;
+#[cfg(test)]
+mod reference;
 
 pub use app::Cli;
 

@@ -16,12 +16,10 @@ pub(crate) struct LogArgs {
     pub(crate) log_format: LogFormat,
 }
 
-/// How log lines are written.
+/// How log lines are written (no doc comments on the variants: `--help` lists them in one line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LogFormat {
-    /// Human-readable lines
     Text,
-    /// One JSON object per line
     Json,
 }
 
