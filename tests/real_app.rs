@@ -133,10 +133,7 @@ async fn the_documented_worker_layout_runs_the_librarys_jobs_and_app_state_reach
     assert!(p.terminate(Duration::from_secs(30)).success());
     assert_eq!(
         greetings(&db).await,
-        vec![
-            (1, "none".to_owned()),
-            (2, "hello from the app".to_owned())
-        ]
+        vec![(1, "none".to_owned()), (2, "hello from the app".to_owned())]
     );
 }
 
@@ -221,7 +218,11 @@ async fn a_closed_stderr_does_not_stop_the_worker_and_sigterm_still_stops_it_cle
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0));
-    assert_eq!(db.count("processing").await, 0, "the long job was not released");
+    assert_eq!(
+        db.count("processing").await,
+        0,
+        "the long job was not released"
+    );
     assert!(
         !first.contains('\u{1b}'),
         "colour codes on a pipe: {first:?}"

@@ -22,7 +22,8 @@ async fn concurrent_checkouts_never_oversell_and_abandoned_reservations_return()
     let result = inventory::run_once_with(&url, &options).await;
     // The round's database is its own (unique per run): drop it whatever happened.
     let _ = mysqlq_examples::server::drop_database(&url, &options.database).await;
-    let summary = result.unwrap_or_else(|e| panic!("the inventory round against {url} could not run: {e}"));
+    let summary =
+        result.unwrap_or_else(|e| panic!("the inventory round against {url} could not run: {e}"));
     println!("{summary}");
     assert!(summary.ok(), "invariants broken: {summary}");
     // 200 concurrent checkouts for 50 units → exactly 50 succeed, 150 are refused.

@@ -23,7 +23,8 @@ async fn the_queue_stays_bounded_and_a_restart_loses_nothing() {
     let result = periodic_refresh::run_once_with(&url, &options).await;
     // The round's database is its own (unique per run): drop it whatever happened.
     let _ = mysqlq_examples::server::drop_database(&url, &options.database).await;
-    let summary = result.unwrap_or_else(|e| panic!("the periodic-refresh round against {url} could not run: {e}"));
+    let summary = result
+        .unwrap_or_else(|e| panic!("the periodic-refresh round against {url} could not run: {e}"));
     println!("{summary}");
     assert!(summary.ok(), "invariants broken: {summary}");
     // Workers stopped for several ticks: at most one job per place, never more jobs than places.

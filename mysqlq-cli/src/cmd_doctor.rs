@@ -354,10 +354,9 @@ fn print(checks: &[Check]) -> u8 {
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        let fix = c
-            .fix
-            .as_deref()
-            .map_or(String::new(), |f| crate::program::rename(&format!("; fix: {f}")));
+        let fix = c.fix.as_deref().map_or(String::new(), |f| {
+            crate::program::rename(&format!("; fix: {f}"))
+        });
         println!("{tag:<4}  {:<width$}  {}{fix}", c.name, c.detail);
     }
     let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);

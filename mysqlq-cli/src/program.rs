@@ -149,7 +149,8 @@ mod tests {
 
     #[test]
     fn library_names_come_from_the_manifest() {
-        let m = "[package]\nname = \"my-app\"\nversion = \"0.1.0\"\n\n[dependencies]\nname = \"x\"\n";
+        let m =
+            "[package]\nname = \"my-app\"\nversion = \"0.1.0\"\n\n[dependencies]\nname = \"x\"\n";
         assert_eq!(lib_name(m, true).as_deref(), Some("my_app"));
         assert_eq!(lib_name(m, false), None);
         let m = "[package]\nname = \"my-app\"\n[lib]\nname = \"core_jobs\"\npath = \"jobs.rs\"\n";
@@ -160,10 +161,17 @@ mod tests {
     fn the_package_is_found_from_the_binarys_source_file() {
         let dir = std::env::temp_dir().join(format!("mysqlq-cli-program-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("app/src/bin")).unwrap();
-        std::fs::write(dir.join("app/Cargo.toml"), "[package]\nname = \"shop-app\"\n").unwrap();
+        std::fs::write(
+            dir.join("app/Cargo.toml"),
+            "[package]\nname = \"shop-app\"\n",
+        )
+        .unwrap();
         std::fs::write(dir.join("app/src/lib.rs"), "").unwrap();
         std::fs::write(dir.join("app/src/bin/worker.rs"), "").unwrap();
-        let found = library_of("app/src/bin/worker.rs", &[PathBuf::from("/nonexistent"), dir.clone()]);
+        let found = library_of(
+            "app/src/bin/worker.rs",
+            &[PathBuf::from("/nonexistent"), dir.clone()],
+        );
         assert_eq!(found.as_deref(), Some("shop_app"));
         let abs = dir.join("app/src/bin/worker.rs");
         assert_eq!(
