@@ -353,3 +353,59 @@ async fn doctor_warns_about_stranded_jobs_and_passes_on_a_drained_queue() {
     assert!(line.contains("`orphans` (1 pending)"), "{line}");
     assert!(line.contains("`mysqlq-test-worker "), "{line}");
 }
+
+#[tokio::test]
+async fn the_sweep_drops_only_databases_of_dead_processes_that_are_old_enough() {
+    use sqlx::Connection;
+    let db = TestDb::new().await;
+    let mut admin = db.connect().await;
+    let prefix = format!("mysqlq_sweep{:08x}", fastrand::u32(..));
+    // 999999999 is above any pid_max, so never a live process; pid 1 always is.
+    let dead = format!("{prefix}_999999999_a");
+    let alive = format!("{prefix}_1_b");
+    let empty = format!("{prefix}_999999999_c");
+    for name in [&dead, &alive, &empty] {
+        exec(&db, &format!("CREATE DATABASE `{name}`")).await;
+    }
+    for name in [&dead, &alive] {
+        exec(
+            &db,
+            &format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY)"),
+        )
+        .await;
+    }
+    let exists = |name: String| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?",
+            )
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .expect("look the database up")
+                == 1
+        }
+    };
+    // Too young: nothing goes.
+    mysqlq_tests::sweep_stale_databases(&mut admin, &prefix, 3600).await;
+    assert!(exists(dead.clone()).await);
+    // Old enough: only the dead process's database with tables goes.
+    mysqlq_tests::sweep_stale_databases(&mut admin, &prefix, 0).await;
+    assert!(
+        !exists(dead.clone()).await,
+        "the dead run's database was kept"
+    );
+    assert!(
+        exists(alive.clone()).await,
+        "a live process's database was dropped"
+    );
+    assert!(
+        exists(empty.clone()).await,
+        "an undatable database was dropped"
+    );
+    for name in [&alive, &empty] {
+        exec(&db, &format!("DROP DATABASE `{name}`")).await;
+    }
+    let _ = admin.close().await;
+}

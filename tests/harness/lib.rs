@@ -52,7 +52,7 @@ impl TestDb {
         let prefix = db_prefix();
         static SWEPT: std::sync::Once = std::sync::Once::new();
         if !SWEPT.is_completed() {
-            sweep_stale_databases(&mut admin, &prefix).await;
+            sweep_stale_databases(&mut admin, &prefix, STALE_AFTER_SECONDS).await;
             SWEPT.call_once(|| {});
         }
         let name = format!("{prefix}_{}_{:08x}", std::process::id(), fastrand::u32(..));
@@ -200,9 +200,14 @@ pub fn db_prefix() -> String {
 const STALE_AFTER_SECONDS: i64 = 3600;
 
 /// Drops test databases left behind by crashed runs: named `<prefix>_<pid>_…`, the process `pid`
-/// no longer exists on this machine, and their tables are over an hour old (so that a live run
-/// on another machine sharing the server, whose pid means nothing here, is never touched).
-async fn sweep_stale_databases(admin: &mut MySqlConnection, prefix: &str) {
+/// no longer exists on this machine, and their oldest table is at least `stale_after_seconds`
+/// old (an hour for the harness, so that a live run on another machine sharing the server,
+/// whose pid means nothing here, is never touched). A database without tables is kept.
+pub async fn sweep_stale_databases(
+    admin: &mut MySqlConnection,
+    prefix: &str,
+    stale_after_seconds: i64,
+) {
     if !std::path::Path::new("/proc/self").exists() {
         return;
     }
@@ -235,7 +240,7 @@ async fn sweep_stale_databases(admin: &mut MySqlConnection, prefix: &str) {
         .await
         .ok()
         .flatten();
-        if age.is_some_and(|a| a > STALE_AFTER_SECONDS) {
+        if age.is_some_and(|a| a >= stale_after_seconds) {
             let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DROP DATABASE IF EXISTS `{name}`"
             )))
