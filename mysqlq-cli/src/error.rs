@@ -58,9 +58,16 @@ impl CliError {
                     }
                     _ => "see the server's message; `mysqlq-cli doctor` checks the setup",
                 };
-                // mysqlq's message carries the server's number and text; the fix is the CLI's.
-                let text = e.to_string();
-                let problem = text.split_once("; ").map_or(text.as_str(), |(p, _)| p);
+                // The server's number and text (mysqlq's message adds a fix of its own, and a
+                // server message may itself contain "; "); the fix is the CLI's.
+                let problem = match e {
+                    mysqlq::Error::Database(sqlx::Error::Database(db)) => match number {
+                        Some(n) => format!("database error {n}: {}", db.message()),
+                        None => format!("database error: {}", db.message()),
+                    },
+                    mysqlq::Error::Database(inner) => format!("database error: {}", chain(inner)),
+                    _ => chain(e),
+                };
                 Self::new(format!("{what}: {problem}"), fix)
             }
             mysqlq::Error::Invalid { .. } => {
