@@ -195,7 +195,7 @@ async fn migrate_prints_the_schema_version_and_unmigrated_databases_say_so() {
     assert!(
         stdout(&o)
             .lines()
-            .any(|l| l.starts_with("FAIL") && l.contains("run `mysqlq-cli migrate`")),
+            .any(|l| l.starts_with("FAIL") && l.contains("run `mysqlq-test-worker migrate`")),
         "{}",
         stdout(&o)
     );

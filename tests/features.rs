@@ -182,8 +182,10 @@ async fn dedupe_until_started_admits_a_new_job_once_the_first_runs() {
         Duration::from_secs(20),
     )
     .await;
+    // Delayed, so that the running worker cannot claim it (which would free the key again and
+    // make the next assertion depend on timing): it stays pending and holds the key.
     let second = Sleepy { ms: 60_000 }
-        .enqueue_with(&db.pool, &opts)
+        .enqueue_with(&db.pool, &opts.clone().delay(Duration::from_secs(600)))
         .await
         .unwrap();
     assert!(

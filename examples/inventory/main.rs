@@ -16,8 +16,8 @@ const USAGE: &str = "usage: inventory [--once] [--checkouts N] [--units N]
   --checkouts N   concurrent checkouts of one unit each (default 200)
   --units N       units of the contended SKU (default 50)
 
-DATABASE_URL names the server (any database in it is left alone: the example drops and recreates
-`mysqlq_example_inventory`). Without it, 127.0.0.1:3306 is used if it answers, else a private
+DATABASE_URL names the server (any database in it is left alone: each run uses a database of its
+own, `mysqlq_example_inventory_<pid>_<random>`, dropped when it ends). Without it, 127.0.0.1:3306 is used if it answers, else a private
 throwaway mariadbd/mysqld is started in a temp dir and removed at exit
 (MYSQLQ_EXAMPLES_PRIVATE_SERVER=1 forces that). RUST_LOG filters mysqlq's logs (default: warn).";
 

@@ -14,8 +14,8 @@ const USAGE: &str = "usage: order-email [--once] [--orders N]
                (0 if every invariant held); without it the worker keeps running until Ctrl-C
   --orders N   orders to place (default 20; every 5th rolls back, the 7th bounces)
 
-DATABASE_URL names the server (any database in it is left alone: the example drops and recreates
-`mysqlq_example_order_email`). Without it, 127.0.0.1:3306 is used if it answers, else a private
+DATABASE_URL names the server (any database in it is left alone: each run uses a database of its
+own, `mysqlq_example_order_email_<pid>_<random>`, dropped when it ends). Without it, 127.0.0.1:3306 is used if it answers, else a private
 throwaway mariadbd/mysqld is started in a temp dir and removed at exit
 (MYSQLQ_EXAMPLES_PRIVATE_SERVER=1 forces that). RUST_LOG filters mysqlq's logs (default: warn).";
 

@@ -15,8 +15,8 @@ const USAGE: &str = "usage: periodic-refresh [--once]
            invariant held); without it a producer and a consumer keep running on the round's
            database until Ctrl-C
 
-DATABASE_URL names the server (any database in it is left alone: the example drops and recreates
-`mysqlq_example_periodic_refresh`). Without it, 127.0.0.1:3306 is used if it answers, else a
+DATABASE_URL names the server (any database in it is left alone: each run uses a database of its
+own, `mysqlq_example_periodic_refresh_<pid>_<random>`, dropped when it ends). Without it, 127.0.0.1:3306 is used if it answers, else a
 private throwaway mariadbd/mysqld is started in a temp dir and removed at exit
 (MYSQLQ_EXAMPLES_PRIVATE_SERVER=1 forces that). RUST_LOG filters mysqlq's logs (default: warn).";
 

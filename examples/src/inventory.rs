@@ -508,7 +508,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            database: "mysqlq_example_inventory".to_owned(),
+            database: crate::server::unique_database("inventory"),
             rush_units: 50,
             checkouts: 200,
             connections: 32,
@@ -618,6 +618,10 @@ impl Round {
 }
 
 impl Finished<Options> for Round {
+    fn database(options: &Options) -> &str {
+        &options.database
+    }
+
     fn summary(&self) -> String {
         self.summary.to_string()
     }
@@ -639,7 +643,7 @@ impl Finished<Options> for Round {
 }
 
 /// One complete round with the default [`Options`] against the server at `url` (the round uses
-/// the database `mysqlq_example_inventory`, dropped and recreated).
+/// a database of its own, `mysqlq_example_inventory_<pid>_<random>`, dropped at the end).
 pub async fn run_once(url: &str) -> Result<Summary, String> {
     run_once_with(url, &Options::default()).await
 }

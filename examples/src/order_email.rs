@@ -326,7 +326,7 @@ impl Default for Options {
             rollback_every: 5,
             bounce_order: 7,
             faults: Faults::default(),
-            database: "mysqlq_example_order_email".to_owned(),
+            database: crate::server::unique_database("order_email"),
             concurrency: 4,
             timeout: Duration::from_secs(60),
             verbose: true,
@@ -429,6 +429,10 @@ impl Round {
 }
 
 impl Finished<Options> for Round {
+    fn database(options: &Options) -> &str {
+        &options.database
+    }
+
     fn summary(&self) -> String {
         self.summary.to_string()
     }
@@ -449,7 +453,7 @@ impl Finished<Options> for Round {
 }
 
 /// One complete round with the default [`Options`] against the server at `url` (its database
-/// name, if any, is ignored: the round uses `mysqlq_example_order_email`, dropped and recreated).
+/// name, if any, is ignored: the round uses a database of its own, `mysqlq_example_order_email_<pid>_<random>`, dropped at the end).
 pub async fn run_once(url: &str) -> Result<Summary, String> {
     run_once_with(url, &Options::default()).await
 }

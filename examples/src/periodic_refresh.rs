@@ -314,7 +314,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            database: "mysqlq_example_periodic_refresh".to_owned(),
+            database: crate::server::unique_database("periodic_refresh"),
             places: 12,
             inactive: 2,
             poisoned: 7,
@@ -394,6 +394,10 @@ impl fmt::Display for Summary {
 /// The round leaves nothing running: without `--once`, [`keep_running`] starts a producer and a
 /// consumer on its database until Ctrl-C.
 impl Finished<Options> for Summary {
+    fn database(options: &Options) -> &str {
+        &options.database
+    }
+
     fn summary(&self) -> String {
         self.to_string()
     }
@@ -424,7 +428,7 @@ impl Finished<Options> for Summary {
 }
 
 /// One complete round with the default [`Options`] against the server at `url` (the round uses
-/// the database `mysqlq_example_periodic_refresh`, dropped and recreated).
+/// a database of its own, `mysqlq_example_periodic_refresh_<pid>_<random>`, dropped at the end).
 pub async fn run_once(url: &str) -> Result<Summary, String> {
     run_once_with(url, &Options::default()).await
 }

@@ -17,6 +17,9 @@ pub trait Finished<O> {
     /// Without `--once`: the line printed after the summary, saying what keeps running.
     fn still_running(&self, options: &O) -> String;
 
+    /// The database the round ran in (its own, see [`crate::server::unique_database`]):
+    /// dropped once the run ends.
+    fn database(options: &O) -> &str;
     /// Shuts down gracefully what the round left running.
     fn shutdown(self) -> impl Future<Output = Result<(), String>>;
 
@@ -141,6 +144,7 @@ where
         Ok(r) => r,
         Err(e) => {
             eprintln!("{name}: {e}");
+            let _ = crate::server::drop_database(server.url(), R::database(&options)).await;
             return ExitCode::FAILURE;
         }
     };
@@ -154,7 +158,9 @@ where
             println!("Ctrl-C: shutting down gracefully");
         }
     });
-    if let Err(e) = round.finish(server.url(), &options, stop).await {
+    let finished = round.finish(server.url(), &options, stop).await;
+    let dropped = crate::server::drop_database(server.url(), R::database(&options)).await;
+    if let Err(e) = finished.and(dropped) {
         eprintln!("{name}: {e}");
         return ExitCode::FAILURE;
     }

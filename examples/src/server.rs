@@ -130,6 +130,38 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// A database name of its own for one run of `example`: `mysqlq_example_<example>_<pid>_<random>`,
+/// so that two runs on one server (a developer and CI, two checkouts) never share one. The run
+/// drops it when it ends ([`drop_database`]).
+pub fn unique_database(example: &str) -> String {
+    format!(
+        "mysqlq_example_{example}_{}_{:08x}",
+        std::process::id(),
+        fastrand::u32(..)
+    )
+}
+
+/// Drops database `name` on the server of `url` (the end of a run).
+///
+/// # Errors
+///
+/// When the server cannot be reached or refuses the `DROP DATABASE`.
+pub async fn drop_database(url: &str, name: &str) -> Result<(), String> {
+    let admin_url = server_part(url);
+    let server: MySqlConnectOptions = admin_url
+        .parse()
+        .map_err(|e| format!("bad database URL `{}`: {e}", redact(url)))?;
+    let admin = connect_with_retry(&server, Duration::from_secs(10)).await?;
+    let sql = format!("DROP DATABASE IF EXISTS `{name}`");
+    let result = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+        .execute(&admin)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("`{sql}` failed on {}: {e}", redact(&admin_url)));
+    admin.close().await;
+    result
+}
+
 /// Drops and recreates database `name` on the server of `url`, applies mysqlq's migrations, and
 /// returns a pool of at most `max_connections` on it. `name` must be `[a-z0-9_]+`.
 pub async fn fresh_database(

@@ -15,15 +15,15 @@ fn server_url() -> String {
 async fn concurrent_checkouts_never_oversell_and_abandoned_reservations_return() {
     let url = server_url();
     let options = Options {
-        // Its own database, so that the test and a manual run do not trample each other.
-        database: "mysqlq_example_inventory_test".to_owned(),
         verbose: false,
         ..Options::default()
     };
     assert_eq!((options.checkouts, options.rush_units), (200, 50));
-    let summary = inventory::run_once_with(&url, &options)
-        .await
-        .unwrap_or_else(|e| panic!("the inventory round against {url} could not run: {e}"));
+    let result = inventory::run_once_with(&url, &options).await;
+    // The round's database is its own (unique per run): drop it whatever happened.
+    let _ = mysqlq_examples::server::drop_database(&url, &options.database).await;
+    let summary =
+        result.unwrap_or_else(|e| panic!("the inventory round against {url} could not run: {e}"));
     println!("{summary}");
     assert!(summary.ok(), "invariants broken: {summary}");
     // 200 concurrent checkouts for 50 units → exactly 50 succeed, 150 are refused.

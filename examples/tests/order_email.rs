@@ -13,14 +13,14 @@ fn server_url() -> String {
 async fn a_round_commits_rolls_back_retries_and_fails_as_described() {
     let url = server_url();
     let options = Options {
-        // Its own database, so that the test and a manual run do not trample each other.
-        database: "mysqlq_example_order_email_test".to_owned(),
         verbose: false,
         ..Options::default()
     };
-    let summary = order_email::run_once_with(&url, &options)
-        .await
-        .unwrap_or_else(|e| panic!("the order-email round against {url} could not run: {e}"));
+    let result = order_email::run_once_with(&url, &options).await;
+    // The round's database is its own (unique per run): drop it whatever happened.
+    let _ = mysqlq_examples::server::drop_database(&url, &options.database).await;
+    let summary =
+        result.unwrap_or_else(|e| panic!("the order-email round against {url} could not run: {e}"));
     println!("{summary}");
     assert!(summary.ok(), "invariants broken: {summary}");
     // 20 orders, every 5th rolled back; order 7 bounces.

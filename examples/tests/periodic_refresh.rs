@@ -17,13 +17,13 @@ fn server_url() -> String {
 async fn the_queue_stays_bounded_and_a_restart_loses_nothing() {
     let url = server_url();
     let options = Options {
-        // Its own database, so that the test and a manual run do not trample each other.
-        database: "mysqlq_example_periodic_refresh_test".to_owned(),
         verbose: false,
         ..Options::default()
     };
-    let summary = periodic_refresh::run_once_with(&url, &options)
-        .await
+    let result = periodic_refresh::run_once_with(&url, &options).await;
+    // The round's database is its own (unique per run): drop it whatever happened.
+    let _ = mysqlq_examples::server::drop_database(&url, &options.database).await;
+    let summary = result
         .unwrap_or_else(|e| panic!("the periodic-refresh round against {url} could not run: {e}"));
     println!("{summary}");
     assert!(summary.ok(), "invariants broken: {summary}");

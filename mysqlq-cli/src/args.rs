@@ -18,6 +18,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
+    #[command(flatten)]
+    pub(crate) log: crate::logging::LogArgs,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -40,7 +42,7 @@ pub(crate) struct ConnArgs {
 pub(crate) enum Command {
     /// Run a worker: claim and run the jobs linked into this binary until SIGINT/SIGTERM.
     Work(WorkArgs),
-    /// Apply the schema migrations (idempotent) and print the schema version.
+    /// Apply the schema migrations (idempotent) and say which were applied.
     Migrate,
     /// Show queue depth, ages, throughput, errors, workers, processing times and table size.
     Stats(StatsArgs),
@@ -50,7 +52,7 @@ pub(crate) enum Command {
     /// Delete old finished jobs in small batches (the article's cleanup).
     Purge(PurgeArgs),
     /// Check the server and the schema: version, binlog format, read-only, time zone, indexes,
-    /// and the claim query's plan. Exits non-zero when a check fails.
+    /// stranded queues and the claim query's plan. Exits non-zero when a check fails.
     Doctor,
     /// Pause a queue: workers stop claiming from it (running jobs finish).
     Pause(QueueArg),

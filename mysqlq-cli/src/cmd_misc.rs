@@ -8,15 +8,33 @@ use crate::db::Target;
 use crate::error::CliError;
 use crate::out;
 
-/// `migrate`: applies the migrations and prints the schema version.
+/// `migrate`: applies the migrations and says what it applied (or that there was nothing to do).
 pub(crate) async fn migrate(target: &Target) -> Result<(), CliError> {
     let pool = target.pool(2).await?;
+    let before = {
+        let mut conn = crate::db::acquire(&pool).await?;
+        mysqlq::schema_version(&mut conn)
+            .await
+            .map_err(|e| CliError::mysqlq("cannot read the schema version", &e))?
+    };
     let version = mysqlq::migrate(&pool)
         .await
         .map_err(|e| CliError::mysqlq("migration failed", &e))?;
-    println!("schema version {version} (up to date)");
+    println!("{}", migrate_summary(before, version));
     pool.close().await;
     Ok(())
+}
+
+/// What `migrate` did, from the schema version before and after.
+fn migrate_summary(before: u32, after: u32) -> String {
+    match after.saturating_sub(before) {
+        0 => format!("schema version {after} (up to date, nothing applied)"),
+        1 => format!("applied migration {after}: schema version {before} -> {after}"),
+        n => format!(
+            "applied {n} migrations ({} to {after}): schema version {before} -> {after}",
+            before + 1
+        ),
+    }
 }
 
 /// `purge`: the article's batched cleanup, repeated until a batch deletes nothing.
@@ -148,4 +166,25 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
         None => return Err(CliError::new("the enqueue returned no id", "try again")),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::migrate_summary;
+
+    #[test]
+    fn migrate_says_what_it_applied() {
+        assert_eq!(
+            migrate_summary(0, 2),
+            "applied 2 migrations (1 to 2): schema version 0 -> 2"
+        );
+        assert_eq!(
+            migrate_summary(1, 2),
+            "applied migration 2: schema version 1 -> 2"
+        );
+        assert_eq!(
+            migrate_summary(2, 2),
+            "schema version 2 (up to date, nothing applied)"
+        );
+    }
 }

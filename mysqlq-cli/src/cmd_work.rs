@@ -2,21 +2,31 @@
 
 use std::sync::Arc;
 
+use crate::Cli;
 use crate::args::WorkArgs;
 use crate::db::Target;
 use crate::error::CliError;
 use crate::metrics_http;
+use crate::program;
 
 /// Starts the worker (and the metrics endpoint), waits for a signal, shuts down gracefully.
-pub(crate) async fn work(target: &Target, a: &WorkArgs) -> Result<(), CliError> {
+/// A binary without jobs fails first, before the database URL is even looked at.
+pub(crate) async fn work(
+    target: Result<Target, CliError>,
+    a: &WorkArgs,
+    app: Cli,
+) -> Result<(), CliError> {
     let registry = crate::registry()?;
     if registry.is_empty() {
         return Err(CliError::new(
-            "no jobs are linked into this binary, so there is nothing to work on",
-            "the standalone mysqlq-cli cannot run your jobs: make your application's worker binary \
-             `fn main() { mysqlq_cli::main() }` (its #[job]s are then linked in) and run `work` there",
+            format!(
+                "no jobs are linked into this binary (`{}`), so there is nothing to work on",
+                program::name()
+            ),
+            program::no_jobs_fix(app.caller),
         ));
     }
+    let target = target?;
     let queues: Vec<String> = if a.queues.is_empty() {
         registry.queues().into_iter().map(str::to_owned).collect()
     } else {
@@ -36,7 +46,7 @@ pub(crate) async fn work(target: &Target, a: &WorkArgs) -> Result<(), CliError> 
     let pool = target
         .pool(mysqlq::Worker::recommended_pool_size(concurrency))
         .await?;
-    let mut builder = mysqlq::Worker::builder(pool.clone())
+    let builder = mysqlq::Worker::builder(pool.clone())
         .registry(registry)
         .queues(queues.clone())
         .concurrency(concurrency)
@@ -46,6 +56,7 @@ pub(crate) async fn work(target: &Target, a: &WorkArgs) -> Result<(), CliError> 
         .poll_interval(a.poll_floor, a.poll_ceiling)
         .job_timeout(a.job_timeout)
         .maintenance(a.maintenance_interval, a.leader_ttl);
+    let mut builder = Cli::configure(app.configure, builder);
     if let Some(every) = a.heartbeat {
         builder = builder.heartbeat_interval(every);
     }

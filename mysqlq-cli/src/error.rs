@@ -58,7 +58,17 @@ impl CliError {
                     }
                     _ => "see the server's message; `mysqlq-cli doctor` checks the setup",
                 };
-                Self::new(format!("{what}: {}", chain(e)), fix)
+                // The server's number and text (mysqlq's message adds a fix of its own, and a
+                // server message may itself contain "; "); the fix is the CLI's.
+                let problem = match e {
+                    mysqlq::Error::Database(sqlx::Error::Database(db)) => match number {
+                        Some(n) => format!("database error {n}: {}", db.message()),
+                        None => format!("database error: {}", db.message()),
+                    },
+                    mysqlq::Error::Database(inner) => format!("database error: {}", chain(inner)),
+                    _ => chain(e),
+                };
+                Self::new(format!("{what}: {problem}"), fix)
             }
             mysqlq::Error::Invalid { .. } => {
                 Self::usage(format!("{what}: {e}"), "fix the argument")
@@ -75,9 +85,10 @@ impl CliError {
         }
     }
 
-    /// The one line printed on stderr, with `secret` (a password) scrubbed.
+    /// The one line printed on stderr, with `secret` (a password) scrubbed and command hints
+    /// naming this binary.
     pub(crate) fn line(&self, scrub: &dyn Fn(&str) -> String) -> String {
-        let text = format!("error: {}; {}", self.problem, self.fix);
+        let text = crate::program::rename(&format!("error: {}; {}", self.problem, self.fix));
         scrub(&text).replace(['\n', '\r'], " ")
     }
 }

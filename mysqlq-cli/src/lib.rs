@@ -5,16 +5,25 @@
 //! worker binary with one line:
 //!
 //! ```text
-//! // src/bin/worker.rs of your application (which defines its #[job]s in its library crate)
+//! // src/bin/worker.rs of your application `my-app`, whose #[job]s are in its library crate
+//! use my_app as _; // links the library, and with it every #[job], into this binary
+//!
 //! fn main() {
 //!     mysqlq_cli::main()
 //! }
 //! ```
 //!
+//! The `use` line matters: a binary that never names the library does not link it, and then
+//! `work` has no jobs. `work` refuses to start in that case and prints the line to add. Jobs
+//! defined in the binary itself (in `src/main.rs` or its modules) need no such line.
+//!
 //! That binary has every command: `work`, `migrate`, `stats`, `failed list|show|retry|discard`,
 //! `purge`, `doctor`, `pause`, `resume`, `enqueue`, `dashboard` (a web UI, also mountable in
-//! your own server: [`dashboard::router`]). Applications with their own tokio runtime
-//! call [`run`] instead, which returns the exit code.
+//! your own server: [`dashboard::router`]). Handlers that need application state (a client, a
+//! configuration, a pool of their own) get it from [`Cli`]:
+//! `mysqlq_cli::Cli::new().state(app).run()`, read in the job with
+//! [`JobContext::state`](mysqlq::JobContext::state). Applications with their own tokio runtime
+//! call [`run`] (or [`Cli::run_from`]) instead, which returns the exit code.
 //!
 //! The standalone `mysqlq-cli` binary has every command too, but links no jobs, so its `work`
 //! refuses to start.
@@ -22,6 +31,7 @@
 //! Exit codes: 0 success, 1 error, 2 usage error, 3 `doctor` found a failing check. Errors are
 //! one line on stderr, `error: <problem>; <how to fix>`, with passwords redacted.
 
+mod app;
 mod args;
 mod cmd_bench;
 mod cmd_doctor;
@@ -32,65 +42,62 @@ mod cmd_work;
 pub mod dashboard;
 mod db;
 mod error;
+mod logging;
 mod metrics_http;
 mod out;
+mod program;
+#[cfg(test)]
+mod reference;
+
+pub use app::Cli;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli as Args, Command};
 use crate::db::Target;
-use crate::error::{CliError, EXIT_ERROR, EXIT_USAGE};
+use crate::error::{CliError, EXIT_USAGE};
 
 /// The whole program: builds a tokio runtime, parses `std::env::args`, runs the command, and
 /// exits the process with its code (0 ok, 1 error, 2 usage error, 3 failed `doctor` check).
+/// The same as `Cli::new().run()` ([`Cli::run`]).
 ///
 /// Logging goes to stderr through `tracing-subscriber`, filtered by `RUST_LOG` (default: `info`
-/// for `work`, `warn` otherwise).
+/// for `work`, `warn` otherwise); `--log-format json` writes one JSON object per line.
+#[track_caller]
 pub fn main() -> ! {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!(
-                "error: cannot start the tokio runtime: {e}; check the process limits (threads, memory)"
-            );
-            std::process::exit(i32::from(EXIT_ERROR));
-        }
-    };
-    let code = runtime.block_on(run_inner(std::env::args_os(), true));
-    // Background tasks (pool reapers, metrics server) must not hold the exit.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    std::process::exit(i32::from(code));
+    Cli::new().run()
 }
 
 /// Runs the command line `args` (the program name first, as in `std::env::args_os()`) on the
 /// caller's tokio runtime (multi-threaded, with I/O and time enabled) and returns the exit code.
-/// Does not install a `tracing` subscriber: the application keeps its own.
+/// Does not install a `tracing` subscriber: the application keeps its own. The same as
+/// `Cli::new().run_from(args)` ([`Cli::run_from`]).
 ///
 /// ```no_run
 /// # async fn app() -> std::process::ExitCode {
 /// mysqlq_cli::run(std::env::args_os()).await
 /// # }
 /// ```
-pub async fn run<I, T>(args: I) -> ExitCode
+#[track_caller]
+pub fn run<I, T>(args: I) -> impl std::future::Future<Output = ExitCode>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    ExitCode::from(run_inner(args, false).await)
+    Cli::new().run_from(args)
 }
 
-async fn run_inner<I, T>(args: I, init_tracing: bool) -> u8
+async fn run_inner<I, T>(app: Cli, args: I, init_tracing: bool) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    program::set_name(args.first().map(OsString::as_os_str));
+    let cli = match Args::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return clap_error(&e),
     };
@@ -104,22 +111,17 @@ where
             }
             _ => "warn",
         };
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
+        logging::init(cli.log.log_format, default);
     }
     let raw_url = cli.conn.database_url.clone();
-    match dispatch(cli).await {
+    match dispatch(app, cli).await {
         Ok(code) => code,
         Err(e) => {
             let scrub = |s: &str| match Target::new(raw_url.as_deref()) {
                 Ok(t) => t.scrub(s),
                 Err(_) => s.to_owned(),
             };
-            eprintln!("{}", e.line(&scrub));
+            logging::eprint_line(&e.line(&scrub));
             e.code
         }
     }
@@ -152,16 +154,16 @@ fn clap_error(e: &clap::Error) -> u8 {
             let problem = parts.join(" ").replace(": ;", ":");
             // Never echo a password given on the command line.
             let problem = db::redact_url(&problem);
-            eprintln!("error: {problem}; see `--help` for usage");
+            logging::eprint_line(&format!("error: {problem}; see `--help` for usage"));
             EXIT_USAGE
         }
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<u8, CliError> {
+async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
     let target = Target::new(cli.conn.database_url.as_deref());
     match cli.command {
-        Command::Work(a) => cmd_work::work(&target?, &a).await.map(|()| 0),
+        Command::Work(a) => cmd_work::work(target, &a, app).await.map(|()| 0),
         Command::Migrate => cmd_misc::migrate(&target?).await.map(|()| 0),
         Command::Stats(a) => cmd_stats::stats(&target?, &a).await.map(|()| 0),
         Command::Failed(c) => cmd_failed::failed(&target?, c).await,

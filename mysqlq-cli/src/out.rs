@@ -181,7 +181,7 @@ pub(crate) fn progress(len: Option<u64>, message: &str) -> ProgressBar {
 
 /// Prints a warning line on stderr.
 pub(crate) fn warn(text: &str) {
-    eprintln!("warning: {text}");
+    crate::logging::eprint_line(&crate::program::rename(&format!("warning: {text}")));
 }
 
 #[cfg(test)]

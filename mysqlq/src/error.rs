@@ -8,8 +8,10 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The database returned an error.
-    #[error("database error")]
+    /// The database returned an error. The message carries the server's error number and text
+    /// and, for the usual set-up mistakes (tables missing, unknown database, access denied,
+    /// read-only server, unreachable server), what to do.
+    #[error("{}", database_message(.0))]
     Database(#[from] sqlx::Error),
     /// A job's payload could not be serialised to JSON.
     #[error("cannot serialise the payload of job `{kind}` to JSON")]
@@ -51,8 +53,8 @@ pub enum Error {
     },
     /// The database schema is older or newer than this build of mysqlq.
     #[error(
-        "schema version {found} found, this mysqlq needs {expected}; run `mysqlq-cli migrate` \
-         (or `mysqlq::migrate(&pool)`)"
+        "schema version {found} found, this mysqlq needs {expected}; run the migrations: \
+         `mysqlq::migrate(&pool)`, or `migrate` of your worker binary (`mysqlq-cli migrate`)"
     )]
     SchemaVersion {
         /// Version found in the database (0 when mysqlq's tables are missing).
@@ -76,6 +78,48 @@ pub enum Error {
     /// Worker settings do not fit together.
     #[error("invalid worker configuration: {0}")]
     Config(String),
+}
+
+/// `database error <number>: <server message>; <what to do>`, or for errors that are not the
+/// server's (I/O, pool) `database error: <what happened>; <what to do>`.
+fn database_message(e: &sqlx::Error) -> String {
+    use sqlx::mysql::MySqlDatabaseError;
+    let (head, hint) = match e {
+        sqlx::Error::Database(db) => {
+            let number = db
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .map(MySqlDatabaseError::number);
+            let hint = match number {
+                Some(1146) => Some(
+                    "the tables are missing: run the migrations (`mysqlq::migrate(&pool)`, or \
+                     `migrate` of your worker binary)",
+                ),
+                Some(1049) => Some("create the database, or fix the database name in the URL"),
+                Some(1044 | 1045) => Some("check the user, the password and the user's grants"),
+                Some(1142 | 1227) => Some("grant the user the privilege, or use one that has it"),
+                Some(1290 | 1836) => Some("the server is read-only: connect to the writer"),
+                _ => None,
+            };
+            let head = match number {
+                Some(n) => format!("database error {n}: {}", db.message()),
+                None => format!("database error: {}", db.message()),
+            };
+            (head, hint)
+        }
+        sqlx::Error::PoolTimedOut => (
+            "database error: no connection of the pool became free in time".to_owned(),
+            Some("give the pool more connections, or hold them for less time"),
+        ),
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) => (
+            format!("database error: {e}"),
+            Some("check that the server is running and reachable at the URL"),
+        ),
+        other => (format!("database error: {other}"), None),
+    };
+    match hint {
+        Some(h) => format!("{head}; {h}"),
+        None => head,
+    }
 }
 
 impl Error {

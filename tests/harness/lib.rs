@@ -49,7 +49,13 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("bad DATABASE_URL `{url}`: {e}"));
 
         let mut admin = connect_or_explain(&server).await;
-        let name = format!("mysqlq_t_{}_{:08x}", std::process::id(), fastrand::u32(..));
+        let prefix = db_prefix();
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        if !SWEPT.is_completed() {
+            sweep_stale_databases(&mut admin, &prefix, STALE_AFTER_SECONDS).await;
+            SWEPT.call_once(|| {});
+        }
+        let name = format!("{prefix}_{}_{:08x}", std::process::id(), fastrand::u32(..));
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
             .execute(&mut admin)
             .await
@@ -172,6 +178,75 @@ impl Drop for TestDb {
             }
         })
         .join();
+    }
+}
+
+/// The prefix of test database names: `MYSQLQ_TEST_DB_PREFIX`, else `mysqlq_t`. Names are
+/// `<prefix>_<pid>_<random>`: unique per test, and per run, on a shared server.
+pub fn db_prefix() -> String {
+    std::env::var("MYSQLQ_TEST_DB_PREFIX")
+        .ok()
+        .filter(|p| {
+            !p.is_empty()
+                && p.len() <= 32
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .unwrap_or_else(|| "mysqlq_t".to_owned())
+}
+
+/// Databases of this prefix older than this, whose creating process is gone, were left behind
+/// by a crashed run.
+const STALE_AFTER_SECONDS: i64 = 3600;
+
+/// Drops test databases left behind by crashed runs: named `<prefix>_<pid>_…`, the process `pid`
+/// no longer exists on this machine, and their oldest table is at least `stale_after_seconds`
+/// old (an hour for the harness, so that a live run on another machine sharing the server,
+/// whose pid means nothing here, is never touched). A database without tables is kept.
+pub async fn sweep_stale_databases(
+    admin: &mut MySqlConnection,
+    prefix: &str,
+    stale_after_seconds: i64,
+) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let pattern = format!("{prefix}\\_%");
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(schema_name AS CHAR) FROM information_schema.schemata WHERE schema_name LIKE ?",
+    )
+    .bind(pattern)
+    .fetch_all(&mut *admin)
+    .await
+    .unwrap_or_default();
+    for name in names {
+        let Some(pid) = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .and_then(|rest| rest.split('_').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let age: Option<i64> = sqlx::query_scalar(
+            "SELECT TIMESTAMPDIFF(SECOND, MIN(create_time), NOW()) FROM information_schema.tables \
+             WHERE table_schema = ?",
+        )
+        .bind(&name)
+        .fetch_one(&mut *admin)
+        .await
+        .ok()
+        .flatten();
+        if age.is_some_and(|a| a >= stale_after_seconds) {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS `{name}`"
+            )))
+            .execute(&mut *admin)
+            .await;
+        }
     }
 }
 

@@ -1,6 +1,0 @@
-#[mysqlq::job(queue = "emails")]
-struct SendEmail {
-    to: String,
-}
-
-fn main() {}
