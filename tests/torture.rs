@@ -51,7 +51,9 @@ fn scale() -> u32 {
 fn seed() -> u64 {
     match std::env::var("MYSQLQ_TORTURE_SEED") {
         Ok(s) => s.trim().parse().unwrap_or_else(|_| {
-            panic!("MYSQLQ_TORTURE_SEED `{s}` is not a number: set it to the seed a failed run printed")
+            panic!(
+                "MYSQLQ_TORTURE_SEED `{s}` is not a number: set it to the seed a failed run printed"
+            )
         }),
         Err(_) => fastrand::u64(..),
     }
@@ -244,13 +246,12 @@ async fn inject(
     match rng.u32(..11) {
         0..=2 => {
             let hosts = members[any].link.processlist_hosts();
-            let rows: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE DB = ?",
-            )
-            .bind(&db.name)
-            .fetch_all(&db.pool)
-            .await
-            .expect("list the server's connections");
+            let rows: Vec<(i64, String)> =
+                sqlx::query_as("SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE DB = ?")
+                    .bind(&db.name)
+                    .fetch_all(&db.pool)
+                    .await
+                    .expect("list the server's connections");
             let mine: Vec<i64> = rows
                 .into_iter()
                 .filter(|(_, h)| hosts.contains(h))
@@ -376,7 +377,9 @@ async fn torture_random_faults_keep_every_guarantee() {
     for m in &members {
         for e in m.link.events() {
             let (kind, at, note) = match e {
-                ProxyEvent::CommitReplyLost { at } => (FaultKind::CommitReplyLost, at, String::new()),
+                ProxyEvent::CommitReplyLost { at } => {
+                    (FaultKind::CommitReplyLost, at, String::new())
+                }
                 ProxyEvent::CutAll { at, connections } => {
                     (FaultKind::CutAll, at, format!("{connections} connections"))
                 }
@@ -476,4 +479,63 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
     assert_eq!(report.count(inv::LEASE), 0, "{report}");
     assert!(report.ok(), "{report}");
     assert!(drained, "the queue did not drain");
+}
+
+/// The proxy's lost `COMMIT` reply: the transaction is committed, the client sees its
+/// connection fail, and the link logs the fault. A cut link closes every connection.
+#[tokio::test]
+async fn the_fault_proxy_loses_a_commit_reply_after_the_commit_happened() {
+    let db = TestDb::new().await;
+    let server: sqlx::mysql::MySqlConnectOptions = mysqlq_tests::server_url().parse().unwrap();
+    let upstream = format!("{}:{}", server.get_host(), server.get_port());
+    let link = Link::start(&upstream).await;
+    let options = db
+        .options
+        .clone()
+        .host("127.0.0.1")
+        .port(link.port())
+        .ssl_mode(MySqlSslMode::Disabled);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE t (n INT)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    link.lose_commit_replies(1);
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO t VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        tx.commit().await.is_err(),
+        "the client must not learn the outcome"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the commit happened");
+    assert_eq!(link.armed(), 0);
+    assert!(matches!(
+        link.events().as_slice(),
+        [ProxyEvent::CommitReplyLost { .. }]
+    ));
+    // The next transaction goes through; then a cut closes the pool's open connection.
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *conn).await.unwrap();
+    link.cut_all();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link.open_connections() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cut did not close the connections"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(sqlx::query("SELECT 1").execute(&mut *conn).await.is_err());
+    link.close();
 }

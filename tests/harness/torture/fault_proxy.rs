@@ -106,6 +106,11 @@ impl Link {
         self.commit_cuts.fetch_add(n, Ordering::SeqCst);
     }
 
+    /// Connections open through this link now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
     /// `COMMIT` reply losses armed but not yet happened.
     pub fn armed(&self) -> usize {
         self.commit_cuts.load(Ordering::SeqCst)
@@ -190,8 +195,7 @@ impl Link {
                     if header[3] == 0 && is_commit(&payload) && link.take_commit_cut() {
                         swallow.store(true, Ordering::SeqCst);
                     }
-                    if sw.write_all(&header).await.is_err()
-                        || sw.write_all(&payload).await.is_err()
+                    if sw.write_all(&header).await.is_err() || sw.write_all(&payload).await.is_err()
                     {
                         return;
                     }
