@@ -434,15 +434,17 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
         .start()
         .await
         .unwrap();
-    // Waves of 12 jobs, small enough to be claimed at once, so that a snoozed job is
-    // re-claimed as soon as its snooze is written: 9 snooze once and have a single attempt,
-    // 3 hold one of the pool's 6 connections for 150 ms. (The pace only spreads the load.)
-    let waves = 40 * scale();
+    // 100 waves of 12 jobs, each small enough to be claimed at once, so that a snoozed job is
+    // re-claimed as soon as its snooze is written: 12 jobs that snooze once and have a single
+    // attempt; in every other wave 3 of them instead hold one of the worker's pool connections
+    // for 150 ms (slowing the heartbeats of a runtime whose services share the handlers' pool;
+    // without them the race is likelier when they do not). The pace only spreads the load.
+    let waves = 100 * scale();
     let mut n = 0;
-    for _ in 0..waves {
+    for w in 0..waves {
         let mut wave = Vec::new();
         for i in 0..12 {
-            let (a, ms, opts) = if i < 3 {
+            let (a, ms, opts) = if w % 2 == 1 && i < 3 {
                 (act::HOLD, 150, EnqueueOptions::new())
             } else {
                 (act::SNOOZE0, 0, EnqueueOptions::new().max_attempts(1))
@@ -454,7 +456,14 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
             wave.push(NewJob::from_job(&job, &opts).unwrap());
         }
         n += wave.len();
-        mysqlq::enqueue_many(&db.pool, wave).await.unwrap();
+        // The enqueue competes with the worker's claims for row locks: retry a deadlock.
+        loop {
+            match mysqlq::enqueue_many(&db.pool, wave.clone()).await {
+                Ok(_) => break,
+                Err(e) if mysqlq::store::is_lock_error(&e) => {}
+                Err(e) => panic!("enqueue a wave: {e}"),
+            }
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let drained = drained(&db, Duration::from_secs(60)).await;
