@@ -56,6 +56,9 @@ pub enum FaultKind {
     Stop,
     /// The worker process was killed (SIGKILL).
     Kill,
+    /// The test process itself was not scheduled for a while (an overloaded host): its
+    /// in-process workers could not act, as if stopped ([`StallWatch`]).
+    HostStall,
 }
 
 impl FaultKind {
@@ -66,7 +69,69 @@ impl FaultKind {
     /// Connection faults excuse nothing: a worker reconnects, and an outcome left unknown by a
     /// lost reply is the runtime's to resolve (it made the claim token) — issue 13, defect 3.
     pub fn excuses(self) -> bool {
-        matches!(self, Self::ServerStall | Self::Stop | Self::Kill)
+        matches!(
+            self,
+            Self::ServerStall | Self::Stop | Self::Kill | Self::HostStall
+        )
+    }
+}
+
+/// Watches this process for scheduling stalls: a thread that sleeps 5 ms at a time and notes
+/// every wake-up later than `threshold`. On a shared, overloaded machine a process can go
+/// unscheduled for longer than a short lease; its in-process workers then could not heartbeat,
+/// exactly as if stopped, and the checker must not blame the runtime for it.
+pub struct StallWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(i64, i64)>>>,
+}
+
+impl StallWatch {
+    /// Starts watching; stalls longer than `threshold` are kept.
+    pub fn start(threshold: std::time::Duration) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let limit = i64::try_from(threshold.as_micros()).unwrap_or(i64::MAX);
+        let thread = std::thread::spawn(move || {
+            let mut stalls = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let before = crate::jobs::now_micros();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                let after = crate::jobs::now_micros();
+                if after - before > limit {
+                    stalls.push((before, after));
+                }
+            }
+            stalls
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops watching; one [`FaultKind::HostStall`] per stall and in-process worker.
+    pub fn finish(mut self, workers: &[&str]) -> Vec<Fault> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let stalls = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        stalls
+            .iter()
+            .flat_map(|&(start, end)| {
+                workers.iter().map(move |w| Fault {
+                    kind: FaultKind::HostStall,
+                    worker: Some((*w).to_owned()),
+                    start,
+                    end: Some(end),
+                    note: format!(
+                        "this process was not scheduled for {} ms",
+                        (end - start) / 1000
+                    ),
+                })
+            })
+            .collect()
     }
 }
 

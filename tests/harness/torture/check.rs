@@ -44,6 +44,13 @@ pub enum ClaimEnd {
     Open,
 }
 
+impl Claim {
+    /// The handler recorded `ok` and was not aborted after it: it returned `Ok`.
+    fn returned_ok(&self) -> bool {
+        self.ok_at.is_some() && self.run_end.as_ref().is_some_and(|(e, _)| e != "dropped")
+    }
+}
+
 impl ClaimEnd {
     fn consumes_attempt(self) -> bool {
         matches!(self, Self::Retried | Self::Failed | Self::Reaped)
@@ -72,8 +79,11 @@ pub struct Claim {
     pub ended_at: Option<i64>,
     /// The handler's `start`, if it ran.
     pub run_start: Option<i64>,
-    /// The handler's end event and time.
+    /// The handler's last end event and its time (`dropped` after `ok`: aborted before it
+    /// returned).
     pub run_end: Option<(String, i64)>,
+    /// When the handler recorded `ok` (first time).
+    pub ok_at: Option<i64>,
 }
 
 /// One violated invariant.
@@ -128,7 +138,8 @@ impl std::fmt::Display for Report {
 pub mod inv {
     /// Every job ends `completed` or `failed`.
     pub const LOST: &str = "no job lost";
-    /// The final state is the one the job's act leads to.
+    /// The final state is the one the job's act leads to; a handler's `Ok` never becomes a
+    /// consumed attempt.
     pub const OUTCOME: &str = "final state matches the job's behaviour";
     /// One transition to `completed` per job.
     pub const TWICE: &str = "none completed twice";
@@ -173,6 +184,7 @@ pub fn claims(h: &History) -> Vec<Claim> {
                 ended_at: None,
                 run_start: None,
                 run_end: None,
+                ok_at: None,
             });
         }
     }
@@ -190,7 +202,10 @@ pub fn claims(h: &History) -> Vec<Claim> {
         let c = &mut out[i];
         if r.event == "start" {
             c.run_start = Some(c.run_start.map_or(r.at, |s| s.min(r.at)));
-        } else if c.run_end.is_none() {
+        } else {
+            if r.event == "ok" && c.ok_at.is_none() {
+                c.ok_at = Some(r.at);
+            }
             c.run_end = Some((r.event.clone(), r.at));
         }
     }
@@ -289,13 +304,6 @@ pub fn check(h: &History) -> Report {
         let w = excuse_windows(&h.faults, &c.worker, 0);
         intersects(&w, c.at, c.ended_at.unwrap_or(i64::MAX))
     };
-    let any_fault = |c: &Claim| {
-        h.faults.iter().any(|f| {
-            f.hits(&c.worker)
-                && f.start <= c.ended_at.unwrap_or(i64::MAX)
-                && c.at <= f.end.unwrap_or(i64::MAX)
-        })
-    };
     // Per job: final state, completions.
     for j in jobs.values() {
         let mine: Vec<&Claim> = cl.iter().filter(|c| c.job == j.id).collect();
@@ -324,16 +332,18 @@ pub fn check(h: &History) -> Report {
                 });
             }
         } else if j.status == "failed" {
-            let faulted = mine
+            // Each attempt must have been used up by a handler that failed (an error, a panic,
+            // a timeout) or by an excusing fault.
+            let unexplained = mine
                 .iter()
-                .filter(|c| c.end.consumes_attempt())
-                .any(|c| any_fault(c));
-            if !faulted {
+                .filter(|c| c.end.consumes_attempt() && !touched(c))
+                .any(|c| c.run_start.is_none() || c.returned_ok());
+            if unexplained {
                 v.push(Violation {
                     invariant: inv::OUTCOME,
                     jobs: vec![j.id],
                     why: format!(
-                        "job {} (act `{}`) ended `failed` ({:?}) though it succeeds when run and no fault touched its attempts",
+                        "job {} (act `{}`) ended `failed` ({:?}) though not all its attempts were used up by failing handler runs or faults",
                         j.id, j.act, j.last_error
                     ),
                 });
@@ -359,10 +369,7 @@ pub fn check(h: &History) -> Report {
         let excuse = touched(c);
         excused += usize::from(excuse);
         if c.end == ClaimEnd::Completed {
-            let ok_before = c
-                .run_end
-                .as_ref()
-                .is_some_and(|(e, at)| e == "ok" && Some(*at) <= c.ended_at);
+            let ok_before = c.ok_at.is_some_and(|at| Some(at) <= c.ended_at);
             if !ok_before {
                 v.push(Violation {
                     invariant: inv::COMPLETED_BY_OWNER,
@@ -376,6 +383,19 @@ pub fn check(h: &History) -> Report {
                     ),
                 });
             }
+        }
+        if c.end.consumes_attempt() && c.returned_ok() && !excuse {
+            v.push(Violation {
+                invariant: inv::OUTCOME,
+                jobs: vec![c.job],
+                why: format!(
+                    "job {}: the handler of claim {} by {} returned ok, yet the attempt was consumed ({:?})",
+                    c.job,
+                    short(&c.token),
+                    c.worker,
+                    c.end
+                ),
+            });
         }
         if c.end.consumes_attempt() && c.run_start.is_none() && !excuse {
             v.push(Violation {
@@ -938,6 +958,58 @@ mod tests {
         let report = check(&h);
         assert_eq!(report.count(inv::TWICE), 1, "{report}");
         assert_eq!(report.count(inv::COMPLETED_BY_OWNER), 1, "{report}");
+    }
+
+    #[test]
+    fn an_ok_turned_into_a_consumed_attempt_is_reported_but_a_timeout_after_ok_is_not() {
+        let mut h = history(
+            vec![job(1, "ok", "completed")],
+            vec![
+                write(
+                    1,
+                    0,
+                    ("pending", "processing"),
+                    (None, Some("t1")),
+                    "w",
+                    None,
+                ),
+                write(
+                    1,
+                    50,
+                    ("processing", "pending"),
+                    (Some("t1"), None),
+                    "w",
+                    Some("boom"),
+                ),
+                write(
+                    1,
+                    60,
+                    ("pending", "processing"),
+                    (None, Some("t2")),
+                    "w",
+                    None,
+                ),
+                write(
+                    1,
+                    90,
+                    ("processing", "completed"),
+                    (Some("t2"), None),
+                    "w",
+                    None,
+                ),
+            ],
+            vec![
+                run(1, "t1", "start", 1),
+                run(1, "t1", "ok", 20),
+                run(1, "t2", "start", 61),
+                run(1, "t2", "ok", 80),
+            ],
+        );
+        let report = check(&h);
+        assert_eq!(report.count(inv::OUTCOME), 1, "{report}");
+        // Aborted (a timeout) while recording `ok`: the handler never returned Ok.
+        h.runs.push(run(1, "t1", "dropped", 40));
+        assert!(check(&h).ok(), "{}", check(&h));
     }
 
     #[test]
