@@ -25,7 +25,9 @@ use mysqlq::{EnqueueOptions, NewJob, WorkerHandle};
 use mysqlq_tests::jobs::{Torture, act, now_micros};
 use mysqlq_tests::torture::check::{self, inv};
 use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent};
-use mysqlq_tests::torture::{Fault, FaultKind, History, StallWatch, install_history};
+use mysqlq_tests::torture::{
+    Fault, FaultKind, History, STALL_LOG_ENV, StallWatch, install_history, recorded_stalls,
+};
 use mysqlq_tests::{PrivateServer, Proc, TestDb, signal};
 use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
 
@@ -126,6 +128,8 @@ async fn process(db: &TestDb, upstream: &str, id: &str) -> Member {
         .args(["--poll-ceiling", "100ms", "--shutdown-timeout", "2s"])
         .env("DATABASE_URL", link.url(&db.name))
         .env("RUST_LOG", "warn")
+        .env(STALL_LOG_ENV[0], stall_log(db, id))
+        .env(STALL_LOG_ENV[1], (LEASE / 4).as_millis().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(
@@ -146,6 +150,11 @@ async fn process(db: &TestDb, upstream: &str, id: &str) -> Member {
             dead: false,
         },
     }
+}
+
+/// Where worker process `id` records the stalls of its own scheduling.
+fn stall_log(db: &TestDb, id: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{}-{id}.stalls", db.name))
 }
 
 /// One random torture job: its act, duration, and sometimes an ordering or concurrency key.
@@ -377,6 +386,11 @@ async fn torture_random_faults_keep_every_guarantee() {
     let mut faults = log.lock().unwrap().clone();
     faults.extend(stalls.finish(&["in0", "in1"]));
     for m in &members {
+        if matches!(m.kind, MemberKind::Process { .. }) {
+            let path = stall_log(&db, &m.id);
+            faults.extend(recorded_stalls(&path, &m.id));
+            let _ = std::fs::remove_file(path);
+        }
         for e in m.link.events() {
             let (kind, at, note) = match e {
                 ProxyEvent::CommitReplyLost { at } => {

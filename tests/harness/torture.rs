@@ -16,6 +16,9 @@ pub mod check;
 pub mod fault_proxy;
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use sqlx::{MySqlPool, Row};
 
@@ -78,29 +81,47 @@ impl FaultKind {
 
 /// Watches this process for scheduling stalls: a thread that sleeps 5 ms at a time and notes
 /// every wake-up later than `threshold`. On a shared, overloaded machine a process can go
-/// unscheduled for longer than a short lease; its in-process workers then could not heartbeat,
-/// exactly as if stopped, and the checker must not blame the runtime for it.
+/// unscheduled for longer than a short lease; its workers then could not heartbeat, exactly as
+/// if stopped, and the checker must not blame the runtime for it.
 pub struct StallWatch {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Vec<(i64, i64)>>>,
 }
 
+/// Runs the stall watch loop until `stop`, calling `found` for every stall.
+fn watch(threshold: Duration, stop: &AtomicBool, mut found: impl FnMut(i64, i64)) {
+    let limit = i64::try_from(threshold.as_micros()).unwrap_or(i64::MAX);
+    while !stop.load(Ordering::SeqCst) {
+        let before = crate::jobs::now_micros();
+        std::thread::sleep(Duration::from_millis(5));
+        let after = crate::jobs::now_micros();
+        if after - before > limit {
+            found(before, after);
+        }
+    }
+}
+
+fn host_stall(worker: &str, start: i64, end: i64) -> Fault {
+    Fault {
+        kind: FaultKind::HostStall,
+        worker: Some(worker.to_owned()),
+        start,
+        end: Some(end),
+        note: format!(
+            "the process was not scheduled for {} ms",
+            (end - start) / 1000
+        ),
+    }
+}
+
 impl StallWatch {
-    /// Starts watching; stalls longer than `threshold` are kept.
-    pub fn start(threshold: std::time::Duration) -> Self {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    /// Starts watching this process; stalls longer than `threshold` are kept.
+    pub fn start(threshold: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let limit = i64::try_from(threshold.as_micros()).unwrap_or(i64::MAX);
         let thread = std::thread::spawn(move || {
             let mut stalls = Vec::new();
-            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                let before = crate::jobs::now_micros();
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                let after = crate::jobs::now_micros();
-                if after - before > limit {
-                    stalls.push((before, after));
-                }
-            }
+            watch(threshold, &flag, |a, b| stalls.push((a, b)));
             stalls
         });
         Self {
@@ -111,7 +132,7 @@ impl StallWatch {
 
     /// Stops watching; one [`FaultKind::HostStall`] per stall and in-process worker.
     pub fn finish(mut self, workers: &[&str]) -> Vec<Fault> {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
         let stalls = self
             .thread
             .take()
@@ -119,20 +140,52 @@ impl StallWatch {
             .unwrap_or_default();
         stalls
             .iter()
-            .flat_map(|&(start, end)| {
-                workers.iter().map(move |w| Fault {
-                    kind: FaultKind::HostStall,
-                    worker: Some((*w).to_owned()),
-                    start,
-                    end: Some(end),
-                    note: format!(
-                        "this process was not scheduled for {} ms",
-                        (end - start) / 1000
-                    ),
-                })
-            })
+            .flat_map(|&(start, end)| workers.iter().map(move |w| host_stall(w, start, end)))
             .collect()
     }
+}
+
+/// The environment variable naming the file where a worker process records its stalls
+/// ([`record_stalls_from_env`]), and the one with the threshold in milliseconds.
+pub const STALL_LOG_ENV: [&str; 2] = ["MYSQLQ_TORTURE_STALL_LOG", "MYSQLQ_TORTURE_STALL_MS"];
+
+/// In a worker process started by the torture test: appends each stall of this process (a line
+/// `start end`, in µs) to the file named by `MYSQLQ_TORTURE_STALL_LOG` as it happens (the
+/// process may be killed at any time). Does nothing without that variable.
+pub fn record_stalls_from_env() {
+    let Some(path) = std::env::var_os(STALL_LOG_ENV[0]) else {
+        return;
+    };
+    let ms = std::env::var(STALL_LOG_ENV[1])
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    std::thread::spawn(move || {
+        let never = AtomicBool::new(false);
+        watch(Duration::from_millis(ms), &never, |a, b| {
+            use std::io::Write as _;
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+            {
+                let _ = writeln!(f, "{a} {b}");
+            }
+        });
+    });
+}
+
+/// The stalls a worker process recorded in `path` ([`record_stalls_from_env`]), as faults of
+/// `worker`.
+pub fn recorded_stalls(path: &std::path::Path, worker: &str) -> Vec<Fault> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once(' ')?;
+            Some(host_stall(worker, a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
 }
 
 /// One injected fault.
