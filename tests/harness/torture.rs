@@ -14,6 +14,7 @@
 
 pub mod check;
 pub mod fault_proxy;
+mod report;
 
 use std::collections::HashMap;
 use std::sync::Arc;
