@@ -3,5 +3,6 @@
 
 fn main() {
     mysqlq_tests::jobs::link();
+    mysqlq_tests::torture::record_stalls_from_env(); // only when the torture test asks
     mysqlq_cli::main()
 }

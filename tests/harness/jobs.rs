@@ -118,3 +118,181 @@ pub async fn limited(ctx: JobContext, tag: String, ms: u64) -> Result<(), JobErr
 pub async fn tick(ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "tick", "done").await
 }
+
+/// Microseconds since the Unix epoch (UTC) on this machine's clock: the time base of the
+/// torture history (the server's `UTC_TIMESTAMP(6)` reads the same clock).
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Inserts one `test_runs` row with an explicit time, retrying (connections are cut and the
+/// server stalls during a torture run) for up to 30 s.
+async fn record_at(
+    pool: &sqlx::MySqlPool,
+    run: &(u64, u32, String, String),
+    event: &str,
+    at: i64,
+) -> Result<(), JobError> {
+    let (job_id, attempt, tag, token) = run;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = sqlx::query(
+            "INSERT INTO test_runs (job_id, attempt, pid, tag, event, claim_token, at) \
+             VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(std::process::id())
+        .bind(tag)
+        .bind(event)
+        .bind(token)
+        .bind(at)
+        .execute(pool)
+        .await;
+        match r {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() > deadline => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// One handler run of [`torture`]: `start` is recorded when it is made; `finish` records how
+/// the handler ended. Dropped unfinished (aborted after a timeout, a lost lease or at
+/// shutdown), it records `dropped` with the time of the drop from a task of its own.
+struct RunRecord {
+    pool: sqlx::MySqlPool,
+    run: (u64, u32, String, String),
+    finished: bool,
+}
+
+impl RunRecord {
+    async fn start(ctx: &JobContext, tag: &str) -> Result<Self, JobError> {
+        let pool = ctx
+            .pool()
+            .ok_or_else(|| JobError::fail("no pool in the context"))?
+            .clone();
+        let at = now_micros();
+        let run = (
+            ctx.id().0,
+            ctx.attempt(),
+            tag.to_owned(),
+            ctx.claim_token().to_owned(),
+        );
+        // The guard exists before the `start` row is written: a handler aborted while that
+        // INSERT is in flight (it may have committed) still records `dropped`.
+        let record = Self {
+            pool,
+            run,
+            finished: false,
+        };
+        record_at(&record.pool, &record.run, "start", at).await?;
+        Ok(record)
+    }
+
+    async fn finish(&mut self, event: &str) -> Result<(), JobError> {
+        // Aborted while this INSERT is in flight, the drop still records `dropped` (later).
+        let recorded = record_at(&self.pool, &self.run, event, now_micros()).await;
+        self.finished = true;
+        recorded
+    }
+}
+
+impl Drop for RunRecord {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let at = now_micros();
+        let (pool, run) = (self.pool.clone(), self.run.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = record_at(&pool, &run, "dropped", at).await;
+            });
+        }
+    }
+}
+
+/// What a [`torture`] job does (its `act`).
+pub mod act {
+    /// Sleeps `ms` (stops early when cancelled) and succeeds.
+    pub const OK: &str = "ok";
+    /// Fails with a permanent error on its first run: ends `failed`.
+    pub const FAIL: &str = "fail";
+    /// `snooze(0)` on its first run, then succeeds.
+    pub const SNOOZE0: &str = "snooze0";
+    /// Panics on attempt 1, then succeeds.
+    pub const PANIC: &str = "panic";
+    /// On attempt 1 never returns and ignores cancellation (its 1.5 s timeout stops it), then
+    /// succeeds.
+    pub const HANG: &str = "hang";
+    /// Blocks its thread for `ms` (`std::thread::sleep`), then succeeds.
+    pub const BLOCK: &str = "block";
+    /// Holds a connection of the worker's pool (`ctx.pool()`) for `ms`, then succeeds.
+    pub const HOLD: &str = "hold";
+    /// Every act.
+    pub const ALL: [&str; 7] = [OK, FAIL, SNOOZE0, PANIC, HANG, BLOCK, HOLD];
+}
+
+/// The torture test's job (`tests/torture.rs`): behaves as its `act` says (see [`act`]) and
+/// records every handler start and end in `test_runs` with its claim token and the time.
+#[mysqlq::job(queue = "torture", retries = 7, backoff = "20ms", timeout = "1500ms")]
+pub async fn torture(ctx: JobContext, act: String, ms: u64) -> Result<(), JobError> {
+    let mut run = RunRecord::start(&ctx, &act).await?;
+    let first = ctx.attempt() == 1;
+    let result = match act.as_str() {
+        act::FAIL => Err(JobError::fail("torture: deliberate permanent failure")),
+        act::SNOOZE0 => {
+            let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool"))?;
+            let snoozed: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM test_runs WHERE job_id = ? AND event = 'snooze'",
+            )
+            .bind(ctx.id().0)
+            .fetch_one(pool)
+            .await?;
+            if snoozed == 0 {
+                Err(JobError::snooze(Duration::ZERO))
+            } else {
+                Ok(())
+            }
+        }
+        act::PANIC if first => {
+            run.finish("panic").await?;
+            panic!("torture: deliberate panic on attempt 1");
+        }
+        act::HANG if first => {
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+        act::BLOCK => {
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(())
+        }
+        act::HOLD => {
+            let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool"))?;
+            let mut conn = pool.acquire().await?;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                () = ctx.cancelled() => {}
+            }
+            sqlx::query("SELECT 1").execute(&mut *conn).await?;
+            Ok(())
+        }
+        _ => {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                () = ctx.cancelled() => {}
+            }
+            Ok(())
+        }
+    };
+    let event = match &result {
+        Ok(()) => "ok",
+        Err(e) if matches!(e.class(), mysqlq::ErrorClass::Snooze(_)) => "snooze",
+        Err(_) => "error",
+    };
+    run.finish(event).await?;
+    result
+}

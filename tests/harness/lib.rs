@@ -9,6 +9,7 @@
 pub mod jobs;
 mod private_server;
 mod procs;
+pub mod torture;
 
 pub use procs::Proc;
 

@@ -1,0 +1,384 @@
+//! The history and the fault log of a torture run (`tests/torture.rs`), and the checker of
+//! invariants over them ([`check`]).
+//!
+//! - **Runs**: every handler start and end of a [`crate::jobs::torture`] job, in `test_runs`
+//!   (job, attempt, pid, claim token, event, time).
+//! - **State writes**: every change of a job's `status` or `claim_token`, logged by an AFTER
+//!   UPDATE trigger on `job_queue` into `torture_history` (old/new status, old/new token, the
+//!   worker, attempts, `last_error`, time). Heartbeats, which only move the lease, are not logged.
+//! - **Faults**: every fault the test injected, with the worker it hit (none: all of them) and
+//!   its window ([`Fault`]).
+//!
+//! All times are microseconds since the Unix epoch on this machine's clock (the server's
+//! `UTC_TIMESTAMP(6)` reads the same clock).
+
+pub mod check;
+pub mod fault_proxy;
+mod report;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sqlx::{MySqlPool, Row};
+
+/// Creates `torture_history` and its trigger in the test database.
+pub async fn install_history(pool: &MySqlPool) {
+    for sql in [
+        "CREATE TABLE torture_history (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+         job_id BIGINT UNSIGNED NOT NULL, old_status VARCHAR(16) NOT NULL, new_status VARCHAR(16) NOT NULL, \
+         old_token CHAR(36) NULL, new_token CHAR(36) NULL, old_worker VARCHAR(128) NULL, \
+         new_worker VARCHAR(128) NULL, old_attempts INT UNSIGNED NOT NULL, new_attempts INT UNSIGNED NOT NULL, \
+         last_error VARCHAR(255) NULL, at DATETIME(6) NOT NULL, KEY (job_id))",
+        "CREATE TRIGGER torture_history_log AFTER UPDATE ON job_queue FOR EACH ROW \
+         INSERT INTO torture_history (job_id, old_status, new_status, old_token, new_token, old_worker, \
+           new_worker, old_attempts, new_attempts, last_error, at) \
+         SELECT NEW.id, OLD.status, NEW.status, OLD.claim_token, NEW.claim_token, OLD.locked_by, \
+           NEW.locked_by, OLD.attempts, NEW.attempts, LEFT(NEW.last_error, 255), UTC_TIMESTAMP(6) FROM DUAL \
+         WHERE NOT (OLD.status <=> NEW.status) OR NOT (OLD.claim_token <=> NEW.claim_token)",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("torture history setup `{sql}`: {e}"));
+    }
+}
+
+/// What kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// `KILL CONNECTION` of one of the worker's server connections.
+    KillConnection,
+    /// The reply of a `COMMIT` the worker sent was lost (the commit happened).
+    CommitReplyLost,
+    /// Every connection of the worker was closed at once.
+    CutAll,
+    /// The database server was stopped (SIGSTOP) and continued: every worker.
+    ServerStall,
+    /// The worker process was stopped (SIGSTOP) and continued.
+    Stop,
+    /// The worker process was killed (SIGKILL).
+    Kill,
+    /// The test process itself was not scheduled for a while (an overloaded host): its
+    /// in-process workers could not act, as if stopped ([`StallWatch`]).
+    HostStall,
+}
+
+impl FaultKind {
+    /// Whether the fault excuses a lease that expired, an attempt consumed without a handler
+    /// run, and (within [`check::OVERLAP_WINDOW`] after the fault) runs overlapping.
+    ///
+    /// Only a worker that cannot act does: stopped, killed, or facing a stalled server.
+    /// Connection faults excuse nothing: a worker reconnects, and an outcome left unknown by a
+    /// lost reply is the runtime's to resolve (it made the claim token) — issue 13, defect 3.
+    pub fn excuses(self) -> bool {
+        matches!(
+            self,
+            Self::ServerStall | Self::Stop | Self::Kill | Self::HostStall
+        )
+    }
+}
+
+/// Watches this process for scheduling stalls: a thread that sleeps 5 ms at a time and notes
+/// every wake-up later than `threshold`. On a shared, overloaded machine a process can go
+/// unscheduled for longer than a short lease; its workers then could not heartbeat, exactly as
+/// if stopped, and the checker must not blame the runtime for it.
+pub struct StallWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(i64, i64)>>>,
+}
+
+/// Runs the stall watch loop until `stop`, calling `found` for every stall.
+fn watch(threshold: Duration, stop: &AtomicBool, mut found: impl FnMut(i64, i64)) {
+    let limit = i64::try_from(threshold.as_micros()).unwrap_or(i64::MAX);
+    while !stop.load(Ordering::SeqCst) {
+        let before = crate::jobs::now_micros();
+        std::thread::sleep(Duration::from_millis(5));
+        let after = crate::jobs::now_micros();
+        if after - before > limit {
+            found(before, after);
+        }
+    }
+}
+
+fn host_stall(worker: &str, start: i64, end: i64) -> Fault {
+    Fault {
+        kind: FaultKind::HostStall,
+        worker: Some(worker.to_owned()),
+        start,
+        end: Some(end),
+        note: format!(
+            "the process was not scheduled for {} ms",
+            (end - start) / 1000
+        ),
+    }
+}
+
+impl StallWatch {
+    /// Starts watching this process; stalls longer than `threshold` are kept.
+    pub fn start(threshold: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut stalls = Vec::new();
+            watch(threshold, &flag, |a, b| stalls.push((a, b)));
+            stalls
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops watching; one [`FaultKind::HostStall`] per stall and in-process worker.
+    pub fn finish(mut self, workers: &[&str]) -> Vec<Fault> {
+        self.stop.store(true, Ordering::SeqCst);
+        let stalls = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        stalls
+            .iter()
+            .flat_map(|&(start, end)| workers.iter().map(move |w| host_stall(w, start, end)))
+            .collect()
+    }
+}
+
+/// The environment variable naming the file where a worker process records its stalls
+/// ([`record_stalls_from_env`]), and the one with the threshold in milliseconds.
+pub const STALL_LOG_ENV: [&str; 2] = ["MYSQLQ_TORTURE_STALL_LOG", "MYSQLQ_TORTURE_STALL_MS"];
+
+/// In a worker process started by the torture test: appends each stall of this process (a line
+/// `start end`, in µs) to the file named by `MYSQLQ_TORTURE_STALL_LOG` as it happens (the
+/// process may be killed at any time). Does nothing without that variable.
+pub fn record_stalls_from_env() {
+    let Some(path) = std::env::var_os(STALL_LOG_ENV[0]) else {
+        return;
+    };
+    let ms = std::env::var(STALL_LOG_ENV[1])
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    std::thread::spawn(move || {
+        let never = AtomicBool::new(false);
+        watch(Duration::from_millis(ms), &never, |a, b| {
+            use std::io::Write as _;
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+            {
+                let _ = writeln!(f, "{a} {b}");
+            }
+        });
+    });
+}
+
+/// The stalls a worker process recorded in `path` ([`record_stalls_from_env`]), as faults of
+/// `worker`.
+pub fn recorded_stalls(path: &std::path::Path, worker: &str) -> Vec<Fault> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once(' ')?;
+            Some(host_stall(worker, a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// What.
+    pub kind: FaultKind,
+    /// The worker it hit; `None`: every worker.
+    pub worker: Option<String>,
+    /// When it began.
+    pub start: i64,
+    /// When it ended; `None`: never (a killed process).
+    pub end: Option<i64>,
+    /// Details for the report (the connection id, the signal, …).
+    pub note: String,
+}
+
+impl Fault {
+    /// Whether it hit `worker`.
+    pub fn hits(&self, worker: &str) -> bool {
+        self.worker.as_deref().is_none_or(|w| w == worker)
+    }
+}
+
+/// One row of `torture_history`: a change of a job's status or claim token.
+#[derive(Debug, Clone)]
+pub struct StateWrite {
+    /// Order of the writes.
+    pub seq: u64,
+    /// The job.
+    pub job: u64,
+    /// `status` before.
+    pub old_status: String,
+    /// `status` after.
+    pub new_status: String,
+    /// `claim_token` before.
+    pub old_token: Option<String>,
+    /// `claim_token` after.
+    pub new_token: Option<String>,
+    /// `locked_by` before.
+    pub old_worker: Option<String>,
+    /// `locked_by` after.
+    pub new_worker: Option<String>,
+    /// `attempts` before.
+    pub old_attempts: u32,
+    /// `attempts` after.
+    pub new_attempts: u32,
+    /// `last_error` after (first 255 characters).
+    pub last_error: Option<String>,
+    /// When.
+    pub at: i64,
+}
+
+/// One row of `test_runs`: a handler event.
+#[derive(Debug, Clone)]
+pub struct RunEvent {
+    /// The job.
+    pub job: u64,
+    /// Its attempt number as the handler saw it.
+    pub attempt: u32,
+    /// The worker process.
+    pub pid: u32,
+    /// The job's act.
+    pub tag: String,
+    /// `start`, `ok`, `error`, `snooze`, `panic` or `dropped`.
+    pub event: String,
+    /// The claim token the handler ran under.
+    pub token: String,
+    /// When.
+    pub at: i64,
+}
+
+/// A job as it ended.
+#[derive(Debug, Clone)]
+pub struct JobEnd {
+    /// `id`.
+    pub id: u64,
+    /// Its act (`payload.act`).
+    pub act: String,
+    /// `status`.
+    pub status: String,
+    /// `attempts`.
+    pub attempts: u32,
+    /// `max_attempts`.
+    pub max_attempts: u32,
+    /// `last_error`.
+    pub last_error: Option<String>,
+    /// `ordering_key`.
+    pub ordering_key: Option<String>,
+    /// `concurrency_key` and `concurrency_limit`.
+    pub concurrency: Option<(String, u16)>,
+}
+
+/// Everything the checker reads.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// The jobs of queue `torture`.
+    pub jobs: Vec<JobEnd>,
+    /// State writes, in order.
+    pub writes: Vec<StateWrite>,
+    /// Handler events, in order of time.
+    pub runs: Vec<RunEvent>,
+    /// Injected faults.
+    pub faults: Vec<Fault>,
+}
+
+const MICROS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at)";
+
+impl History {
+    /// Reads the history of the `torture` queue's jobs from the test database.
+    pub async fn load(pool: &MySqlPool, faults: Vec<Fault>) -> Result<Self, sqlx::Error> {
+        let jobs = sqlx::query(
+            "SELECT id, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, CAST(status AS CHAR) AS status, \
+             attempts, max_attempts, last_error, ordering_key, concurrency_key, concurrency_limit \
+             FROM job_queue WHERE queue_name = 'torture' ORDER BY id",
+        )
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            let key: Option<String> = r.try_get("concurrency_key")?;
+            let limit: Option<u16> = r.try_get("concurrency_limit")?;
+            Ok(JobEnd {
+                id: r.try_get("id")?,
+                act: r.try_get::<Option<String>, _>("act")?.unwrap_or_default(),
+                status: r.try_get("status")?,
+                attempts: r.try_get("attempts")?,
+                max_attempts: r.try_get("max_attempts")?,
+                last_error: r.try_get("last_error")?,
+                ordering_key: r.try_get("ordering_key")?,
+                concurrency: key.zip(limit),
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let writes = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT seq, job_id, old_status, new_status, old_token, new_token, old_worker, new_worker, \
+             old_attempts, new_attempts, last_error, {MICROS} AS at FROM torture_history ORDER BY seq"
+        )))
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(StateWrite {
+                seq: r.try_get("seq")?,
+                job: r.try_get("job_id")?,
+                old_status: r.try_get("old_status")?,
+                new_status: r.try_get("new_status")?,
+                old_token: r.try_get("old_token")?,
+                new_token: r.try_get("new_token")?,
+                old_worker: r.try_get("old_worker")?,
+                new_worker: r.try_get("new_worker")?,
+                old_attempts: r.try_get("old_attempts")?,
+                new_attempts: r.try_get("new_attempts")?,
+                last_error: r.try_get("last_error")?,
+                at: r.try_get("at")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let runs = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT job_id, attempt, pid, tag, event, claim_token, {MICROS} AS at FROM test_runs ORDER BY at, id"
+        )))
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(RunEvent {
+                job: r.try_get("job_id")?,
+                attempt: r.try_get("attempt")?,
+                pid: r.try_get("pid")?,
+                tag: r.try_get("tag")?,
+                event: r.try_get("event")?,
+                token: r.try_get("claim_token")?,
+                at: r.try_get("at")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        Ok(Self {
+            jobs,
+            writes,
+            runs,
+            faults,
+        })
+    }
+
+    /// Jobs per (act, status), for the summary.
+    pub fn outcome_counts(&self) -> Vec<((String, String), usize)> {
+        let mut m: HashMap<(String, String), usize> = HashMap::new();
+        for j in &self.jobs {
+            *m.entry((j.act.clone(), j.status.clone())).or_default() += 1;
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort();
+        v
+    }
+}

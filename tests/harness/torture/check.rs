@@ -1,0 +1,585 @@
+//! The invariants a torture run must keep, checked over its [`History`]. Each violation names
+//! the invariant, the jobs, and shows their history (state writes, handler runs, faults).
+//!
+//! A **claim** is one ownership of a job: from the write that set `processing` with a new claim
+//! token to the write that left that token. A **run** is one handler execution under a claim:
+//! from its `start` row to its end row (`ok`, `error`, `snooze`, `panic`, `dropped`); a run
+//! without an end row ends when its process was killed, else at the write that ended its claim
+//! if its own worker made it, else never (it counts as still running: strict).
+//!
+//! A fault **excuses** (see [`FaultKind::excuses`]) a claim whose lifetime it overlaps, and a
+//! run overlap that lies within the fault or [`OVERLAP_WINDOW`] after it ends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use super::{Fault, FaultKind, History, JobEnd, RunEvent, StateWrite};
+
+/// How long after a fault ends (a stopped process continued, a stalled server resumed) a stale
+/// handler of the faulted worker may still run beside the job's new owner: it must notice
+/// within this window that its lease is gone, and stop. Align with `docs/guarantees.md`.
+pub const OVERLAP_WINDOW: Duration = Duration::from_millis(1000);
+
+pub(crate) fn window_us() -> i64 {
+    i64::try_from(OVERLAP_WINDOW.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// How a claim ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimEnd {
+    /// Marked `completed`.
+    Completed,
+    /// Back to `pending` by a handler error (attempt consumed).
+    Retried,
+    /// Back to `pending` without consuming the attempt (snooze, release).
+    GivenBack,
+    /// Marked `failed` by the worker (attempt consumed).
+    Failed,
+    /// Marked `cancelled`.
+    Cancelled,
+    /// Lease expired and reaped (attempt consumed; `failed` on the last attempt).
+    Reaped,
+    /// Still held when the history was read.
+    Open,
+}
+
+impl Claim {
+    /// The handler recorded `ok` and was not aborted after it: it returned `Ok`.
+    fn returned_ok(&self) -> bool {
+        self.ok_at.is_some() && self.run_end.as_ref().is_some_and(|(e, _)| e != "dropped")
+    }
+}
+
+impl ClaimEnd {
+    fn consumes_attempt(self) -> bool {
+        matches!(self, Self::Retried | Self::Failed | Self::Reaped)
+    }
+
+    /// Written by the claim's own worker.
+    fn by_owner(self) -> bool {
+        !matches!(self, Self::Reaped | Self::Open)
+    }
+}
+
+/// One claim of one job, with its handler run.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The job.
+    pub job: u64,
+    /// The claim token.
+    pub token: String,
+    /// The worker (`locked_by`).
+    pub worker: String,
+    /// When claimed.
+    pub at: i64,
+    /// How and when it ended.
+    pub end: ClaimEnd,
+    /// When it ended (`None`: open).
+    pub ended_at: Option<i64>,
+    /// The handler's `start`, if it ran.
+    pub run_start: Option<i64>,
+    /// The handler's last end event and its time (`dropped` after `ok`: aborted before it
+    /// returned).
+    pub run_end: Option<(String, i64)>,
+    /// When the handler recorded `ok` (first time).
+    pub ok_at: Option<i64>,
+}
+
+/// One violated invariant.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The invariant's name.
+    pub invariant: &'static str,
+    /// The jobs involved.
+    pub jobs: Vec<u64>,
+    /// What is wrong.
+    pub why: String,
+}
+
+/// The checker's result.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Every violation.
+    pub violations: Vec<Violation>,
+    /// Counts for the summary line.
+    pub claims: usize,
+    /// Runs seen.
+    pub runs: usize,
+    /// Reaped claims.
+    pub reaped: usize,
+    /// Claims excused by a fault.
+    pub excused: usize,
+    text: String,
+}
+
+impl Report {
+    /// Whether every invariant held.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Violations of one invariant.
+    pub fn count(&self, invariant: &str) -> usize {
+        self.violations
+            .iter()
+            .filter(|v| v.invariant == invariant)
+            .count()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Names of the invariants, as reported.
+pub mod inv {
+    /// Every job ends `completed` or `failed`.
+    pub const LOST: &str = "no job lost";
+    /// The final state is the one the job's act leads to; a handler's `Ok` never becomes a
+    /// consumed attempt.
+    pub const OUTCOME: &str = "final state matches the job's behaviour";
+    /// One transition to `completed` per job.
+    pub const TWICE: &str = "none completed twice";
+    /// A completion follows an `ok` of the same claim's handler.
+    pub const COMPLETED_BY_OWNER: &str = "completed only after its own handler returned ok";
+    /// An attempt is consumed only by a handler run, unless a fault excuses it.
+    pub const NO_RUN: &str = "no attempt consumed without a handler run";
+    /// A healthy worker's lease never expires.
+    pub const LEASE: &str = "no lease expired while its worker was healthy";
+    /// Two runs of one job overlap only within a fault's window.
+    pub const OVERLAP: &str = "no two runs of one job overlapping";
+    /// Two runs of one ordering key overlap only within a fault's window.
+    pub const ORDERING: &str = "ordering key: one run at a time";
+    /// A concurrency key's limit holds, but for runs within a fault's window.
+    pub const CONCURRENCY: &str = "concurrency key: limit never exceeded";
+}
+
+/// Builds the claims from the state writes and the runs.
+pub fn claims(h: &History) -> Vec<Claim> {
+    let mut out: Vec<Claim> = Vec::new();
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    for w in &h.writes {
+        if let Some(&i) = open.get(&w.job) {
+            let c = &out[i];
+            let leaves = w.old_token.as_deref() == Some(c.token.as_str())
+                && (w.new_token != w.old_token || w.new_status != "processing");
+            if leaves {
+                let c = &mut out[i];
+                c.end = classify(w);
+                c.ended_at = Some(w.at);
+                open.remove(&w.job);
+            }
+        }
+        if w.new_status == "processing" && w.new_token.is_some() && w.new_token != w.old_token {
+            open.insert(w.job, out.len());
+            out.push(Claim {
+                job: w.job,
+                token: w.new_token.clone().unwrap_or_default(),
+                worker: w.new_worker.clone().unwrap_or_default(),
+                at: w.at,
+                end: ClaimEnd::Open,
+                ended_at: None,
+                run_start: None,
+                run_end: None,
+                ok_at: None,
+            });
+        }
+    }
+    let mut by_key: HashMap<(u64, &str), usize> = HashMap::new();
+    for (i, c) in out.iter().enumerate() {
+        by_key.insert((c.job, c.token.as_str()), i);
+    }
+    let mut runs: Vec<(usize, &RunEvent)> = h
+        .runs
+        .iter()
+        .filter_map(|r| by_key.get(&(r.job, r.token.as_str())).map(|&i| (i, r)))
+        .collect();
+    runs.sort_by_key(|(_, r)| r.at);
+    for (i, r) in runs {
+        let c = &mut out[i];
+        if r.event == "start" {
+            c.run_start = Some(c.run_start.map_or(r.at, |s| s.min(r.at)));
+        } else {
+            if r.event == "ok" && c.ok_at.is_none() {
+                c.ok_at = Some(r.at);
+            }
+            c.run_end = Some((r.event.clone(), r.at));
+        }
+    }
+    out
+}
+
+fn classify(w: &StateWrite) -> ClaimEnd {
+    let reaped = w
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("lease expired"));
+    match w.new_status.as_str() {
+        "completed" => ClaimEnd::Completed,
+        "cancelled" => ClaimEnd::Cancelled,
+        "pending" if w.new_attempts < w.old_attempts => ClaimEnd::GivenBack,
+        "pending" | "failed" if reaped => ClaimEnd::Reaped,
+        "pending" => ClaimEnd::Retried,
+        "failed" => ClaimEnd::Failed,
+        _ => ClaimEnd::Open,
+    }
+}
+
+/// Fault windows of `worker` that excuse, each extended by `extend` after its end.
+fn excuse_windows(faults: &[Fault], worker: &str, extend: i64) -> Vec<(i64, i64)> {
+    faults
+        .iter()
+        .filter(|f| f.kind.excuses() && f.hits(worker))
+        .map(|f| {
+            (
+                f.start,
+                f.end.map_or(i64::MAX, |e| e.saturating_add(extend)),
+            )
+        })
+        .collect()
+}
+
+fn intersects(windows: &[(i64, i64)], a: i64, b: i64) -> bool {
+    windows.iter().any(|&(s, e)| s <= b && a <= e)
+}
+
+/// Whether some part of `[a, b)` lies outside every window.
+fn uncovered(mut windows: Vec<(i64, i64)>, a: i64, b: i64) -> bool {
+    windows.sort_unstable();
+    let mut at = a;
+    for (s, e) in windows {
+        if s > at {
+            break;
+        }
+        at = at.max(e);
+        if at >= b {
+            return false;
+        }
+    }
+    at < b
+}
+
+/// A run's interval `[start, end)`.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    claim: usize,
+    start: i64,
+    end: i64,
+}
+
+fn spans(cl: &[Claim], faults: &[Fault]) -> Vec<Span> {
+    cl.iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let start = c.run_start?;
+            let killed = faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::Kill && f.hits(&c.worker) && f.start >= start)
+                .map(|f| f.start)
+                .min();
+            let end = match (&c.run_end, killed, c.ended_at) {
+                (Some((_, e)), _, _) => *e,
+                (None, Some(k), _) => k,
+                (None, None, Some(e)) if c.end.by_owner() => e,
+                _ => i64::MAX,
+            };
+            Some(Span {
+                claim: i,
+                start,
+                end: end.max(start),
+            })
+        })
+        .collect()
+}
+
+/// Checks every invariant over `h`.
+pub fn check(h: &History) -> Report {
+    let cl = claims(h);
+    let jobs: BTreeMap<u64, &JobEnd> = h.jobs.iter().map(|j| (j.id, j)).collect();
+    let mut v: Vec<Violation> = Vec::new();
+    let touched = |c: &Claim| {
+        let w = excuse_windows(&h.faults, &c.worker, 0);
+        intersects(&w, c.at, c.ended_at.unwrap_or(i64::MAX))
+    };
+    // Per job: final state, completions.
+    for j in jobs.values() {
+        let mine: Vec<&Claim> = cl.iter().filter(|c| c.job == j.id).collect();
+        if j.status != "completed" && j.status != "failed" {
+            v.push(Violation {
+                invariant: inv::LOST,
+                jobs: vec![j.id],
+                why: format!(
+                    "job {} is `{}` after the run drained: neither completed nor failed",
+                    j.id, j.status
+                ),
+            });
+        } else if j.act == crate::jobs::act::FAIL {
+            let permanent = j
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("permanent"));
+            if j.status != "failed" || !permanent {
+                v.push(Violation {
+                    invariant: inv::OUTCOME,
+                    jobs: vec![j.id],
+                    why: format!(
+                        "job {} (act `fail`) ended `{}` ({:?}); expected `failed` by its permanent error",
+                        j.id, j.status, j.last_error
+                    ),
+                });
+            }
+        } else if j.status == "failed" {
+            // Each attempt must have been used up by a handler that failed (an error, a panic,
+            // a timeout) or by an excusing fault.
+            let unexplained = mine
+                .iter()
+                .filter(|c| c.end.consumes_attempt() && !touched(c))
+                .any(|c| c.run_start.is_none() || c.returned_ok());
+            if unexplained {
+                v.push(Violation {
+                    invariant: inv::OUTCOME,
+                    jobs: vec![j.id],
+                    why: format!(
+                        "job {} (act `{}`) ended `failed` ({:?}) though not all its attempts were used up by failing handler runs or faults",
+                        j.id, j.act, j.last_error
+                    ),
+                });
+            }
+        }
+        let completions = h
+            .writes
+            .iter()
+            .filter(|w| w.job == j.id && w.new_status == "completed" && w.old_status != "completed")
+            .count();
+        if completions > 1 {
+            v.push(Violation {
+                invariant: inv::TWICE,
+                jobs: vec![j.id],
+                why: format!("job {} was marked completed {completions} times", j.id),
+            });
+        }
+    }
+    // Per claim: completion by its own run, attempts consumed by runs, leases of healthy workers.
+    let mut reaped = 0;
+    let mut excused = 0;
+    for c in &cl {
+        let excuse = touched(c);
+        excused += usize::from(excuse);
+        if c.end == ClaimEnd::Completed {
+            let ok_before = c.ok_at.is_some_and(|at| Some(at) <= c.ended_at);
+            if !ok_before {
+                v.push(Violation {
+                    invariant: inv::COMPLETED_BY_OWNER,
+                    jobs: vec![c.job],
+                    why: format!(
+                        "job {} was completed under claim {} by {} without an `ok` of that claim's handler before it (handler end: {:?})",
+                        c.job,
+                        short(&c.token),
+                        c.worker,
+                        c.run_end
+                    ),
+                });
+            }
+        }
+        if c.end.consumes_attempt() && c.returned_ok() && !excuse {
+            v.push(Violation {
+                invariant: inv::OUTCOME,
+                jobs: vec![c.job],
+                why: format!(
+                    "job {}: the handler of claim {} by {} returned ok, yet the attempt was consumed ({:?})",
+                    c.job,
+                    short(&c.token),
+                    c.worker,
+                    c.end
+                ),
+            });
+        }
+        if c.end.consumes_attempt() && c.run_start.is_none() && !excuse {
+            v.push(Violation {
+                invariant: inv::NO_RUN,
+                jobs: vec![c.job],
+                why: format!(
+                    "job {}: claim {} by {} consumed an attempt ({:?}) but its handler never started, and no fault stopped {}",
+                    c.job,
+                    short(&c.token),
+                    c.worker,
+                    c.end,
+                    c.worker
+                ),
+            });
+        }
+        if c.end == ClaimEnd::Reaped {
+            reaped += 1;
+            if !excuse {
+                v.push(Violation {
+                    invariant: inv::LEASE,
+                    jobs: vec![c.job],
+                    why: format!(
+                        "job {}: the lease of claim {} expired and was reaped, but {} was not stopped, killed or stalled meanwhile",
+                        c.job,
+                        short(&c.token),
+                        c.worker
+                    ),
+                });
+            }
+        }
+    }
+    let sp = spans(&cl, &h.faults);
+    overlaps(
+        &cl,
+        &sp,
+        &h.faults,
+        |c| Some(c.job.to_string()),
+        inv::OVERLAP,
+        &mut v,
+    );
+    overlaps(
+        &cl,
+        &sp,
+        &h.faults,
+        |c| jobs.get(&c.job).and_then(|j| j.ordering_key.clone()),
+        inv::ORDERING,
+        &mut v,
+    );
+    concurrency(&cl, &sp, &h.faults, &jobs, &mut v);
+    let text = super::report::render(h, &cl, &v, reaped, excused, sp.len());
+    Report {
+        violations: v,
+        claims: cl.len(),
+        runs: sp.len(),
+        reaped,
+        excused,
+        text,
+    }
+}
+
+/// Runs sharing a key (from `key_of`) must not overlap, except within the excuse windows of
+/// either run's worker. One violation per earlier run, naming every run it overlaps.
+fn overlaps(
+    cl: &[Claim],
+    sp: &[Span],
+    faults: &[Fault],
+    key_of: impl Fn(&Claim) -> Option<String>,
+    invariant: &'static str,
+    v: &mut Vec<Violation>,
+) {
+    let mut groups: BTreeMap<String, Vec<Span>> = BTreeMap::new();
+    for s in sp {
+        if let Some(k) = key_of(&cl[s.claim]) {
+            groups.entry(k).or_default().push(*s);
+        }
+    }
+    for (key, mut g) in groups {
+        g.sort_by_key(|s| s.start);
+        for (i, a) in g.iter().enumerate() {
+            let ca = &cl[a.claim];
+            let mut jobs = vec![ca.job];
+            let mut with = Vec::new();
+            for b in &g[i + 1..] {
+                if b.start >= a.end {
+                    break;
+                }
+                let (lo, hi) = (b.start, a.end.min(b.end));
+                let cb = &cl[b.claim];
+                let mut w = excuse_windows(faults, &ca.worker, window_us());
+                w.extend(excuse_windows(faults, &cb.worker, window_us()));
+                if uncovered(w, lo, hi) {
+                    jobs.push(cb.job);
+                    let length = if hi == i64::MAX {
+                        "from its start on".to_owned()
+                    } else {
+                        format!("for {}", ms(hi - lo))
+                    };
+                    with.push(format!(
+                        "job {} (claim {} by {}) {length}",
+                        cb.job,
+                        short(&cb.token),
+                        cb.worker
+                    ));
+                }
+            }
+            if with.is_empty() {
+                continue;
+            }
+            jobs.dedup();
+            let ended = if a.end == i64::MAX {
+                " (its handler never recorded an end, was not killed, and its claim was not ended by its own worker)"
+            } else {
+                ""
+            };
+            v.push(Violation {
+                invariant,
+                jobs,
+                why: format!(
+                    "{} `{key}`: the run of job {} under claim {} by {}{ended} overlaps, outside any fault window (+{OVERLAP_WINDOW:?}), the runs of {}",
+                    if invariant == inv::OVERLAP { "job" } else { "ordering key" },
+                    ca.job,
+                    short(&ca.token),
+                    ca.worker,
+                    with.join(", ")
+                ),
+            });
+        }
+    }
+}
+
+/// At no time do more runs of a concurrency key run than its limit, not counting runs within
+/// their worker's excuse windows.
+fn concurrency(
+    cl: &[Claim],
+    sp: &[Span],
+    faults: &[Fault],
+    jobs: &BTreeMap<u64, &JobEnd>,
+    v: &mut Vec<Violation>,
+) {
+    let mut groups: BTreeMap<(String, u16), Vec<Span>> = BTreeMap::new();
+    for s in sp {
+        if let Some(k) = jobs
+            .get(&cl[s.claim].job)
+            .and_then(|j| j.concurrency.clone())
+        {
+            groups.entry(k).or_default().push(*s);
+        }
+    }
+    for ((key, limit), g) in groups {
+        let windows: Vec<Vec<(i64, i64)>> = g
+            .iter()
+            .map(|s| excuse_windows(faults, &cl[s.claim].worker, window_us()))
+            .collect();
+        let mut times: Vec<i64> = g.iter().map(|s| s.start).collect();
+        times.extend(windows.iter().flatten().map(|&(_, e)| e));
+        times.sort_unstable();
+        times.dedup();
+        for t in times {
+            let active: Vec<usize> = (0..g.len())
+                .filter(|&i| g[i].start <= t && t < g[i].end)
+                .filter(|&i| !windows[i].iter().any(|&(s, e)| s <= t && t < e))
+                .collect();
+            if active.len() > usize::from(limit) {
+                v.push(Violation {
+                    invariant: inv::CONCURRENCY,
+                    jobs: active.iter().map(|&i| cl[g[i].claim].job).collect(),
+                    why: format!(
+                        "concurrency key `{key}` (limit {limit}): {} runs at once outside any fault window",
+                        active.len()
+                    ),
+                });
+                break; // one report per key
+            }
+        }
+    }
+}
+
+pub(crate) fn short(token: &str) -> &str {
+    token.get(..8).unwrap_or(token)
+}
+
+pub(crate) fn ms(us: i64) -> String {
+    format!("{:.1}ms", us as f64 / 1000.0)
+}
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;

@@ -1,0 +1,321 @@
+//! Unit tests of the checker over synthetic histories.
+
+use super::*;
+use crate::torture::{Fault, FaultKind, History, JobEnd, RunEvent, StateWrite};
+
+const MS: i64 = 1000;
+
+fn job(id: u64, act: &str, status: &str) -> JobEnd {
+    JobEnd {
+        id,
+        act: act.to_owned(),
+        status: status.to_owned(),
+        attempts: 1,
+        max_attempts: 8,
+        last_error: None,
+        ordering_key: None,
+        concurrency: None,
+    }
+}
+
+/// A state write of `job` at `at` ms.
+fn write(
+    job: u64,
+    at: i64,
+    (old_status, new_status): (&str, &str),
+    (old_token, new_token): (Option<&str>, Option<&str>),
+    worker: &str,
+    last_error: Option<&str>,
+) -> StateWrite {
+    StateWrite {
+        seq: 0,
+        job,
+        old_status: old_status.to_owned(),
+        new_status: new_status.to_owned(),
+        old_token: old_token.map(str::to_owned),
+        new_token: new_token.map(str::to_owned),
+        old_worker: old_token.map(|_| worker.to_owned()),
+        new_worker: new_token.map(|_| worker.to_owned()),
+        old_attempts: 1,
+        new_attempts: if new_status == "pending" && last_error == Some("snoozed") {
+            0
+        } else {
+            1
+        },
+        last_error: last_error.map(str::to_owned),
+        at: at * MS,
+    }
+}
+
+fn run(job: u64, token: &str, event: &str, at: i64) -> RunEvent {
+    RunEvent {
+        job,
+        attempt: 1,
+        pid: 1,
+        tag: "ok".to_owned(),
+        event: event.to_owned(),
+        token: token.to_owned(),
+        at: at * MS,
+    }
+}
+
+fn history(jobs: Vec<JobEnd>, mut writes: Vec<StateWrite>, runs: Vec<RunEvent>) -> History {
+    writes.sort_by_key(|w| w.at);
+    for (i, w) in writes.iter_mut().enumerate() {
+        w.seq = i as u64;
+    }
+    History {
+        jobs,
+        writes,
+        runs,
+        faults: Vec::new(),
+    }
+}
+
+/// Issue 13, defect 1: the same worker re-claims a snoozed job; a stale heartbeat drops the
+/// new claim, whose lease expires on a healthy worker.
+fn defect_one() -> History {
+    history(
+        vec![job(1, "snooze0", "completed")],
+        vec![
+            write(
+                1,
+                0,
+                ("pending", "processing"),
+                (None, Some("t1")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                20,
+                ("processing", "pending"),
+                (Some("t1"), None),
+                "w",
+                Some("snoozed"),
+            ),
+            write(
+                1,
+                30,
+                ("pending", "processing"),
+                (None, Some("t2")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                2100,
+                ("processing", "pending"),
+                (Some("t2"), None),
+                "w",
+                Some("lease expired while held by w"),
+            ),
+            write(
+                1,
+                2200,
+                ("pending", "processing"),
+                (None, Some("t3")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                2300,
+                ("processing", "completed"),
+                (Some("t3"), None),
+                "w",
+                None,
+            ),
+        ],
+        vec![
+            run(1, "t1", "start", 5),
+            run(1, "t1", "snooze", 10),
+            run(1, "t3", "start", 2210),
+            run(1, "t3", "ok", 2250),
+        ],
+    )
+}
+
+#[test]
+fn a_lease_expiring_on_a_healthy_worker_is_reported_with_its_history() {
+    let report = check(&defect_one());
+    assert_eq!(report.count(inv::LEASE), 1, "{report}");
+    assert_eq!(report.count(inv::NO_RUN), 1, "{report}");
+    assert_eq!(report.violations.len(), 2, "{report}");
+    let text = report.to_string();
+    assert!(text.contains("claim t2 by w"), "{text}");
+    assert!(text.contains("lease expired while held by w"), "{text}");
+}
+
+#[test]
+fn a_stopped_worker_excuses_its_expired_lease_and_an_overlap_within_the_window() {
+    let mut h = defect_one();
+    h.runs.push(run(1, "t2", "start", 40));
+    h.runs.push(run(1, "t2", "dropped", 2600)); // 400 ms after the job's new run started
+    h.faults.push(Fault {
+        kind: FaultKind::Stop,
+        worker: Some("w".to_owned()),
+        start: 100 * MS,
+        end: Some(2500 * MS),
+        note: String::new(),
+    });
+    // The new run is the same worker's here: only the stale run's worker must be excused.
+    let report = check(&h);
+    assert!(report.ok(), "{report}");
+    // Ending 2 s after the stop ended, the stale run overlaps the new one (running until
+    // 4 s) beyond the window.
+    h.runs.last_mut().unwrap().at = 4500 * MS;
+    for r in &mut h.runs {
+        if r.token == "t3" && r.event == "ok" {
+            r.at = 4000 * MS;
+        }
+    }
+    h.writes[5].at = 4100 * MS;
+    let report = check(&h);
+    assert_eq!(report.count(inv::OVERLAP), 1, "{report}");
+}
+
+#[test]
+fn connection_faults_excuse_nothing() {
+    let mut h = defect_one();
+    h.faults.push(Fault {
+        kind: FaultKind::CommitReplyLost,
+        worker: Some("w".to_owned()),
+        start: 30 * MS,
+        end: Some(30 * MS),
+        note: String::new(),
+    });
+    assert_eq!(check(&h).count(inv::LEASE), 1);
+}
+
+#[test]
+fn double_completions_and_completions_without_an_ok_are_reported() {
+    let h = history(
+        vec![job(1, "ok", "completed")],
+        vec![
+            write(
+                1,
+                0,
+                ("pending", "processing"),
+                (None, Some("t1")),
+                "a",
+                None,
+            ),
+            write(
+                1,
+                10,
+                ("processing", "completed"),
+                (Some("t1"), None),
+                "a",
+                None,
+            ),
+            write(
+                1,
+                20,
+                ("completed", "processing"),
+                (None, Some("t2")),
+                "b",
+                None,
+            ),
+            write(
+                1,
+                30,
+                ("processing", "completed"),
+                (Some("t2"), None),
+                "b",
+                None,
+            ),
+        ],
+        vec![run(1, "t1", "start", 1), run(1, "t1", "ok", 5)],
+    );
+    let report = check(&h);
+    assert_eq!(report.count(inv::TWICE), 1, "{report}");
+    assert_eq!(report.count(inv::COMPLETED_BY_OWNER), 1, "{report}");
+}
+
+#[test]
+fn an_ok_turned_into_a_consumed_attempt_is_reported_but_a_timeout_after_ok_is_not() {
+    let mut h = history(
+        vec![job(1, "ok", "completed")],
+        vec![
+            write(
+                1,
+                0,
+                ("pending", "processing"),
+                (None, Some("t1")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                50,
+                ("processing", "pending"),
+                (Some("t1"), None),
+                "w",
+                Some("boom"),
+            ),
+            write(
+                1,
+                60,
+                ("pending", "processing"),
+                (None, Some("t2")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                90,
+                ("processing", "completed"),
+                (Some("t2"), None),
+                "w",
+                None,
+            ),
+        ],
+        vec![
+            run(1, "t1", "start", 1),
+            run(1, "t1", "ok", 20),
+            run(1, "t2", "start", 61),
+            run(1, "t2", "ok", 80),
+        ],
+    );
+    let report = check(&h);
+    assert_eq!(report.count(inv::OUTCOME), 1, "{report}");
+    // Aborted (a timeout) while recording `ok`: the handler never returned Ok.
+    h.runs.push(run(1, "t1", "dropped", 40));
+    assert!(check(&h).ok(), "{}", check(&h));
+}
+
+#[test]
+fn a_concurrency_limit_exceeded_by_healthy_workers_is_reported() {
+    let mut jobs = Vec::new();
+    let mut writes = Vec::new();
+    let mut runs = Vec::new();
+    for id in 1..=3u64 {
+        let mut j = job(id, "ok", "completed");
+        j.concurrency = Some(("k".to_owned(), 2));
+        jobs.push(j);
+        let t = format!("t{id}");
+        let at = i64::try_from(id).unwrap();
+        writes.push(write(
+            id,
+            at,
+            ("pending", "processing"),
+            (None, Some(&t)),
+            "w",
+            None,
+        ));
+        writes.push(write(
+            id,
+            100,
+            ("processing", "completed"),
+            (Some(&t), None),
+            "w",
+            None,
+        ));
+        runs.push(run(id, &t, "start", at));
+        runs.push(run(id, &t, "ok", 90));
+    }
+    let report = check(&history(jobs, writes, runs));
+    assert_eq!(report.count(inv::CONCURRENCY), 1, "{report}");
+    assert_eq!(report.violations.len(), 1, "{report}");
+}
