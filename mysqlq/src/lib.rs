@@ -54,6 +54,7 @@
 //! limits, are documented in `docs/` of the repository (`docs/schema.md`,
 //! `docs/state_machine.md`, `docs/guarantees.md`).
 
+pub mod admin;
 mod backoff;
 mod context;
 mod enqueue;
