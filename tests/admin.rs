@@ -92,3 +92,34 @@ async fn purge_deletes_old_final_jobs_and_refuses_other_states() {
     assert!(admin.queue_has_jobs("alpha").await.unwrap());
     admin.resume("alpha").await.unwrap();
 }
+
+#[tokio::test]
+async fn doctor_returns_its_checks_as_data() {
+    use mysqlq::admin::Level;
+    let db = TestDb::new().await;
+    failed_jobs(&db, "elsewhere", 1).await;
+    sqlx::query(
+        "INSERT INTO job_queue (queue_name, kind, payload) VALUES ('elsewhere', 'noop', '{}')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let checks = Admin::new(db.pool.clone())
+        .doctor(&["test".to_owned()])
+        .await
+        .unwrap();
+    let find = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no `{name}` check in {checks:?}"))
+    };
+    assert_eq!(find("schema").level, Level::Ok);
+    assert_eq!(find("indexes").level, Level::Ok);
+    let stranded = find("queues");
+    assert_eq!(stranded.level, Level::Warn, "{stranded:?}");
+    assert!(
+        stranded.detail.contains("`elsewhere` (1 pending)"),
+        "{stranded:?}"
+    );
+}

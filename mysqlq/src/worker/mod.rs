@@ -32,6 +32,7 @@ use crate::store::Owned;
 use crate::{Error, JobContext, JobId, Registry};
 
 pub use events::WorkerEvent;
+pub(crate) use executor::error_chain;
 
 /// Connections of the worker's own pool with the default single claim loop: claims, the
 /// completer, heartbeats, maintenance and statistics (one more per extra claim loop). The

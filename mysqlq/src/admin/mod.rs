@@ -26,6 +26,10 @@ use sqlx::MySqlPool;
 use crate::store::admin as sql;
 use crate::{Error, JobId};
 
+mod doctor;
+
+pub use doctor::{Check, Level};
+
 /// A point in time, UTC.
 pub type Timestamp = DateTime<Utc>;
 
