@@ -181,6 +181,9 @@ pub enum Selection<'a> {
 pub use crate::store::admin::{
     ActivityStats, DedupeConflict, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats,
 };
+pub use crate::store::dashboard::{
+    JobPage, JobPageParams, JobRow, MAX_PAGE, MinutePoint, SCAN_WINDOW,
+};
 
 /// Everything `stats` and the dashboard's overview show, read in one go from indexes and the
 /// workers' per-minute tables (never a scan of `job_queue`).
@@ -300,6 +303,29 @@ impl Admin {
         })
     }
 
+    /// Per queue: ready, oldest ready age, scheduled, processing, expired leases, failed,
+    /// paused (from indexes).
+    pub async fn queues(&self) -> Result<Vec<QueueStats>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        sql::stats_queues(&mut conn).await
+    }
+
+    /// Claims and completions per minute over the last hour (the workers' minute rows).
+    pub async fn chart(&self) -> Result<Vec<MinutePoint>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        crate::store::dashboard::dashboard_chart(&mut conn).await
+    }
+
+    /// One page of jobs, newest id first, filtered by state, queue and kind (keyset on the id:
+    /// pass [`JobPage::next`] as [`JobPageParams::before`]).
+    pub async fn jobs(&self, params: &JobPageParams<'_>) -> Result<JobPage, Error> {
+        if let Some(st) = params.state {
+            st.parse::<JobState>()?;
+        }
+        let mut conn = self.pool.acquire().await?;
+        crate::store::dashboard::job_page(&mut conn, params).await
+    }
+
     /// One job by id, in any state.
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, Error> {
         let mut conn = self.pool.acquire().await?;
@@ -343,14 +369,15 @@ impl Admin {
         mut progress: impl FnMut(usize),
     ) -> Result<RetryReport, Error> {
         let mut report = RetryReport::default();
-        self.walk(which, &mut progress, async |conn, ids| {
-            let r = sql::job_retry_failed(conn, ids).await?;
+        let mut conn = self.pool.acquire().await?;
+        let mut pages = Pages::new(which);
+        while let Some(ids) = pages.next(&mut conn).await? {
+            let r = sql::job_retry_failed(&mut conn, &ids).await?;
             report.retried += r.retried.len() as u64;
             report.conflicts.extend(r.conflicts);
             report.not_failed.extend(r.skipped);
-            Ok(())
-        })
-        .await?;
+            progress(ids.len());
+        }
         Ok(report)
     }
 
@@ -361,46 +388,15 @@ impl Admin {
         mut progress: impl FnMut(usize),
     ) -> Result<DiscardReport, Error> {
         let mut report = DiscardReport::default();
-        self.walk(which, &mut progress, async |conn, ids| {
-            let r = sql::job_discard_failed(conn, ids).await?;
+        let mut conn = self.pool.acquire().await?;
+        let mut pages = Pages::new(which);
+        while let Some(ids) = pages.next(&mut conn).await? {
+            let r = sql::job_discard_failed(&mut conn, &ids).await?;
             report.discarded += r.discarded.len() as u64;
             report.not_failed.extend(r.skipped);
-            Ok(())
-        })
-        .await?;
-        Ok(report)
-    }
-
-    /// Runs `op` over the selected failed jobs: the ids given, or keyset pages of the failed
-    /// jobs (never OFFSET; jobs leaving `failed` meanwhile do not disturb the walk).
-    async fn walk(
-        &self,
-        which: Selection<'_>,
-        progress: &mut impl FnMut(usize),
-        mut op: impl AsyncFnMut(&mut sqlx::MySqlConnection, &[JobId]) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        let mut conn = self.pool.acquire().await?;
-        match which {
-            Selection::Ids(ids) => {
-                op(&mut conn, ids).await?;
-                progress(ids.len());
-            }
-            Selection::All { queue } => {
-                let mut cursor = sql::FailedCursor::default();
-                let page = sql::FailedPageParams {
-                    queue,
-                    limit: u32::try_from(sql::BULK_CHUNK).unwrap_or(500),
-                };
-                while !cursor.is_done() {
-                    let ids = sql::job_failed_page(&mut conn, &page, &mut cursor).await?;
-                    if !ids.is_empty() {
-                        op(&mut conn, &ids).await?;
-                        progress(ids.len());
-                    }
-                }
-            }
+            progress(ids.len());
         }
-        Ok(())
+        Ok(report)
     }
 
     /// Stops workers from claiming jobs of `queue` (they see it on their next claim).
@@ -453,6 +449,50 @@ impl Admin {
             progress(n);
             if n < u64::from(batch.max(1)) {
                 return Ok(total);
+            }
+        }
+    }
+}
+
+/// The selected failed jobs, page by page: the ids given (one page), or keyset pages of the
+/// failed jobs (never OFFSET; jobs leaving `failed` meanwhile do not disturb the walk).
+struct Pages<'a> {
+    which: Selection<'a>,
+    cursor: sql::FailedCursor,
+    given: bool,
+}
+
+impl<'a> Pages<'a> {
+    fn new(which: Selection<'a>) -> Self {
+        Self {
+            which,
+            cursor: sql::FailedCursor::default(),
+            given: false,
+        }
+    }
+
+    async fn next(
+        &mut self,
+        conn: &mut sqlx::MySqlConnection,
+    ) -> Result<Option<Vec<JobId>>, Error> {
+        match self.which {
+            Selection::Ids(ids) => {
+                let first = !self.given;
+                self.given = true;
+                Ok((first && !ids.is_empty()).then(|| ids.to_vec()))
+            }
+            Selection::All { queue } => {
+                let page = sql::FailedPageParams {
+                    queue,
+                    limit: u32::try_from(sql::BULK_CHUNK).unwrap_or(500),
+                };
+                while !self.cursor.is_done() {
+                    let ids = sql::job_failed_page(conn, &page, &mut self.cursor).await?;
+                    if !ids.is_empty() {
+                        return Ok(Some(ids));
+                    }
+                }
+                Ok(None)
             }
         }
     }
