@@ -40,7 +40,7 @@ impl CliError {
     pub(crate) fn mysqlq(what: &str, e: &mysqlq::Error) -> Self {
         match e {
             mysqlq::Error::Database(_) => {
-                let number = mysqlq::store::db_error_number(e);
+                let number = e.server_code();
                 let fix = match number {
                     Some(1146) => "the mysqlq tables are missing: run `mysqlq-cli migrate`",
                     Some(1049) => {
@@ -53,7 +53,7 @@ impl CliError {
                     Some(1290 | 1836) => {
                         "the server is read-only: point DATABASE_URL at the writer"
                     }
-                    _ if mysqlq::store::is_transient(e) => {
+                    _ if e.is_transient() => {
                         "check that the server is running and reachable, then try again"
                     }
                     _ => "see the server's message; `mysqlq-cli doctor` checks the setup",

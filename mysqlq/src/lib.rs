@@ -64,6 +64,10 @@ mod metrics;
 mod migrate;
 mod periodic;
 mod registry;
+/// Every SQL statement mysqlq runs. **Internal**: public only so that mysqlq's own test suite
+/// can drive the guarded writes directly; hidden from the docs and not covered by semver. The
+/// operator API is [`admin`].
+#[doc(hidden)]
 pub mod store;
 pub mod testing;
 mod worker;

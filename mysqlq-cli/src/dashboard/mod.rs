@@ -2,7 +2,7 @@
 //!
 //! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
 //! pages), job detail, failed jobs (retry / discard) and queues (pause / resume). Everything
-//! reads through the indexed statements of `mysqlq::store::dashboard` and `mysqlq::store::admin`.
+//! reads through the typed operator API `mysqlq::admin` (indexed statements only).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
 //! seconds from `GET /api/overview`.
 //!
