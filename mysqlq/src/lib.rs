@@ -58,6 +58,7 @@ mod backoff;
 mod context;
 mod enqueue;
 mod error;
+mod error_chain;
 mod job;
 mod metrics;
 mod migrate;
@@ -77,6 +78,8 @@ pub use enqueue::{
     enqueue_many, validate_queue_name,
 };
 pub use error::{Classify, Error, ErrorClass, JobError};
+#[doc(hidden)]
+pub use error_chain::error_chain;
 pub use job::{Job, JobId};
 pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_version};
