@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use mysqlq::store::admin;
+use mysqlq_tests::host::free_port;
 use mysqlq_tests::{PrivateServer, TestDb};
 use serde_json::Value;
 use sqlx::Row;
@@ -898,18 +899,14 @@ async fn doctor_fails_on_statement_based_binlog() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn http_get(port: u16, path: &str) -> String {
     let mut s =
         std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
