@@ -115,36 +115,24 @@ async fn read(r: Response<Body>) -> Resp {
     }
 }
 
-/// A request to `app` in-process, as if sent to a server at `addr`.
-async fn send(
-    app: &Router,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<(&str, &str)>,
-) -> Resp {
+/// A request to `app`, in-process.
+async fn send(app: &Router, req: Request<Body>) -> Resp {
     let r = app
         .clone()
-        .oneshot(request(addr, method, path, headers, body))
+        .oneshot(req)
         .await
         .unwrap_or_else(|e| match e {});
     read(r).await
 }
 
-/// A request over a socket to the server at `addr`.
-async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<(&str, &str)>,
-) -> Resp {
+/// A request over a socket, to the server its URI names.
+async fn http(req: Request<Body>) -> Resp {
+    let what = format!("{} {}", req.method(), req.uri());
     let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let r = client
-        .request(request(addr, method, path, headers, body))
+        .request(req)
         .await
-        .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     read(r.map(Body::new)).await
 }
 
@@ -181,7 +169,8 @@ impl Dash {
         headers: &[(&str, &str)],
         body: Option<(&str, &str)>,
     ) -> Resp {
-        send(&self.app, self.addr, method, path, headers, body).await
+        let req = request(self.addr, method, path, headers, body);
+        send(&self.app, req).await
     }
 
     async fn get(&self, path: &str) -> Resp {
@@ -704,18 +693,20 @@ async fn posts_from_other_origins_are_refused() {
         async move {
             send(
                 &app,
-                addr,
-                "POST",
-                "/failed/retry",
-                &[
-                    ("Origin", "https://admin.example.com"),
-                    ("X-Forwarded-Host", "admin.example.com"),
-                    ("Cookie", &cookie),
-                ],
-                Some((
-                    "application/x-www-form-urlencoded",
-                    &format!("only={b}&mysqlq_csrf={token}"),
-                )),
+                request(
+                    addr,
+                    "POST",
+                    "/failed/retry",
+                    &[
+                        ("Origin", "https://admin.example.com"),
+                        ("X-Forwarded-Host", "admin.example.com"),
+                        ("Cookie", &cookie),
+                    ],
+                    Some((
+                        "application/x-www-form-urlencoded",
+                        &format!("only={b}&mysqlq_csrf={token}"),
+                    )),
+                ),
             )
             .await
         }
@@ -901,7 +892,7 @@ async fn the_cli_serves_the_dashboard() {
         .unwrap_or_else(|| panic!("{line}"));
     let addr: SocketAddr = url.trim_end_matches('/').parse().unwrap();
     assert!(addr.ip().is_loopback());
-    let r = http(addr, "GET", "/failed", &[], None).await;
+    let r = http(request(addr, "GET", "/failed", &[], None)).await;
     assert_eq!(r.status, 200);
     assert!(r.body.contains("1 failed"));
     assert!(r.body.contains("read-only"));

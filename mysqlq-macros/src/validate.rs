@@ -472,10 +472,7 @@ mod tests {
                 .unwrap_err()
                 .contains("entry ``: it is empty")
         );
-        assert!(
-            backoff("5s, 1x")
-                .unwrap_err()
-                .contains("unknown time unit \"x\"")
-        );
+        let why = backoff("5s, 1x").unwrap_err();
+        assert!(why.contains(r#"unknown time unit "x""#), "{why}");
     }
 }

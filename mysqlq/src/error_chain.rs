@@ -25,29 +25,30 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::error_chain;
 
+    /// An error with a message and an optional source.
     #[derive(Debug)]
-    struct Outer(Inner);
-    #[derive(Debug)]
-    struct Inner;
-    impl std::fmt::Display for Outer {
+    struct Link(&'static str, Option<Box<Link>>);
+
+    impl std::fmt::Display for Link {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("cannot claim")
+            f.write_str(self.0)
         }
     }
-    impl std::fmt::Display for Inner {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("connection reset")
-        }
-    }
-    impl std::error::Error for Outer {
+
+    impl std::error::Error for Link {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
+            self.1.as_deref().map(|l| l as _)
         }
     }
-    impl std::error::Error for Inner {}
 
     #[test]
-    fn sources_are_joined_with_colons() {
-        assert_eq!(error_chain(&Outer(Inner)), "cannot claim: connection reset");
+    fn sources_are_joined_and_repeats_left_out() {
+        let reset = Link("connection reset", None);
+        let io = Link("i/o error: connection reset", Some(Box::new(reset)));
+        let top = Link("cannot claim", Some(Box::new(io)));
+        assert_eq!(
+            error_chain(&top),
+            "cannot claim: i/o error: connection reset"
+        );
     }
 }
