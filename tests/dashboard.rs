@@ -14,127 +14,18 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, Response};
 use fantoccini::Locator;
-use http_body_util::BodyExt as _;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use mysqlq::store::{admin, dashboard};
-use tower::ServiceExt as _;
 
 use mysqlq_cli::dashboard::{DashboardOptions, router};
 use mysqlq_tests::TestDb;
 use mysqlq_tests::host::{free_port, which};
+use mysqlq_tests::http::{Resp, http, request, send};
 use mysqlq_tests::jobs::Noop;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
-
-// ---------------------------------------------------------------------------------------------
-// requests: in-process through `tower::ServiceExt::oneshot`, or over a socket with hyper's client
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn set_cookies(&self) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    /// `name=value` of a Set-Cookie.
-    fn cookie(&self, name: &str) -> Option<String> {
-        self.set_cookies()
-            .into_iter()
-            .filter_map(|c| c.split(';').next())
-            .find(|kv| kv.starts_with(&format!("{name}=")))
-            .map(str::to_owned)
-    }
-}
-
-/// A request to the server at `addr`: `Host` is `addr` unless `headers` name one; `body` is
-/// (content type, text).
-fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<(&str, &str)>,
-) -> Request<Body> {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        req = req.header("Host", addr.to_string());
-    }
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let body = match body {
-        Some((ctype, b)) => {
-            req = req.header("Content-Type", ctype);
-            Body::from(b.to_owned())
-        }
-        None => Body::empty(),
-    };
-    req.body(body).expect("a valid request")
-}
-
-async fn read(r: Response<Body>) -> Resp {
-    let (parts, body) = r.into_parts();
-    let bytes = body.collect().await.expect("read the body").to_bytes();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: String::from_utf8_lossy(&bytes).into_owned(),
-    }
-}
-
-/// A request to `app`, in-process.
-async fn send(app: &Router, req: Request<Body>) -> Resp {
-    let r = app
-        .clone()
-        .oneshot(req)
-        .await
-        .unwrap_or_else(|e| match e {});
-    read(r).await
-}
-
-/// A request over a socket, to the server its URI names.
-async fn http(req: Request<Body>) -> Resp {
-    let what = format!("{} {}", req.method(), req.uri());
-    let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let r = client
-        .request(req)
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    read(r.map(Body::new)).await
-}
 
 /// The CSRF field's value in a page.
 fn form_token(body: &str) -> Option<String> {

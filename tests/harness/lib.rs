@@ -7,6 +7,7 @@
 //!   on a free port, for tests that kill, pause or restart the database.
 
 pub mod host;
+pub mod http;
 pub mod jobs;
 mod private_server;
 mod procs;
