@@ -1,6 +1,5 @@
 //! One-line errors: `error: <problem>; <how to fix>`, with an exit code.
 
-use std::error::Error as StdError;
 use std::fmt;
 
 /// Exit code of an operational error.
@@ -99,16 +98,4 @@ impl fmt::Display for CliError {
     }
 }
 
-/// An error and its causes joined by `: `, skipping messages repeated by a wrapper.
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = cur {
-        let s = err.to_string();
-        if s != "database error" && !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
-}
+pub(crate) use mysqlq::error_chain as chain;

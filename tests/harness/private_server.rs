@@ -1,9 +1,10 @@
 //! A private, throwaway database server for tests that kill, pause or restart it.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::host::{free_port, which as find_binary};
 
 /// A `mariadbd` (or `mysqld`) from PATH or `/usr/sbin`, with its own data directory in a temp
 /// dir and its own port. Killed and deleted on drop.
@@ -13,29 +14,6 @@ pub struct PrivateServer {
     binary: PathBuf,
     extra_args: Vec<String>,
     child: Option<Child>,
-}
-
-fn find_binary(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    dirs.push("/usr/sbin".into());
-    dirs.push("/usr/local/sbin".into());
-    for name in names {
-        for d in &dirs {
-            let p = d.join(name);
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    None
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("find a free port")
 }
 
 impl PrivateServer {
