@@ -1,0 +1,336 @@
+//! The raw-SQL baseline of `mysqlq-bench`, and the bench's own bookkeeping statements.
+//!
+//! The baseline is what a team would write by hand from the source article, with no framework:
+//! a plain single-row INSERT, a hand-written multi-row INSERT, the article's claim transaction
+//! (`SELECT id … FOR UPDATE SKIP LOCKED`, `UPDATE … SET status = 'processing'`, `COMMIT`, at
+//! READ COMMITTED) and one token-guarded completion statement per claimed batch. It is
+//! deliberately not mysqlq's `store` (that is what it is measured against), so it lives here,
+//! in the bench, and nothing of it ships in the library. The statements carry
+//! `/* mysqlq:bench_… */` tags; every value is bound (database names, which cannot be, are
+//! checked against `mysqlq_bench_[a-z0-9_]+` first).
+
+use std::fmt::Write as _;
+
+use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
+
+/// Checks a scratch database name: `mysqlq_bench_` followed by lowercase letters, digits or `_`.
+fn scratch_name(name: &str) -> Result<&str, sqlx::Error> {
+    let ok = name.strip_prefix("mysqlq_bench_").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    }) && name.len() <= 64;
+    if ok {
+        Ok(name)
+    } else {
+        Err(sqlx::Error::InvalidArgument(format!(
+            "`{name}` is not a bench scratch database name (mysqlq_bench_[a-z0-9_]+)"
+        )))
+    }
+}
+
+/// `bench_create_database`: creates the bench's scratch database.
+pub(crate) async fn bench_create_database(
+    conn: &mut MySqlConnection,
+    name: &str,
+) -> Result<(), sqlx::Error> {
+    let name = scratch_name(name)?;
+    sqlx::query(AssertSqlSafe(format!(
+        "/* mysqlq:bench_create_database */ CREATE DATABASE `{name}` CHARACTER SET utf8mb4"
+    )))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `bench_drop_database`: drops the bench's scratch database (only names made by the bench),
+/// waiting at most `lock_wait_secs` for metadata locks held by connections still open on it.
+pub(crate) async fn bench_drop_database(
+    conn: &mut MySqlConnection,
+    name: &str,
+    lock_wait_secs: u32,
+) -> Result<(), sqlx::Error> {
+    let name = scratch_name(name)?;
+    sqlx::query(AssertSqlSafe(format!(
+        "/* mysqlq:bench_drop_database */ SET SESSION lock_wait_timeout = {}",
+        lock_wait_secs.max(1)
+    )))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "/* mysqlq:bench_drop_database */ DROP DATABASE IF EXISTS `{name}`"
+    )))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `bench_reset`: empties `job_queue` between two measured runs (scratch database only).
+pub(crate) async fn bench_reset(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("/* mysqlq:bench_reset */ TRUNCATE TABLE job_queue")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The server and the settings that decide its write throughput.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BenchServer {
+    /// `VERSION()`.
+    pub(crate) version: String,
+    /// `@@innodb_flush_log_at_trx_commit`.
+    pub(crate) flush_log_at_trx_commit: i64,
+    /// `@@sync_binlog`.
+    pub(crate) sync_binlog: i64,
+    /// `@@log_bin`.
+    pub(crate) log_bin: i64,
+    /// `@@binlog_format`.
+    pub(crate) binlog_format: String,
+    /// `@@innodb_buffer_pool_size`, bytes.
+    pub(crate) buffer_pool_bytes: i64,
+    /// `@@max_connections`.
+    pub(crate) max_connections: i64,
+}
+
+/// `bench_server`: the server's version and write-path settings.
+pub(crate) async fn bench_server(conn: &mut MySqlConnection) -> Result<BenchServer, sqlx::Error> {
+    let row = sqlx::query(
+        "/* mysqlq:bench_server */ SELECT VERSION() AS version, \
+         CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS flush, \
+         CAST(@@sync_binlog AS SIGNED) AS sync_binlog, CAST(@@log_bin AS SIGNED) AS log_bin, \
+         CAST(@@binlog_format AS CHAR) AS binlog_format, \
+         CAST(@@innodb_buffer_pool_size AS SIGNED) AS buffer_pool, \
+         CAST(@@max_connections AS SIGNED) AS max_connections",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(BenchServer {
+        version: row.try_get("version")?,
+        flush_log_at_trx_commit: row.try_get("flush")?,
+        sync_binlog: row.try_get("sync_binlog")?,
+        log_bin: row.try_get("log_bin")?,
+        binlog_format: row.try_get("binlog_format")?,
+        buffer_pool_bytes: row.try_get("buffer_pool")?,
+        max_connections: row.try_get("max_connections")?,
+    })
+}
+
+/// Rows per hand-written multi-row INSERT of the baseline: the chunk size of mysqlq's own
+/// `enqueue_many` (`INSERT_CHUNK_ROWS` in `mysqlq/src/store/insert.rs`), so both sides send the
+/// same statements' worth of rows.
+pub(crate) const BASELINE_CHUNK_ROWS: usize = 500;
+
+const BASELINE_INSERT_COLUMNS: &str = "INSERT INTO job_queue (queue_name, kind, payload, status, \
+                                       available_at, created_at) VALUES ";
+const BASELINE_INSERT_VALUES: &str = "(?, ?, ?, 'pending', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// Baseline `bench_insert_one`: one plain autocommit INSERT; returns the new id.
+pub(crate) async fn bench_insert_one(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    kind: &str,
+    payload: &str,
+) -> Result<u64, sqlx::Error> {
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:bench_insert_one */ {BASELINE_INSERT_COLUMNS}{BASELINE_INSERT_VALUES}"
+    ));
+    let done = sqlx::query(sql)
+        .bind(queue)
+        .bind(kind)
+        .bind(payload)
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.last_insert_id())
+}
+
+/// Baseline `bench_insert_many`: one hand-written multi-row INSERT of every payload (the caller
+/// chunks). Returns the rows inserted.
+pub(crate) async fn bench_insert_many(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    kind: &str,
+    payloads: &[String],
+) -> Result<u64, sqlx::Error> {
+    if payloads.is_empty() {
+        return Ok(0);
+    }
+    let mut sql = String::with_capacity(80 + payloads.len() * (BASELINE_INSERT_VALUES.len() + 2));
+    sql.push_str("/* mysqlq:bench_insert_many */ ");
+    sql.push_str(BASELINE_INSERT_COLUMNS);
+    for i in 0..payloads.len() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(BASELINE_INSERT_VALUES);
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for p in payloads {
+        q = q.bind(queue).bind(kind).bind(p.as_str());
+    }
+    Ok(q.execute(&mut *conn).await?.rows_affected())
+}
+
+fn id_list(n: usize) -> String {
+    let mut s = String::with_capacity(n * 3);
+    for i in 0..n {
+        let _ = write!(s, "{}?", if i == 0 { "" } else { ", " });
+    }
+    s
+}
+
+/// Baseline `bench_claim`: the article's claim transaction at READ COMMITTED. Returns the ids
+/// now owned under `token` (empty when nothing is ready). A deadlock or lock wait timeout on any
+/// statement is returned after the rollback; the caller redoes the whole claim.
+pub(crate) async fn bench_claim(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    limit: u32,
+    worker: &str,
+    token: &str,
+    lease_secs: u32,
+) -> Result<Vec<u64>, sqlx::Error> {
+    let mut tx = conn
+        .begin_with(
+            "/* mysqlq:bench_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+        )
+        .await?;
+    let ids: Vec<u64> = sqlx::query_scalar(
+        "/* mysqlq:bench_claim */ SELECT id FROM job_queue \
+         WHERE queue_name = ? AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6) \
+         ORDER BY priority, available_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+    )
+    .bind(queue)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    if ids.is_empty() {
+        tx.commit().await?;
+        return Ok(ids);
+    }
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:bench_claim */ UPDATE job_queue SET status = 'processing', claim_token = ?, \
+         locked_by = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND, \
+         attempts = attempts + 1 WHERE id IN ({}) AND status = 'pending'",
+        id_list(ids.len())
+    ));
+    let mut q = sqlx::query(sql).bind(token).bind(worker).bind(lease_secs);
+    for id in &ids {
+        q = q.bind(*id);
+    }
+    let updated = q.execute(&mut *tx).await?.rows_affected();
+    if updated != ids.len() as u64 {
+        tx.rollback().await?;
+        return Err(sqlx::Error::Protocol(format!(
+            "bench claim locked {} rows but updated {updated} (rolled back)",
+            ids.len()
+        )));
+    }
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// Baseline `bench_complete`: one token-guarded completion statement for a claimed batch.
+/// Returns the rows changed (fewer than `ids` means ownership was lost).
+pub(crate) async fn bench_complete(
+    conn: &mut MySqlConnection,
+    ids: &[u64],
+    token: &str,
+) -> Result<u64, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:bench_complete */ UPDATE job_queue SET status = 'completed', \
+         finished_at = UTC_TIMESTAMP(6) WHERE id IN ({}) AND status = 'processing' \
+         AND claim_token = ?",
+        id_list(ids.len())
+    ));
+    let mut q = sqlx::query(sql);
+    for id in ids {
+        q = q.bind(*id);
+    }
+    Ok(q.bind(token).execute(&mut *conn).await?.rows_affected())
+}
+
+/// What the bench checks after a run, for one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BenchCounts {
+    /// Rows of the queue.
+    pub(crate) rows: i64,
+    /// Rows `completed`.
+    pub(crate) completed: i64,
+    /// Sum of `attempts` (each row claimed exactly once: equals `rows`).
+    pub(crate) attempts: i64,
+}
+
+/// `bench_counts`: rows, completed rows and claims of `queue`.
+pub(crate) async fn bench_counts(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<BenchCounts, sqlx::Error> {
+    let row = sqlx::query(
+        "/* mysqlq:bench_counts */ SELECT COUNT(*) AS n, \
+         CAST(IFNULL(SUM(status = 'completed'), 0) AS SIGNED) AS completed, \
+         CAST(IFNULL(SUM(attempts), 0) AS SIGNED) AS attempts \
+         FROM job_queue WHERE queue_name = ?",
+    )
+    .bind(queue)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(BenchCounts {
+        rows: row.try_get("n")?,
+        completed: row.try_get("completed")?,
+        attempts: row.try_get("attempts")?,
+    })
+}
+
+/// Server-wide counters the bench reads around a run to count statements, commits and log
+/// flushes per job (`SHOW GLOBAL STATUS`; other sessions on the server count too).
+pub(crate) const BENCH_STATUS: [&str; 8] = [
+    "Questions",
+    "Com_select",
+    "Com_update",
+    "Com_commit",
+    "Handler_commit",
+    "Innodb_data_fsyncs",
+    "Innodb_row_lock_waits",
+    "Innodb_row_lock_time",
+];
+
+/// `bench_status`: the [`BENCH_STATUS`] counters, in that order (0 for one the server lacks).
+pub(crate) async fn bench_status(conn: &mut MySqlConnection) -> Result<Vec<i64>, sqlx::Error> {
+    let mut q = sqlx::query(
+        "/* mysqlq:bench_status */ SELECT VARIABLE_NAME AS name, CAST(VARIABLE_VALUE AS SIGNED) AS value \
+         FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN (?, ?, ?, ?, ?, ?, ?, ?)",
+    );
+    for name in BENCH_STATUS {
+        q = q.bind(name);
+    }
+    let rows = q.fetch_all(&mut *conn).await?;
+    let mut out = vec![0i64; BENCH_STATUS.len()];
+    for r in rows {
+        let name: String = r.try_get("name")?;
+        if let Some(i) = BENCH_STATUS
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(&name))
+        {
+            out[i] = r.try_get("value")?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_scratch_names_are_accepted() {
+        assert!(scratch_name("mysqlq_bench_1a2b").is_ok());
+        assert!(scratch_name("mysqlq_bench_").is_err());
+        assert!(scratch_name("app").is_err());
+        assert!(scratch_name("mysqlq_bench_x`; DROP").is_err());
+        assert_eq!(id_list(3), "?, ?, ?");
+    }
+}
