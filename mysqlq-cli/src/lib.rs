@@ -33,7 +33,6 @@
 
 mod app;
 mod args;
-mod cmd_bench;
 mod cmd_doctor;
 mod cmd_failed;
 mod cmd_misc;
@@ -104,11 +103,6 @@ where
     if init_tracing {
         let default = match cli.command {
             Command::Work(_) => "info",
-            // A benchmark saturates the server on purpose: sqlx's slow-statement and
-            // slow-acquire warnings would only bury the results.
-            Command::Bench(_) | Command::BenchEnqueue(_) => {
-                "warn,sqlx::query=error,sqlx::pool=error"
-            }
             _ => "warn",
         };
         logging::init(cli.log.log_format, default);
@@ -177,24 +171,16 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
             .map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
         Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
-        Command::Bench(a) => {
-            let url = cli.conn.database_url.as_deref().unwrap_or_default();
-            cmd_bench::bench(&target?, url, &a).await
-        }
-        Command::BenchEnqueue(a) => cmd_bench::child_enqueue(&target?, &a).await.map(|()| 0),
     }
 }
 
 /// The jobs linked into this binary; duplicate kind names are an error naming both places.
 fn registry() -> Result<mysqlq::Registry, CliError> {
-    // `bench`'s own job is linked into every binary but is not one of the application's jobs.
-    mysqlq::Registry::from_inventory()
-        .map(cmd_bench::without_bench_job)
-        .map_err(|e| {
-            let text = e.to_string();
-            match text.split_once("; ") {
-                Some((problem, fix)) => CliError::new(problem, fix),
-                None => CliError::new(text, "give one of the jobs a different `name`"),
-            }
-        })
+    mysqlq::Registry::from_inventory().map_err(|e| {
+        let text = e.to_string();
+        match text.split_once("; ") {
+            Some((problem, fix)) => CliError::new(problem, fix),
+            None => CliError::new(text, "give one of the jobs a different `name`"),
+        }
+    })
 }
