@@ -61,6 +61,7 @@ pub(crate) enum Command {
     /// Enqueue one job by kind name and JSON payload; prints its id.
     Enqueue(EnqueueArgs),
     /// Serve the web dashboard: queues, jobs, failed jobs (retry/discard), pause/resume.
+    #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
 }
 
@@ -234,6 +235,7 @@ pub(crate) struct EnqueueArgs {
 }
 
 /// `dashboard`.
+#[cfg(feature = "dashboard")]
 #[derive(Debug, Args)]
 pub(crate) struct DashboardArgs {
     /// Address to listen on; off loopback it needs --token or --read-only

@@ -30,33 +30,64 @@
 //!
 //! Exit codes: 0 success, 1 error, 2 usage error, 3 `doctor` found a failing check. Errors are
 //! one line on stderr, `error: <problem>; <how to fix>`, with passwords redacted.
+//!
+//! Cargo features, both on by default: `cli` (the command line: [`main`], [`run`], [`Cli`], the
+//! `mysqlq-cli` binary; clap, humantime, indicatif, tracing-subscriber) and `dashboard` (the
+//! web UI: [`dashboard::router`] and the `dashboard` command; axum, maud, hmac, sha2). An
+//! application that only mounts the router depends on
+//! `mysqlq-cli = { version = "0.1", default-features = false, features = ["dashboard"] }`.
+//! The benchmark is not here: it is the workspace's own `mysqlq-bench` binary.
 
+#[cfg(feature = "cli")]
 mod app;
+#[cfg(feature = "cli")]
 mod args;
+#[cfg(feature = "cli")]
 mod cmd_doctor;
+#[cfg(feature = "cli")]
 mod cmd_failed;
+#[cfg(feature = "cli")]
 mod cmd_misc;
+#[cfg(feature = "cli")]
 mod cmd_stats;
+#[cfg(feature = "cli")]
 mod cmd_work;
+#[cfg(feature = "dashboard")]
 pub mod dashboard;
+#[cfg(feature = "cli")]
 mod db;
+// The dashboard's pages use `error::chain`; the rest of `error` is the command line's.
+#[cfg(any(feature = "cli", feature = "dashboard"))]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod error;
+#[cfg(feature = "cli")]
 mod logging;
+#[cfg(feature = "cli")]
 mod metrics_http;
+#[cfg(feature = "cli")]
 mod out;
+#[cfg(any(feature = "cli", feature = "dashboard"))]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod program;
-#[cfg(test)]
+#[cfg(all(test, feature = "cli"))]
 mod reference;
 
+#[cfg(feature = "cli")]
 pub use app::Cli;
 
+#[cfg(feature = "cli")]
 use std::ffi::OsString;
+#[cfg(feature = "cli")]
 use std::process::ExitCode;
 
+#[cfg(feature = "cli")]
 use clap::Parser;
 
+#[cfg(feature = "cli")]
 use crate::args::{Cli as Args, Command};
+#[cfg(feature = "cli")]
 use crate::db::Target;
+#[cfg(feature = "cli")]
 use crate::error::{CliError, EXIT_USAGE};
 
 /// The whole program: builds a tokio runtime, parses `std::env::args`, runs the command, and
@@ -65,6 +96,7 @@ use crate::error::{CliError, EXIT_USAGE};
 ///
 /// Logging goes to stderr through `tracing-subscriber`, filtered by `RUST_LOG` (default: `info`
 /// for `work`, `warn` otherwise); `--log-format json` writes one JSON object per line.
+#[cfg(feature = "cli")]
 #[track_caller]
 pub fn main() -> ! {
     Cli::new().run()
@@ -80,6 +112,7 @@ pub fn main() -> ! {
 /// mysqlq_cli::run(std::env::args_os()).await
 /// # }
 /// ```
+#[cfg(feature = "cli")]
 #[track_caller]
 pub fn run<I, T>(args: I) -> impl std::future::Future<Output = ExitCode>
 where
@@ -89,6 +122,7 @@ where
     Cli::new().run_from(args)
 }
 
+#[cfg(feature = "cli")]
 async fn run_inner<I, T>(app: Cli, args: I, init_tracing: bool) -> u8
 where
     I: IntoIterator<Item = T>,
@@ -122,6 +156,7 @@ where
 }
 
 /// Help and version go to stdout with code 0; usage errors become one line with code 2.
+#[cfg(feature = "cli")]
 fn clap_error(e: &clap::Error) -> u8 {
     use clap::error::ErrorKind;
     match e.kind() {
@@ -154,6 +189,7 @@ fn clap_error(e: &clap::Error) -> u8 {
     }
 }
 
+#[cfg(feature = "cli")]
 async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
     let target = Target::new(cli.conn.database_url.as_deref());
     match cli.command {
@@ -170,11 +206,13 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
             .await
             .map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
+        #[cfg(feature = "dashboard")]
         Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
     }
 }
 
 /// The jobs linked into this binary; duplicate kind names are an error naming both places.
+#[cfg(feature = "cli")]
 fn registry() -> Result<mysqlq::Registry, CliError> {
     mysqlq::Registry::from_inventory().map_err(|e| {
         let text = e.to_string();
