@@ -16,13 +16,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 )]
 pub(crate) struct Args {
     /// Database URL, e.g. mysql://app:secret@127.0.0.1:3306/app [env: DATABASE_URL]
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        hide_env = true,
-        global = true,
-        value_name = "URL"
-    )]
+    #[arg(long, env = "DATABASE_URL", hide_env = true, value_name = "URL")]
     pub(crate) database_url: Option<String>,
     #[command(flatten)]
     pub(crate) bench: BenchArgs,

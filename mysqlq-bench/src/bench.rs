@@ -1,17 +1,18 @@
 //! One bench run: the scratch database, the scenarios in ABBA order, the checks, the report.
 
 use std::io::IsTerminal as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mysqlq::{EnqueueOptions, NewJob, WorkerConfig};
+use mysqlq::{EnqueueOptions, NewJob, Worker, WorkerBuilder, WorkerConfig};
 use serde_json::{Value, json};
 use sqlx::MySqlPool;
 
 use crate::args::{BenchArgs, Scenario};
 use crate::error::{BenchError, db_err, q_err};
-use crate::job::{BenchNoop, QUEUE};
+use crate::job::{self, BenchNoop, QUEUE};
+use crate::probe::Probe;
 use crate::report::{Report, round_to};
 use crate::scratch::{Scratch, interrupted};
 use crate::{db, sql};
@@ -385,6 +386,24 @@ impl Bench<'_> {
             self.bar.inc(chunk.len() as u64);
         }
         Ok(ids)
+    }
+
+    /// The framework's worker on the bench queue: default settings except the concurrency (and
+    /// the batch, if given), the probe as its state.
+    pub(crate) fn worker(
+        &self,
+        pool: &MySqlPool,
+        probe: &Arc<Probe>,
+    ) -> Result<WorkerBuilder, BenchError> {
+        let builder = Worker::builder(pool.clone())
+            .registry(job::registry()?)
+            .queues([QUEUE])
+            .concurrency(self.concurrency)
+            .state(Arc::clone(probe));
+        Ok(match self.batch_arg {
+            Some(b) => builder.batch_size(b),
+            None => builder,
+        })
     }
 
     /// Checks the rows after an enqueue run of `n` jobs: all written, none claimed.

@@ -21,23 +21,20 @@ pub(crate) async fn pool(url: &str, max: u32) -> Result<MySqlPool, BenchError> {
             "write it as mysql://user:password@host:3306/database",
         )
     })?;
-    MySqlPoolOptions::new()
-        .max_connections(max.max(1))
-        .min_connections(0)
-        // No PING before every acquire, like the worker's pool.
+    // No PING before every acquire, like the worker's pool.
+    let options = MySqlPoolOptions::new()
         .test_before_acquire(false)
         .acquire_timeout(CONNECT_TIMEOUT)
-        .connect_with(opts)
-        .await
-        .map_err(|e| {
-            BenchError::new(
-                format!(
-                    "cannot connect to the database server: {}",
-                    crate::error::chain(&e)
-                ),
-                "check that the server is running and reachable, and DATABASE_URL / --database-url",
-            )
-        })
+        .max_connections(max.max(1));
+    options.connect_with(opts).await.map_err(|e| {
+        BenchError::new(
+            format!(
+                "cannot connect to the database server: {}",
+                crate::error::chain(&e)
+            ),
+            "check that the server is running and reachable, and DATABASE_URL / --database-url",
+        )
+    })
 }
 
 /// A connection from `pool`.

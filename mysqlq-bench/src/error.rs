@@ -1,36 +1,53 @@
 //! One-line errors: `error: <problem>; <how to fix>`, with an exit code.
 
 use std::error::Error as StdError;
-use std::fmt;
 
-/// Exit code of an operational error.
-pub(crate) const EXIT_ERROR: u8 = 1;
 /// Exit code of a usage error (bad arguments).
 pub(crate) const EXIT_USAGE: u8 = 2;
 
-/// What went wrong, how to fix it, and the exit code.
-#[derive(Debug)]
-pub(crate) struct BenchError {
-    pub(crate) problem: String,
-    pub(crate) fix: String,
-    pub(crate) code: u8,
+/// Why the bench stopped: what went wrong and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BenchError {
+    /// Bad arguments or database URL (exit 2).
+    #[error("{problem}; {fix}")]
+    Usage {
+        /// What is wrong.
+        problem: String,
+        /// How to fix it.
+        fix: String,
+    },
+    /// The server, the schema or a run failed (exit 1).
+    #[error("{problem}; {fix}")]
+    Failed {
+        /// What is wrong.
+        problem: String,
+        /// How to fix it.
+        fix: String,
+    },
 }
 
 impl BenchError {
-    /// An operational error (exit 1).
+    /// A failure (exit 1).
     pub(crate) fn new(problem: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self {
+        Self::Failed {
             problem: problem.into(),
             fix: fix.into(),
-            code: EXIT_ERROR,
         }
     }
 
     /// A usage error (exit 2).
     pub(crate) fn usage(problem: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self {
-            code: EXIT_USAGE,
-            ..Self::new(problem, fix)
+        Self::Usage {
+            problem: problem.into(),
+            fix: fix.into(),
+        }
+    }
+
+    /// The process's exit code.
+    pub(crate) fn code(&self) -> u8 {
+        match self {
+            Self::Usage { .. } => EXIT_USAGE,
+            Self::Failed { .. } => 1,
         }
     }
 
@@ -63,12 +80,6 @@ impl BenchError {
                 }
             }
         }
-    }
-}
-
-impl fmt::Display for BenchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}; {}", self.problem, self.fix)
     }
 }
 

@@ -74,7 +74,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let line = format!("error: {e}").replace(['\n', '\r'], " ");
             eprintln!("{line}");
-            e.code
+            e.code()
         }
     };
     ExitCode::from(code)

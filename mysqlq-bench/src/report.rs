@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::sql;
-use crate::table::{self, Table};
+use crate::table::Table;
 
 /// Nearest-rank percentile of sorted values (0 for none).
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -39,6 +39,13 @@ pub(crate) fn median(v: &[f64]) -> Option<f64> {
 pub(crate) fn round_to(x: f64, places: i32) -> f64 {
     let f = 10f64.powi(places);
     (x * f).round() / f
+}
+
+/// A byte count in MiB with one decimal, as the server's buffer pool is sized.
+fn mib(n: i64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let m = n.max(0) as f64 / (1024.0 * 1024.0);
+    format!("{m:.1} MiB")
 }
 
 pub(crate) struct Report<'a> {
@@ -179,7 +186,7 @@ impl Report<'_> {
             s.flush_log_at_trx_commit,
             s.sync_binlog,
             s.log_bin,
-            table::bytes(u64::try_from(s.buffer_pool_bytes).unwrap_or(0)),
+            mib(s.buffer_pool_bytes),
             self.database,
             if self.dropped {
                 "dropped"

@@ -1,4 +1,4 @@
-//! Text output: aligned columns and human sizes.
+//! Text output: aligned columns.
 
 /// Columns printed aligned; a header starting with `>` is right-aligned (the `>` not printed).
 pub(crate) struct Table {
@@ -58,34 +58,15 @@ impl Table {
     }
 }
 
-/// `n` bytes as `512 B`, `1.5 KiB`, `2.0 GiB`.
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    #[allow(clippy::cast_precision_loss)]
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn tables_align_and_sizes_read() {
+    fn tables_align() {
         let mut t = Table::new(&["METRIC", ">VALUE"]);
         t.row(vec!["drain".into(), "5".into()]);
         t.row(vec!["d".into(), "12345".into()]);
         assert_eq!(t.render(), "METRIC  VALUE\ndrain       5\nd       12345\n");
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
     }
 }

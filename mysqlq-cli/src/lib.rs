@@ -76,19 +76,14 @@ mod reference;
 pub use app::Cli;
 
 #[cfg(feature = "cli")]
-use std::ffi::OsString;
-#[cfg(feature = "cli")]
-use std::process::ExitCode;
-
-#[cfg(feature = "cli")]
-use clap::Parser;
-
-#[cfg(feature = "cli")]
-use crate::args::{Cli as Args, Command};
-#[cfg(feature = "cli")]
-use crate::db::Target;
-#[cfg(feature = "cli")]
-use crate::error::{CliError, EXIT_USAGE};
+use {
+    crate::args::{Cli as Args, Command},
+    crate::db::Target,
+    crate::error::{CliError, EXIT_USAGE},
+    clap::Parser,
+    std::ffi::OsString,
+    std::process::ExitCode,
+};
 
 /// The whole program: builds a tokio runtime, parses `std::env::args`, runs the command, and
 /// exits the process with its code (0 ok, 1 error, 2 usage error, 3 failed `doctor` check).

@@ -11,7 +11,6 @@ use tokio::task::JoinSet;
 use crate::baseline::baseline_drain_loop;
 use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, wait_for, who};
 use crate::error::{BenchError, q_err};
-use crate::job::{self, QUEUE};
 use crate::probe::Probe;
 use crate::scenario::memory::{peak_rss_bytes, reset_peak_rss};
 
@@ -46,14 +45,7 @@ impl Bench<'_> {
             .scratch
             .pool(Worker::recommended_pool_size(self.concurrency))
             .await?;
-        let mut builder = Worker::builder(pool.clone())
-            .registry(job::registry()?)
-            .queues([QUEUE])
-            .concurrency(self.concurrency)
-            .state(probe.clone());
-        if let Some(b) = self.batch_arg {
-            builder = builder.batch_size(b);
-        }
+        let builder = self.worker(&pool, probe)?;
         let first = self.peak_rss.is_none();
         if first {
             self.rss_reset = reset_peak_rss();

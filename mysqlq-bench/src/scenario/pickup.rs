@@ -16,7 +16,7 @@ use crate::args::EnqueueArgs;
 use crate::baseline::baseline_poller;
 use crate::bench::{Bench, PICKUP_RATE, wait_for, who};
 use crate::error::{BenchError, db_err, q_err};
-use crate::job::{self, BenchNoop, KIND, QUEUE};
+use crate::job::{BenchNoop, KIND, QUEUE};
 use crate::probe::{Probe, lock, now_us};
 use crate::report::percentile;
 use crate::{db, sql};
@@ -47,15 +47,8 @@ impl Bench<'_> {
             .await?;
         let stop = Arc::new((AtomicBool::new(false), Notify::new()));
         let (worker, poller) = if framework {
-            let mut builder = Worker::builder(pool.clone())
-                .registry(job::registry()?)
-                .queues([QUEUE])
-                .concurrency(self.concurrency)
-                .state(probe.clone());
-            if let Some(b) = self.batch_arg {
-                builder = builder.batch_size(b);
-            }
-            let h = builder
+            let h = self
+                .worker(&pool, &probe)?
                 .start()
                 .await
                 .map_err(q_err("the bench worker could not start"))?;
