@@ -94,7 +94,7 @@ impl Config {
     /// Up to 100 jobs per claim (never more than the free slots).
     pub const DEFAULT_BATCH_SIZE: u32 = 100;
     /// One claim loop: with slot gathering it claims full batches, which beats more loops
-    /// claiming smaller ones (measured with `mysqlq-cli bench`, see BENCHMARKS.md).
+    /// claiming smaller ones (measured with `mysqlq-bench`, see BENCHMARKS.md).
     pub const DEFAULT_CLAIMERS: usize = 1;
     /// A 60-second lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
