@@ -1,6 +1,5 @@
 //! The job trait.
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
@@ -10,19 +9,6 @@ use serde::de::DeserializeOwned;
 use sqlx::{Acquire, MySql};
 
 use crate::{EnqueueOptions, Enqueued, Error, JobContext, JobError, RetryPolicy};
-
-/// The id of a job: `job_queue.id`.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct JobId(pub u64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
 
 /// A job type: its arguments are the struct's fields, stored as the JSON `payload`.
 ///

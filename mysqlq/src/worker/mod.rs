@@ -17,7 +17,7 @@ mod stats;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::MySqlPool;
@@ -569,14 +569,6 @@ impl Shared {
         }
         removed
     }
-}
-
-/// Wakes this process's idle workers: called after an enqueue, so a job enqueued here is
-/// picked up without waiting for the next poll.
-static LOCAL_WAKE: LazyLock<Notify> = LazyLock::new(Notify::new);
-
-pub(crate) fn wake_local() {
-    LOCAL_WAKE.notify_waiters();
 }
 
 /// What a graceful shutdown did.

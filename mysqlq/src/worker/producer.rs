@@ -14,7 +14,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::store::{self, ClaimParams, ClaimedJob};
-use crate::worker::{LOCAL_WAKE, Shared, WorkerEvent, executor, unit_random};
+use crate::wake::LOCAL_WAKE;
+use crate::worker::{Shared, WorkerEvent, executor, unit_random};
 
 /// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
 const CLAIM_LOCK_RETRIES: u32 = 5;
