@@ -69,6 +69,8 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
 /// included, rolls back and is returned to the caller, which redoes the whole claim
 /// ([`is_lock_error`]). Paused queues return nothing; a job whose ordering key has an earlier
 /// unfinished job, or a running one, is skipped without blocking the jobs behind it.
+///
+/// [`is_lock_error`]: super::is_lock_error
 pub async fn job_claim(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,

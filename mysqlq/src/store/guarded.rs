@@ -214,9 +214,11 @@ macro_rules! at_delay {
 }
 
 /// `job_retry_at` / `job_snooze` / `job_fail` / `job_cancel`: records the end of one attempt,
-/// token-guarded, with `last_error` (bounded to [`MAX_ERROR_BYTES`](super::MAX_ERROR_BYTES)). Delays are clamped to what
+/// token-guarded, with `last_error` (bounded to [`MAX_ERROR_BYTES`]). Delays are clamped to what
 /// `DATETIME` holds. A write refused by the guard is told apart: [`Written::Already`] when this
 /// token's own earlier write committed, [`Written::Lost`] when someone else moved the job.
+///
+/// [`MAX_ERROR_BYTES`]: super::MAX_ERROR_BYTES
 pub async fn job_finish_attempt(
     conn: &mut MySqlConnection,
     job: &Owned,
