@@ -6,7 +6,7 @@ use futures_util::future::BoxFuture;
 use sqlx::{Acquire, Connection, MySql};
 
 use crate::store::{self, InsertRow};
-use crate::{Enqueued, Error, Job};
+use crate::{Enqueued, Error};
 
 /// Largest accepted payload (serialised JSON), 1 MiB. Larger data belongs in your own table,
 /// with its id in the job.
@@ -129,6 +129,8 @@ impl EnqueueOptions {
 
 /// A job row to insert, by kind name and JSON payload — the untyped form behind
 /// [`Job::enqueue`], for tools and scripts that enqueue jobs of other binaries.
+///
+/// [`Job::enqueue`]: crate::Job::enqueue
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
     pub(crate) row: InsertRow,
@@ -163,24 +165,7 @@ impl NewJob {
         self
     }
 
-    /// The row for `job` with `options` over the job's defaults.
-    pub fn from_job<J: Job>(job: &J, options: &EnqueueOptions) -> Result<Self, Error> {
-        let payload = serde_json::to_string(job).map_err(|source| Error::Serialize {
-            kind: J::KIND.to_owned(),
-            source,
-        })?;
-        Self::build(
-            J::KIND,
-            J::QUEUE,
-            J::PRIORITY,
-            J::retry_policy().max_attempts,
-            payload,
-            job.ordering_key(),
-            options,
-        )
-    }
-
-    fn build(
+    pub(crate) fn build(
         kind: &str,
         default_queue: &str,
         default_priority: i16,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{Acquire, MySql};
 
-use crate::{EnqueueOptions, Enqueued, Error, JobContext, JobError, RetryPolicy};
+use crate::{EnqueueOptions, Enqueued, Error, JobContext, JobError, NewJob, RetryPolicy};
 
 /// A job type: its arguments are the struct's fields, stored as the JSON `payload`.
 ///
@@ -63,7 +63,27 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
         A: Acquire<'c, Database = MySql> + Send + 'c,
         Self: Sized,
     {
-        let row = crate::NewJob::from_job(self, options);
+        let row = NewJob::from_job(self, options);
         Box::pin(async move { crate::enqueue::enqueue_one(target, row?).await })
+    }
+}
+
+/// The typed way in: a [`NewJob`] from a [`Job`] value, with its defaults.
+impl NewJob {
+    /// The row for `job` with `options` over the job's defaults.
+    pub fn from_job<J: Job>(job: &J, options: &EnqueueOptions) -> Result<Self, Error> {
+        let payload = serde_json::to_string(job).map_err(|source| Error::Serialize {
+            kind: J::KIND.to_owned(),
+            source,
+        })?;
+        Self::build(
+            J::KIND,
+            J::QUEUE,
+            J::PRIORITY,
+            J::retry_policy().max_attempts,
+            payload,
+            job.ordering_key(),
+            options,
+        )
     }
 }
