@@ -6,38 +6,13 @@ use futures_util::future::BoxFuture;
 use sqlx::{Acquire, Connection, MySql};
 
 use crate::store::{self, InsertRow};
-use crate::{Error, Job, JobId};
+use crate::{Enqueued, Error};
 
 /// Largest accepted payload (serialised JSON), 1 MiB. Larger data belongs in your own table,
 /// with its id in the job.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
-/// Longest queue name (the `queue_name` column is `VARCHAR(64)`).
-pub const MAX_QUEUE_NAME: usize = 64;
 /// Longest dedupe or ordering key (`VARCHAR(191)`).
 pub const MAX_KEY_LEN: usize = 191;
-
-/// The result of an enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enqueued {
-    /// A new job row was written.
-    Inserted(JobId),
-    /// A job holding the same dedupe key already exists; nothing was written.
-    Duplicate(JobId),
-}
-
-impl Enqueued {
-    /// The id of the new job, or of the job that already holds the dedupe key.
-    pub fn id(self) -> JobId {
-        match self {
-            Self::Inserted(id) | Self::Duplicate(id) => id,
-        }
-    }
-
-    /// `true` when the dedupe key was already taken.
-    pub fn is_duplicate(self) -> bool {
-        matches!(self, Self::Duplicate(_))
-    }
-}
 
 /// When a job becomes runnable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +129,8 @@ impl EnqueueOptions {
 
 /// A job row to insert, by kind name and JSON payload — the untyped form behind
 /// [`Job::enqueue`], for tools and scripts that enqueue jobs of other binaries.
+///
+/// [`Job::enqueue`]: crate::Job::enqueue
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
     pub(crate) row: InsertRow,
@@ -188,24 +165,7 @@ impl NewJob {
         self
     }
 
-    /// The row for `job` with `options` over the job's defaults.
-    pub fn from_job<J: Job>(job: &J, options: &EnqueueOptions) -> Result<Self, Error> {
-        let payload = serde_json::to_string(job).map_err(|source| Error::Serialize {
-            kind: J::KIND.to_owned(),
-            source,
-        })?;
-        Self::build(
-            J::KIND,
-            J::QUEUE,
-            J::PRIORITY,
-            J::retry_policy().max_attempts,
-            payload,
-            job.ordering_key(),
-            options,
-        )
-    }
-
-    fn build(
+    pub(crate) fn build(
         kind: &str,
         default_queue: &str,
         default_priority: i16,
@@ -222,7 +182,7 @@ impl NewJob {
             });
         }
         let queue = o.queue.as_deref().unwrap_or(default_queue);
-        validate_queue_name(queue)?;
+        crate::queue::validate_queue_name(queue)?;
         let max_attempts = o.max_attempts.unwrap_or(default_max_attempts);
         if max_attempts == 0 {
             return Err(Error::invalid(
@@ -273,29 +233,13 @@ impl NewJob {
     }
 }
 
-/// Checks a queue name: 1–64 characters of `a-z A-Z 0-9 _ - . :`.
-pub fn validate_queue_name(queue: &str) -> Result<(), Error> {
-    let ok_chars = queue
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
-    if queue.is_empty() || queue.len() > MAX_QUEUE_NAME || !ok_chars {
-        return Err(Error::invalid(
-            "queue name",
-            format!(
-                "`{queue}` must be 1 to {MAX_QUEUE_NAME} characters of letters, digits, `_`, `-`, `.` or `:`"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 pub(crate) async fn enqueue_one<'c, A>(target: A, job: NewJob) -> Result<Enqueued, Error>
 where
     A: Acquire<'c, Database = MySql> + Send + 'c,
 {
     let mut conn = target.acquire().await?;
     let out = store::job_insert_one(&mut conn, &job.row).await?;
-    crate::worker::wake_local();
+    crate::wake::wake_local();
     Ok(out)
 }
 
@@ -336,7 +280,7 @@ where
                 Err(e) => return Err(e),
             }
         };
-        crate::worker::wake_local();
+        crate::wake::wake_local();
         Ok(out)
     })
 }

@@ -1,6 +1,5 @@
 //! The job trait.
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
@@ -9,20 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{Acquire, MySql};
 
-use crate::{EnqueueOptions, Enqueued, Error, JobContext, JobError, RetryPolicy};
-
-/// The id of a job: `job_queue.id`.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct JobId(pub u64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
+use crate::{EnqueueOptions, Enqueued, Error, JobContext, JobError, NewJob, RetryPolicy};
 
 /// A job type: its arguments are the struct's fields, stored as the JSON `payload`.
 ///
@@ -77,7 +63,27 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
         A: Acquire<'c, Database = MySql> + Send + 'c,
         Self: Sized,
     {
-        let row = crate::NewJob::from_job(self, options);
+        let row = NewJob::from_job(self, options);
         Box::pin(async move { crate::enqueue::enqueue_one(target, row?).await })
+    }
+}
+
+/// The typed way in: a [`NewJob`] from a [`Job`] value, with its defaults.
+impl NewJob {
+    /// The row for `job` with `options` over the job's defaults.
+    pub fn from_job<J: Job>(job: &J, options: &EnqueueOptions) -> Result<Self, Error> {
+        let payload = serde_json::to_string(job).map_err(|source| Error::Serialize {
+            kind: J::KIND.to_owned(),
+            source,
+        })?;
+        Self::build(
+            J::KIND,
+            J::QUEUE,
+            J::PRIORITY,
+            J::retry_policy().max_attempts,
+            payload,
+            job.ordering_key(),
+            options,
+        )
     }
 }

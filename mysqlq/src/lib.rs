@@ -61,9 +61,11 @@ mod enqueue;
 mod error;
 mod error_chain;
 mod job;
+mod job_id;
 mod metrics;
 mod migrate;
 mod periodic;
+mod queue;
 mod registry;
 /// Every SQL statement mysqlq runs. **Internal**: public only so that mysqlq's own test suite
 /// can drive the guarded writes directly; hidden from the docs and not covered by semver. The
@@ -71,6 +73,7 @@ mod registry;
 #[doc(hidden)]
 pub mod store;
 pub mod testing;
+mod wake;
 mod worker;
 
 #[doc(hidden)]
@@ -79,13 +82,13 @@ pub mod __private;
 pub use backoff::{Backoff, RetryPolicy};
 pub use context::{CancelReason, Extensions, JobContext};
 pub use enqueue::{
-    DedupeScope, EnqueueOptions, Enqueued, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME, NewJob,
-    enqueue_many, validate_queue_name,
+    DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob, enqueue_many,
 };
 pub use error::{Classify, Error, ErrorClass, JobError};
 #[doc(hidden)]
 pub use error_chain::error_chain;
-pub use job::{Job, JobId};
+pub use job::Job;
+pub use job_id::{Enqueued, JobId};
 pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_version};
 /// Turns an `async fn` into a job: a struct holding its arguments, a [`Job`] implementation, and
@@ -172,6 +175,7 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// ```
 pub use mysqlq_macros::job;
 pub use periodic::{Periodic, parse_schedule};
+pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use registry::{JobRegistration, PayloadError, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use worker::{

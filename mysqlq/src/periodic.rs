@@ -40,17 +40,22 @@ impl Periodic {
         })
     }
 
-    /// A periodic job from a registration with `#[job(cron = "...")]` (payload `{}`).
-    pub(crate) fn from_registration(r: &crate::JobRegistration, expr: &str) -> Result<Self, Error> {
+    /// A periodic job without arguments (payload `{}`): what `#[job(cron = "...")]` declares.
+    pub(crate) fn without_arguments(
+        kind: &str,
+        queue: &str,
+        max_attempts: u32,
+        expr: &str,
+    ) -> Result<Self, Error> {
         Ok(Self {
-            name: r.kind().to_owned(),
+            name: kind.to_owned(),
             expr: expr.to_owned(),
             schedule: parse_schedule(expr)?,
             job: NewJob::new(
-                r.kind(),
-                r.queue(),
+                kind,
+                queue,
                 &serde_json::json!({}),
-                &EnqueueOptions::new().max_attempts(r.retry_policy().max_attempts),
+                &EnqueueOptions::new().max_attempts(max_attempts),
             )?,
         })
     }

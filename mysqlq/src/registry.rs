@@ -213,8 +213,14 @@ impl Registry {
         self.jobs
             .values()
             .filter_map(|r| {
-                r.cron
-                    .map(|expr| crate::Periodic::from_registration(r, expr))
+                r.cron.map(|expr| {
+                    crate::Periodic::without_arguments(
+                        r.kind(),
+                        r.queue(),
+                        r.retry_policy().max_attempts,
+                        expr,
+                    )
+                })
             })
             .collect()
     }

@@ -229,7 +229,7 @@ async fn doctor(conn: &mut MySqlConnection, registered: &[String]) -> Result<Vec
                 checks.push(check(
                     Level::Fail,
                     "queues",
-                    format!("cannot read the queues: {}", crate::worker::error_chain(&e)),
+                    format!("cannot read the queues: {}", crate::error_chain(&e)),
                     Some("run `mysqlq-cli migrate`"),
                 ));
                 Vec::new()
@@ -290,7 +290,7 @@ async fn doctor(conn: &mut MySqlConnection, registered: &[String]) -> Result<Vec
             Err(e) => checks.push(check(
                 Level::Fail,
                 "claim plan",
-                format!("EXPLAIN failed: {}", crate::worker::error_chain(&e)),
+                format!("EXPLAIN failed: {}", crate::error_chain(&e)),
                 Some("run `mysqlq-cli migrate`"),
             )),
         }

@@ -175,7 +175,7 @@ pub async fn job_page(conn: &mut MySqlConnection, p: &JobPageParams<'_>) -> Resu
         });
     }
     if let Some(q) = p.queue {
-        crate::enqueue::validate_queue_name(q)?;
+        crate::queue::validate_queue_name(q)?;
     }
     let walk = walk_of(p.state);
     let state = p.state.unwrap_or("");

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use crate::store::{self, GuardedReport, Owned};
-use crate::worker::executor::{WriteFailed, write_retrying};
+use crate::worker::write::{WriteFailed, write_retrying};
 use crate::worker::{Key, Shared, WorkerEvent};
 
 /// Most completions per statement.

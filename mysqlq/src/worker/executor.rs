@@ -14,6 +14,8 @@ use tracing::Instrument as _;
 
 use crate::context::{ContextParts, Heartbeat};
 use crate::store::{self, ClaimedJob, Outcome, Written};
+use crate::worker::release::release_one;
+use crate::worker::write::{WriteFailed, error_chain, write_retrying};
 use crate::worker::{InFlight, Key, Phase, Shared, WorkerEvent, unit_random};
 use crate::{CancelReason, Error, ErrorClass, JobContext, JobError, JobId, RetryPolicy};
 
@@ -386,186 +388,10 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
     }
 }
 
-/// Why [`write_retrying`] gave up.
-#[derive(Debug)]
-pub(crate) enum WriteFailed {
-    /// The worker is stopping and the write still fails.
-    Stopping(Error),
-    /// The server refused the write for a reason retrying will not fix.
-    Refused(Error),
-    /// A lock wait or deadlock, with `fail_fast_on_lock`.
-    Locked(Error),
-}
-
-impl std::fmt::Display for WriteFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Stopping(e) => write!(f, "abandoned at shutdown: {}", error_chain(e)),
-            Self::Refused(e) => write!(f, "refused: {}", error_chain(e)),
-            Self::Locked(e) => write!(f, "lock conflict: {}", error_chain(e)),
-        }
-    }
-}
-
-/// Tries of a write the server refuses with a non-transient error before giving up.
-const REFUSED_TRIES: u32 = 3;
-
-/// Runs a write until it succeeds. Connection errors, and deadlocks or lock wait timeouts
-/// unless `fail_fast_on_lock`, are retried with jittered backoff for as long as the worker runs;
-/// other errors a few times. Each error is logged once, on one line.
-pub(crate) async fn write_retrying<T, F, Fut>(
-    s: &Shared,
-    what: &str,
-    fail_fast_on_lock: bool,
-    mut f: F,
-) -> Result<T, WriteFailed>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
-{
-    let m = &s.metrics;
-    let mut pause = Duration::from_millis(5);
-    let mut refused = 0;
-    loop {
-        let e = match f().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        match store::db_error_number(&e) {
-            Some(1213) => m.add(&m.counters.deadlocks, 1),
-            Some(1205) => m.add(&m.counters.lock_waits, 1),
-            _ => m.add(&m.counters.db_errors, 1),
-        }
-        if fail_fast_on_lock && store::is_lock_error(&e) {
-            return Err(WriteFailed::Locked(e));
-        }
-        if !store::is_transient(&e) {
-            refused += 1;
-            if refused >= REFUSED_TRIES {
-                return Err(WriteFailed::Refused(e));
-            }
-        }
-        tracing::warn!(error = %error_chain(&e), "{what} failed; retrying");
-        if s.stop_services.is_cancelled() {
-            return Err(WriteFailed::Stopping(e));
-        }
-        let wait = pause.mul_f64(0.5 + unit_random());
-        if !crate::worker::sleep_or_cancel(wait, &s.stop_services).await {
-            // One last try after the stop signal.
-            return f().await.map_err(WriteFailed::Stopping);
-        }
-        pause = (pause * 2).min(Duration::from_secs(5));
-    }
-}
-
-pub(crate) use crate::error_chain::error_chain;
-
-/// Takes the entries `pick` selects, cancels their handlers (reason: shutdown) and hands the
-/// jobs back to `pending` without consuming the attempt, in one statement. Returns how many
-/// were released. Bounded in time: if the database cannot be reached the leases bring the jobs
-/// back.
-pub(crate) async fn release_where(s: &Arc<Shared>, pick: impl Fn(&InFlight) -> bool) -> usize {
-    let taken: Vec<(Key, InFlight)> = {
-        let mut map = s.in_flight();
-        let keys: Vec<Key> = map
-            .iter()
-            .filter(|(_, f)| pick(f))
-            .map(|(k, _)| k.clone())
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| map.remove(&k).map(|f| (k, f)))
-            .collect()
-    };
-    if taken.is_empty() {
-        return 0;
-    }
-    for (_, f) in &taken {
-        f.ctx.cancel(CancelReason::Shutdown);
-        if let Some(a) = &f.abort {
-            a.abort();
-        }
-    }
-    let keys: Vec<Key> = taken.into_iter().map(|(k, _)| k).collect();
-    s.slot_freed.notify_waiters();
-    release(s, &keys, Duration::from_secs(10)).await
-}
-
-/// Hands one claim back after it was stopped because its lease could not be renewed: one
-/// bounded try (the database may well be unreachable; then the lease brings the job back).
-async fn release_one(s: &Arc<Shared>, key: &Key) {
-    if s.forget(key).is_some() {
-        release(s, std::slice::from_ref(key), Duration::from_secs(2)).await;
-    }
-}
-
-async fn release(s: &Arc<Shared>, keys: &[Key], limit: Duration) -> usize {
-    let owned: Vec<store::Owned> = keys.iter().map(Key::owned).collect();
-    let work = write_retrying(s, "release jobs", false, || {
-        let db = s.db.clone();
-        let owned = &owned;
-        async move {
-            let mut conn = db.acquire().await?;
-            store::job_release(&mut conn, owned).await
-        }
-    });
-    let report = match tokio::time::timeout(limit, work).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            tracing::error!(jobs = keys.len(), error = %e, "release failed; the leases will bring the jobs back");
-            return 0;
-        }
-        Err(_) => {
-            tracing::error!(
-                jobs = keys.len(),
-                "release timed out; the leases will bring the jobs back"
-            );
-            return 0;
-        }
-    };
-    let m = &s.metrics;
-    m.add(&m.counters.released, report.done);
-    m.add(&m.counters.lost, report.lost.len() as u64);
-    for k in keys {
-        if !report.lost.contains(&k.id) {
-            s.emit(WorkerEvent::Released { id: k.id });
-        }
-    }
-    usize::try_from(report.done + report.settled.len() as u64).unwrap_or(usize::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Backoff;
-
-    #[derive(Debug)]
-    struct Outer(Inner);
-    #[derive(Debug)]
-    struct Inner;
-    impl std::fmt::Display for Outer {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "error returned from database: {}", self.0)
-        }
-    }
-    impl std::fmt::Display for Inner {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("1213 (40001): Deadlock found")
-        }
-    }
-    impl std::error::Error for Outer {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
-    }
-    impl std::error::Error for Inner {}
-
-    #[test]
-    fn an_error_chain_says_each_text_once() {
-        assert_eq!(
-            error_chain(&Outer(Inner)),
-            "error returned from database: 1213 (40001): Deadlock found"
-        );
-    }
 
     #[test]
     fn decisions_follow_the_error_class() {

@@ -73,7 +73,7 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<(), ()> {
             Err(e) => {
                 ok = false;
                 count_error(s, &e);
-                tracing::warn!(jobs = chunk.len(), error = %crate::worker::executor::error_chain(&e), "heartbeat failed; retrying shortly");
+                tracing::warn!(jobs = chunk.len(), error = %crate::worker::write::error_chain(&e), "heartbeat failed; retrying shortly");
             }
         }
     }

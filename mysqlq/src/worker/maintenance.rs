@@ -89,7 +89,7 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
 fn failed(s: &Shared, step: &str, e: &crate::Error) {
     let m = &s.metrics;
     m.add(&m.counters.db_errors, 1);
-    tracing::warn!(error = %crate::worker::executor::error_chain(e), "{step} failed this round; the other maintenance steps still ran");
+    tracing::warn!(error = %crate::worker::write::error_chain(e), "{step} failed this round; the other maintenance steps still ran");
 }
 
 async fn reap(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate::Error> {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::store::{self, ClaimParams, ClaimedJob};
-use crate::worker::{LOCAL_WAKE, Shared, WorkerEvent, executor, unit_random};
+use crate::wake::LOCAL_WAKE;
+use crate::worker::{Shared, WorkerEvent, executor, unit_random, write};
 
 /// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
 const CLAIM_LOCK_RETRIES: u32 = 5;
@@ -187,7 +188,7 @@ async fn claim_queue(
             }
             Err(f) => {
                 m.add(&m.counters.db_errors, 1);
-                tracing::warn!(queue, error = %executor::error_chain(&f.error), "claim failed; will retry");
+                tracing::warn!(queue, error = %write::error_chain(&f.error), "claim failed; will retry");
                 return Err(ClaimError::Other);
             }
         }
@@ -218,7 +219,7 @@ async fn claim_queue(
 async fn resolve(s: &Shared, token: &str, failed: store::ClaimFailed) -> Vec<ClaimedJob> {
     tracing::warn!(
         jobs = failed.in_doubt.len(),
-        error = %executor::error_chain(&failed.error),
+        error = %write::error_chain(&failed.error),
         "claim COMMIT sent but no reply came back; asking the database whether it committed"
     );
     let give_up = Instant::now() + s.config.lease - s.config.lease_margin();
@@ -239,12 +240,12 @@ async fn resolve(s: &Shared, token: &str, failed: store::ClaimFailed) -> Vec<Cla
                 return jobs;
             }
             Err(e) if Instant::now() + pause < give_up => {
-                tracing::warn!(error = %executor::error_chain(&e), "resolving the in-doubt claim failed; retrying");
+                tracing::warn!(error = %write::error_chain(&e), "resolving the in-doubt claim failed; retrying");
                 tokio::time::sleep(pause.mul_f64(0.5 + unit_random())).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
             Err(e) => {
-                tracing::error!(error = %executor::error_chain(&e), "could not resolve the in-doubt claim; its jobs come back when their lease ends");
+                tracing::error!(error = %write::error_chain(&e), "could not resolve the in-doubt claim; its jobs come back when their lease ends");
                 return Vec::new();
             }
         }
@@ -267,7 +268,7 @@ impl Conflicts {
             _ => m.add(&m.counters.lock_waits, 1),
         }
         self.since_log += 1;
-        self.last_error = Some(executor::error_chain(e));
+        self.last_error = Some(write::error_chain(e));
     }
 
     fn log_if_due(&mut self) {

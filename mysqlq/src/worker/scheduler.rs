@@ -65,7 +65,7 @@ pub(crate) async fn run_once(s: &Shared, conn: &mut MySqlConnection) -> u64 {
     let now = match store::db_now(conn).await {
         Ok(now) => now,
         Err(e) => {
-            tracing::warn!(error = %crate::worker::executor::error_chain(&e), "scheduler could not read the database clock; next round");
+            tracing::warn!(error = %crate::worker::write::error_chain(&e), "scheduler could not read the database clock; next round");
             return 0;
         }
     };
@@ -80,7 +80,7 @@ pub(crate) async fn run_once(s: &Shared, conn: &mut MySqlConnection) -> u64 {
             Err(e) => {
                 let m = &s.metrics;
                 m.add(&m.counters.db_errors, 1);
-                tracing::warn!(schedule = %p.name, error = %crate::worker::executor::error_chain(&e), "periodic job not scheduled this round");
+                tracing::warn!(schedule = %p.name, error = %crate::worker::write::error_chain(&e), "periodic job not scheduled this round");
             }
         }
     }

@@ -72,7 +72,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             Err(e) => {
                 let m = &s.metrics;
                 m.add(&m.counters.db_errors, 1);
-                tracing::warn!(error = %crate::worker::executor::error_chain(&e), "statistics flush failed (rolled back); its counts go into the next flush")
+                tracing::warn!(error = %crate::worker::write::error_chain(&e), "statistics flush failed (rolled back); its counts go into the next flush")
             }
         }
         if !go_on {

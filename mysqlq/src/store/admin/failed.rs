@@ -1,0 +1,454 @@
+//! Failed jobs for operators: listing, keyset paging, counting, one job's detail, retry and
+//! discard in bulk.
+
+use serde::Serialize;
+use sqlx::{AssertSqlSafe, MySqlConnection, Row};
+
+use super::{BULK_CHUNK, non_negative};
+use crate::store::sql::{bind_ids, padded_len, placeholders};
+use crate::{Error, JobId};
+
+/// Newest failures first, over `idx_job_finished` read backwards.
+pub(super) const FAILED_LIST_SQL: &str = "/* mysqlq:job_failed_list */ \
+    SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind, attempts, \
+      max_attempts, DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
+      CAST(LEFT(last_error, 200) AS CHAR) AS last_error \
+    FROM job_queue WHERE status = 'failed' \
+    ORDER BY finished_at DESC, id DESC LIMIT ?";
+
+const FAILED_LIST_QUEUE_SQL: &str = "/* mysqlq:job_failed_list */ \
+    SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind, attempts, \
+      max_attempts, DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
+      CAST(LEFT(last_error, 200) AS CHAR) AS last_error \
+    FROM job_queue WHERE queue_name = ? AND status = 'failed' \
+    ORDER BY finished_at DESC, id DESC LIMIT ?";
+
+/// A failed job in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedJob {
+    /// `id`.
+    pub id: JobId,
+    /// `queue_name`.
+    pub queue: String,
+    /// `kind`.
+    pub kind: Option<String>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// `max_attempts`.
+    pub max_attempts: u32,
+    /// When it failed (UTC); NULL for rows failed by hand-written SQL.
+    pub finished_at: Option<String>,
+    /// The first 200 characters of `last_error`.
+    pub last_error: Option<String>,
+}
+
+/// Parameters of [`job_failed_list`].
+#[derive(Debug, Clone, Copy)]
+pub struct FailedListParams<'a> {
+    /// Only this queue.
+    pub queue: Option<&'a str>,
+    /// Most rows.
+    pub limit: u32,
+}
+
+/// `job_failed_list`: failed jobs, newest failure first.
+pub async fn job_failed_list(
+    conn: &mut MySqlConnection,
+    p: &FailedListParams<'_>,
+) -> Result<Vec<FailedJob>, Error> {
+    let rows = match p.queue {
+        Some(queue) => {
+            crate::queue::validate_queue_name(queue)?;
+            sqlx::query(FAILED_LIST_QUEUE_SQL)
+                .bind(queue)
+                .bind(p.limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+        None => {
+            sqlx::query(FAILED_LIST_SQL)
+                .bind(p.limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        out.push(FailedJob {
+            id: JobId(r.try_get("id")?),
+            queue: r.try_get("queue_name")?,
+            kind: r.try_get("kind")?,
+            attempts: r.try_get("attempts")?,
+            max_attempts: r.try_get("max_attempts")?,
+            finished_at: r.try_get("finished_at")?,
+            last_error: r.try_get("last_error")?,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) const JOB_GET_SQL: &str = "/* mysqlq:job_get */ SELECT j.id, \
+    CAST(j.queue_name AS CHAR) AS queue_name, CAST(j.kind AS CHAR) AS kind, \
+    CAST(j.status AS CHAR) AS status, CAST(j.payload AS CHAR) AS payload, j.priority, j.attempts, \
+    j.max_attempts, CAST(j.last_error AS CHAR) AS last_error, \
+    CAST(j.dedupe_key AS CHAR) AS dedupe_key, CAST(j.ordering_key AS CHAR) AS ordering_key, \
+    CAST(j.concurrency_key AS CHAR) AS concurrency_key, CAST(j.locked_by AS CHAR) AS locked_by, \
+    DATE_FORMAT(j.created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_at, \
+    DATE_FORMAT(j.first_claimed_at, '%Y-%m-%d %H:%i:%s.%f') AS first_claimed_at, \
+    DATE_FORMAT(j.available_at, '%Y-%m-%d %H:%i:%s.%f') AS available_at, \
+    DATE_FORMAT(j.lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
+    DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
+    DATE_FORMAT(j.updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
+    DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now \
+    FROM job_queue j WHERE j.id = ?";
+
+/// Every column of one job the dashboard shows, with the database's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobDetail {
+    /// `id`.
+    pub id: JobId,
+    /// `queue_name`.
+    pub queue: String,
+    /// `kind`.
+    pub kind: Option<String>,
+    /// `status`.
+    pub status: String,
+    /// `payload` as JSON text.
+    pub payload: String,
+    /// `priority`.
+    pub priority: i16,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// `last_error`.
+    pub last_error: Option<String>,
+    /// `dedupe_key`.
+    pub dedupe_key: Option<String>,
+    /// `ordering_key`.
+    pub ordering_key: Option<String>,
+    /// `concurrency_key`.
+    pub concurrency_key: Option<String>,
+    /// `locked_by`: the worker holding the job.
+    pub locked_by: Option<String>,
+    /// `created_at` (UTC).
+    pub created_at: String,
+    /// `first_claimed_at` (UTC).
+    pub first_claimed_at: Option<String>,
+    /// `available_at` (UTC).
+    pub available_at: String,
+    /// `lease_expires_at` (UTC).
+    pub lease_expires_at: Option<String>,
+    /// `finished_at` (UTC).
+    pub finished_at: Option<String>,
+    /// `updated_at` (UTC).
+    pub updated_at: String,
+    /// `UTC_TIMESTAMP(6)` when read.
+    pub now: String,
+}
+
+/// `job_get`: one job by id, any state (`failed show`, the dashboard's job page).
+pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<JobDetail>, Error> {
+    let Some(r) = sqlx::query(JOB_GET_SQL)
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(JobDetail {
+        id: JobId(r.try_get("id")?),
+        queue: r.try_get("queue_name")?,
+        kind: r.try_get("kind")?,
+        status: r.try_get("status")?,
+        payload: r.try_get("payload")?,
+        priority: r.try_get("priority")?,
+        attempts: r.try_get("attempts")?,
+        max_attempts: r.try_get("max_attempts")?,
+        last_error: r.try_get("last_error")?,
+        dedupe_key: r.try_get("dedupe_key")?,
+        ordering_key: r.try_get("ordering_key")?,
+        concurrency_key: r.try_get("concurrency_key")?,
+        locked_by: r.try_get("locked_by")?,
+        created_at: r.try_get("created_at")?,
+        first_claimed_at: r.try_get("first_claimed_at")?,
+        available_at: r.try_get("available_at")?,
+        lease_expires_at: r.try_get("lease_expires_at")?,
+        finished_at: r.try_get("finished_at")?,
+        updated_at: r.try_get("updated_at")?,
+        now: r.try_get("now")?,
+    }))
+}
+
+/// Number of failed jobs (of one queue), counted on an index.
+pub async fn job_failed_count(
+    conn: &mut MySqlConnection,
+    queue: Option<&str>,
+) -> Result<u64, Error> {
+    let n: i64 = match queue {
+        Some(q) => {
+            crate::queue::validate_queue_name(q)?;
+            sqlx::query_scalar(
+                "/* mysqlq:job_failed_count */ SELECT COUNT(*) FROM job_queue \
+                 WHERE queue_name = ? AND status = 'failed'",
+            )
+            .bind(q)
+            .fetch_one(&mut *conn)
+            .await?
+        }
+        None => sqlx::query_scalar(
+            "/* mysqlq:job_failed_count */ SELECT COUNT(*) FROM job_queue WHERE status = 'failed'",
+        )
+        .fetch_one(&mut *conn)
+        .await?,
+    };
+    Ok(non_negative(n))
+}
+
+/// Failed rows without `finished_at` (failed by hand-written SQL such as the article's recovery
+/// statement) come first, keyset by id on `idx_job_finished (status, NULL, id)`.
+pub(super) const FAILED_PAGE_NULL_SQL: &str = "/* mysqlq:job_failed_page */ \
+    SELECT id, CAST(queue_name AS CHAR) AS queue_name, NULL AS finished_at FROM job_queue \
+    WHERE status = 'failed' AND finished_at IS NULL AND id > ? ORDER BY id LIMIT ?";
+
+/// Then keyset on `(finished_at, id)`, in the order of `idx_job_finished`.
+pub(super) const FAILED_PAGE_SQL: &str = "/* mysqlq:job_failed_page */ \
+    SELECT id, CAST(queue_name AS CHAR) AS queue_name, \
+      DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at FROM job_queue \
+    WHERE status = 'failed' AND (finished_at > ? OR (finished_at = ? AND id > ?)) \
+    ORDER BY finished_at, id LIMIT ?";
+
+pub(super) const FIRST_FINISHED: &str = "1000-01-01 00:00:00.000000";
+
+/// Where [`job_failed_page`] goes on from. Start with [`FailedCursor::default`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailedCursor {
+    /// `None` while walking the rows without `finished_at`.
+    finished_at: Option<String>,
+    id: u64,
+    done: bool,
+}
+
+impl FailedCursor {
+    /// `true` once every failed job was returned.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// Parameters of [`job_failed_page`].
+#[derive(Debug, Clone, Copy)]
+pub struct FailedPageParams<'a> {
+    /// Only this queue (filtered while walking `idx_job_finished`).
+    pub queue: Option<&'a str>,
+    /// Most ids per page.
+    pub limit: u32,
+}
+
+/// `job_failed_page`: the next page of failed job ids after `cursor` (keyset on
+/// `idx_job_finished`, never OFFSET), advancing the cursor. Jobs that leave `failed` meanwhile
+/// do not disturb the walk. A page may be shorter than `limit` (or empty) when filtered by
+/// queue; stop when [`FailedCursor::is_done`].
+pub async fn job_failed_page(
+    conn: &mut MySqlConnection,
+    p: &FailedPageParams<'_>,
+    cursor: &mut FailedCursor,
+) -> Result<Vec<JobId>, Error> {
+    if let Some(q) = p.queue {
+        crate::queue::validate_queue_name(q)?;
+    }
+    if cursor.done {
+        return Ok(Vec::new());
+    }
+    let limit = p.limit.max(1);
+    let rows = match &cursor.finished_at {
+        None => {
+            sqlx::query(FAILED_PAGE_NULL_SQL)
+                .bind(cursor.id)
+                .bind(limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+        Some(at) => {
+            sqlx::query(FAILED_PAGE_SQL)
+                .bind(at.as_str())
+                .bind(at.as_str())
+                .bind(cursor.id)
+                .bind(limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
+    let full = rows.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut ids = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let id: u64 = r.try_get("id")?;
+        let queue: String = r.try_get("queue_name")?;
+        cursor.id = id;
+        if let Some(at) = r.try_get::<Option<String>, _>("finished_at")? {
+            cursor.finished_at = Some(at);
+        }
+        if p.queue.is_none_or(|q| q == queue) {
+            ids.push(JobId(id));
+        }
+    }
+    if !full {
+        if cursor.finished_at.is_none() {
+            // The NULL section is exhausted: walk the dated rows from the start.
+            cursor.finished_at = Some(FIRST_FINISHED.to_owned());
+            cursor.id = 0;
+        } else {
+            cursor.done = true;
+        }
+    }
+    Ok(ids)
+}
+
+/// A retry refused because another job now holds the dedupe key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DedupeConflict {
+    /// The failed job that stays failed.
+    pub id: JobId,
+    /// Its dedupe key.
+    pub dedupe_key: Option<String>,
+    /// The pending or processing job holding the key, if it could be found.
+    pub holder: Option<JobId>,
+}
+
+/// What [`job_retry_failed`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RetryReport {
+    /// Jobs back in `pending`.
+    pub retried: Vec<JobId>,
+    /// Jobs left in `failed` because their dedupe key is taken.
+    pub conflicts: Vec<DedupeConflict>,
+    /// Ids that were not failed jobs (unknown, or in another state).
+    pub skipped: Vec<JobId>,
+}
+
+/// Which of `ids` are failed jobs now.
+async fn failed_among(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<Vec<JobId>, Error> {
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_failed_check */ SELECT id FROM job_queue WHERE id IN ({}) AND status = 'failed'",
+        placeholders(padded_len(ids.len()))
+    ));
+    let found: Vec<u64> = bind_ids(sqlx::query(sql), ids)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?;
+    Ok(ids
+        .iter()
+        .copied()
+        .filter(|id| found.contains(&id.0))
+        .collect())
+}
+
+fn retry_sql(n: usize) -> AssertSqlSafe<String> {
+    AssertSqlSafe(format!(
+        "/* mysqlq:job_retry_failed */ UPDATE job_queue SET status = 'pending', attempts = 0, \
+         available_at = UTC_TIMESTAMP(6), finished_at = NULL, locked_by = NULL, \
+         claim_token = NULL, lease_expires_at = NULL WHERE id IN ({}) AND status = 'failed'",
+        placeholders(padded_len(n))
+    ))
+}
+
+/// `job_retry_failed`: moves failed jobs back to `pending` (attempts reset to 0, runnable now,
+/// `finished_at` cleared; `last_error` kept until the next attempt), up to [`BULK_CHUNK`] ids per
+/// statement. A job whose dedupe key another job now holds (error 1062) stays failed and is
+/// reported in [`RetryReport::conflicts`]; the others go ahead.
+pub async fn job_retry_failed(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<RetryReport, Error> {
+    let mut report = RetryReport::default();
+    for chunk in ids.chunks(BULK_CHUNK) {
+        let failed = failed_among(conn, chunk).await?;
+        report
+            .skipped
+            .extend(chunk.iter().filter(|id| !failed.contains(id)));
+        if failed.is_empty() {
+            continue;
+        }
+        match bind_ids(sqlx::query(retry_sql(failed.len())), &failed)
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => report.retried.extend(&failed),
+            Err(e) if crate::store::is_duplicate_key(&e) => {
+                // The statement was rolled back whole: redo it one job at a time.
+                for &id in &failed {
+                    match bind_ids(sqlx::query(retry_sql(1)), &[id])
+                        .execute(&mut *conn)
+                        .await
+                    {
+                        Ok(done) if done.rows_affected() == 1 => report.retried.push(id),
+                        Ok(_) => report.skipped.push(id),
+                        Err(e) if crate::store::is_duplicate_key(&e) => {
+                            report.conflicts.push(dedupe_conflict(conn, id).await?);
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(report)
+}
+
+async fn dedupe_conflict(conn: &mut MySqlConnection, id: JobId) -> Result<DedupeConflict, Error> {
+    let key: Option<String> = sqlx::query_scalar(
+        "/* mysqlq:job_dedupe_key */ SELECT CAST(dedupe_key AS CHAR) FROM job_queue WHERE id = ?",
+    )
+    .bind(id.0)
+    .fetch_optional(&mut *conn)
+    .await?
+    .flatten();
+    let holder = match &key {
+        Some(k) => crate::store::job_dedupe_holder(conn, k).await?,
+        None => None,
+    };
+    Ok(DedupeConflict {
+        id,
+        dedupe_key: key,
+        holder,
+    })
+}
+
+/// What [`job_discard_failed`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DiscardReport {
+    /// Jobs deleted.
+    pub discarded: Vec<JobId>,
+    /// Ids that were not failed jobs (unknown, or in another state).
+    pub skipped: Vec<JobId>,
+}
+
+/// `job_discard_failed`: deletes failed jobs, up to [`BULK_CHUNK`] ids per statement. Jobs in
+/// any other state are left alone and reported as skipped.
+pub async fn job_discard_failed(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<DiscardReport, Error> {
+    let mut report = DiscardReport::default();
+    for chunk in ids.chunks(BULK_CHUNK) {
+        let failed = failed_among(conn, chunk).await?;
+        report
+            .skipped
+            .extend(chunk.iter().filter(|id| !failed.contains(id)));
+        if failed.is_empty() {
+            continue;
+        }
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:job_discard_failed */ DELETE FROM job_queue WHERE id IN ({}) AND status = 'failed'",
+            placeholders(padded_len(failed.len()))
+        ));
+        bind_ids(sqlx::query(sql), &failed)
+            .execute(&mut *conn)
+            .await?;
+        report.discarded.extend(&failed);
+    }
+    Ok(report)
+}

@@ -1,0 +1,41 @@
+//! Operator statements: stats, failed jobs, purge, doctor.
+//!
+//! Read by `mysqlq-cli` (and any dashboard). Every statement reaches `job_queue` through an
+//! index, never by a full scan:
+//!
+//! | statement | index |
+//! |---|---|
+//! | [`stats_queues`] | `idx_job_claim`: a loose scan for the queue names, then `(queue_name, status)` refs for `pending`, `processing`, `failed` |
+//! | [`stats_leases`] | `idx_job_recover` (`status = 'processing'`) |
+//! | [`stats_table`] | `idx_job_finished` (`MIN(finished_at)` per status: no rows read) |
+//! | [`job_failed_list`], [`job_failed_page`], [`job_failed_count`] | `idx_job_finished` (`status = 'failed'`, keyset on `(finished_at, id)`) |
+//!
+//! [`stats_explain`] EXPLAINs the stats statements with the same text they run with, so a test
+//! (and `doctor`) can check the plans. The per-minute tables (`mysqlq_stats_minute`,
+//! `mysqlq_kind_minute`, `mysqlq_worker`) are written by workers; these functions only read them.
+
+mod failed;
+mod settings;
+mod stats;
+
+pub(crate) use failed::JOB_GET_SQL;
+pub use failed::{
+    DedupeConflict, DiscardReport, FailedCursor, FailedJob, FailedListParams, FailedPageParams,
+    JobDetail, RetryReport, job_discard_failed, job_failed_count, job_failed_list, job_failed_page,
+    job_get, job_retry_failed,
+};
+pub use settings::{ServerSettings, server_settings, table_indexes};
+pub use stats::{
+    ActivityStats, KindStats, LeaseStats, PlanRow, QueueStats, TableStats, WorkerStats,
+    stats_activity, stats_explain, stats_kinds, stats_leases, stats_queues, stats_table,
+    stats_workers,
+};
+
+pub use super::queues::queue_has_jobs;
+
+/// Most ids one bulk retry/discard statement touches.
+pub const BULK_CHUNK: usize = 500;
+
+pub(crate) fn non_negative(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}

@@ -1,0 +1,281 @@
+//! Token-guarded writes after the claim (complete, heartbeat, release, the end of an attempt)
+//! and the ownership check that tells a lost job from one this token already settled.
+
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, MySqlConnection, Row};
+
+use super::sql::{bind_ids, micros, padded_len, placeholders, truncate_error};
+use crate::{Error, JobId};
+
+/// A job a worker holds: its id and the token of the claim that gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owned {
+    /// `id`.
+    pub id: JobId,
+    /// `claim_token`.
+    pub token: String,
+}
+
+/// How a token-guarded write over many jobs went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuardedReport {
+    /// Jobs written by this statement.
+    pub done: u64,
+    /// Jobs whose guard failed because someone else moved them: another claim owns them now,
+    /// or the reaper took them back after their lease expired.
+    pub lost: Vec<JobId>,
+    /// Jobs whose guard failed because an earlier write under the same token already moved
+    /// them out of `processing` (a retried write whose first COMMIT reply was lost, or a
+    /// heartbeat racing the job's own completion): nothing was lost.
+    pub settled: Vec<JobId>,
+}
+
+/// Runs a token-guarded UPDATE over `jobs` (`WHERE id IN (…) AND status = 'processing' AND
+/// (id, claim_token) IN ((…))`), then names the jobs it did not change, split into lost and
+/// already settled by this token ([`job_ownership`]).
+async fn guarded_update(
+    conn: &mut MySqlConnection,
+    tag: &str,
+    set: &str,
+    leading: Option<i64>,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
+    if jobs.is_empty() {
+        return Ok(GuardedReport::default());
+    }
+    let n = padded_len(jobs.len());
+    let mut pairs = String::new();
+    for i in 0..n {
+        pairs.push_str(if i == 0 { "(?, ?)" } else { ", (?, ?)" });
+    }
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:{tag} */ UPDATE job_queue SET {set} WHERE id IN ({}) \
+         AND status = 'processing' AND (id, claim_token) IN ({pairs})",
+        placeholders(n)
+    ));
+    let mut q = sqlx::query(sql);
+    if let Some(v) = leading {
+        q = q.bind(v);
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    q = bind_ids(q, &ids);
+    for i in 0..n {
+        let j = &jobs[i.min(jobs.len() - 1)];
+        q = q.bind(j.id.0).bind(j.token.as_str());
+    }
+    let done = q.execute(&mut *conn).await?.rows_affected();
+    let mut report = GuardedReport {
+        done,
+        ..GuardedReport::default()
+    };
+    if done < jobs.len() as u64 {
+        let o = job_ownership(conn, jobs).await?;
+        report.lost = o.lost;
+        report.settled = o.settled;
+    }
+    Ok(report)
+}
+
+/// Where a set of jobs stands with respect to the tokens their holder has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ownership {
+    /// Still `processing` under the holder's token.
+    pub owned: Vec<JobId>,
+    /// Moved out of `processing` by a write under the holder's token (the token stays on the
+    /// row until the next claim): the holder's own write committed.
+    pub settled: Vec<JobId>,
+    /// Held under another token, moved by the reaper (which clears the token), or deleted.
+    pub lost: Vec<JobId>,
+}
+
+/// `job_ownership`: classifies `jobs` by their row's current status and token. A plain read:
+/// call it after a guarded write, whose row locks mean the rows it saw are committed.
+pub async fn job_ownership(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<Ownership, Error> {
+    let mut out = Ownership::default();
+    if jobs.is_empty() {
+        return Ok(out);
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_ownership */ SELECT id, CAST(status AS CHAR) AS status, claim_token \
+         FROM job_queue WHERE id IN ({})",
+        placeholders(padded_len(ids.len()))
+    ));
+    let rows = bind_ids(sqlx::query(sql), &ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    for j in jobs {
+        let row = rows
+            .iter()
+            .find(|r| r.try_get::<u64, _>("id").ok() == Some(j.id.0));
+        let (status, token) = match row {
+            Some(r) => (
+                r.try_get::<String, _>("status")?,
+                r.try_get::<Option<String>, _>("claim_token")?,
+            ),
+            None => {
+                out.lost.push(j.id);
+                continue;
+            }
+        };
+        match (status.as_str(), token.as_deref() == Some(j.token.as_str())) {
+            ("processing", true) => out.owned.push(j.id),
+            (_, true) => out.settled.push(j.id),
+            _ => out.lost.push(j.id),
+        }
+    }
+    Ok(out)
+}
+
+/// What the holder of a claim token keeps on a row after it moved the job out of `processing`:
+/// `locked_by` and `claim_token` stay (they name the last attempt's worker and token, and let a
+/// retried write recognise its own commit); only the lease goes. The token grants ownership only
+/// together with `status = 'processing'`, and every claim writes a new one.
+const CLEAR_OWNER: &str = "lease_expires_at = NULL";
+
+/// `job_complete_many`: marks jobs `completed` in one statement (token-guarded).
+pub async fn job_complete_many(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
+    let set = format!("status = 'completed', finished_at = UTC_TIMESTAMP(6), {CLEAR_OWNER}");
+    guarded_update(conn, "job_complete_many", &set, None, jobs).await
+}
+
+/// `job_heartbeat`: extends the leases of in-flight jobs in one statement (token-guarded).
+/// Returns the jobs whose lease was already lost.
+pub async fn job_heartbeat(
+    conn: &mut MySqlConnection,
+    lease: Duration,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
+    let set = "lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
+    guarded_update(conn, "job_heartbeat", set, Some(micros(lease)), jobs).await
+}
+
+/// `job_release`: hands claimed jobs back to `pending` without consuming the attempt (worker
+/// shutdown; jobs claimed but never started, or cancelled at the deadline).
+pub async fn job_release(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
+    let set =
+        format!("status = 'pending', attempts = IF(attempts > 0, attempts - 1, 0), {CLEAR_OWNER}");
+    guarded_update(conn, "job_release", &set, None, jobs).await
+}
+
+/// Where a failed attempt sends a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Back to `pending`, runnable after `delay` (a retry).
+    Retry {
+        /// Delay before the next attempt.
+        delay: Duration,
+    },
+    /// Back to `pending` after `delay` without consuming the attempt (snooze).
+    Snooze {
+        /// Delay before the next attempt.
+        delay: Duration,
+    },
+    /// To `failed` (attempts exhausted or a permanent error).
+    Fail,
+    /// To `cancelled`.
+    Cancel,
+}
+
+/// How a token-guarded write of one job went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// This statement wrote it.
+    Now,
+    /// An earlier write under the same token had already moved the job out of `processing`
+    /// (a retried write whose first COMMIT reply was lost): nothing more to do.
+    Already,
+    /// Ownership was lost: another claim owns the job, or the reaper took it back.
+    Lost,
+}
+
+impl Written {
+    /// `true` unless ownership was lost.
+    pub fn is_ok(self) -> bool {
+        !matches!(self, Self::Lost)
+    }
+}
+
+/// `available_at` for "now + ? microseconds", clamped to the largest `DATETIME` so that an
+/// absurd delay (a snooze of `Duration::MAX`) schedules the job at the end of time instead of
+/// failing the write with error 1441 (datetime overflow) forever.
+macro_rules! at_delay {
+    () => {
+        "UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), \
+         '9999-12-31 23:59:59')) MICROSECOND"
+    };
+}
+
+/// `job_retry_at` / `job_snooze` / `job_fail` / `job_cancel`: records the end of one attempt,
+/// token-guarded, with `last_error` (bounded to [`MAX_ERROR_BYTES`]). Delays are clamped to what
+/// `DATETIME` holds. A write refused by the guard is told apart: [`Written::Already`] when this
+/// token's own earlier write committed, [`Written::Lost`] when someone else moved the job.
+///
+/// [`MAX_ERROR_BYTES`]: super::MAX_ERROR_BYTES
+pub async fn job_finish_attempt(
+    conn: &mut MySqlConnection,
+    job: &Owned,
+    outcome: &Outcome,
+    error: &str,
+) -> Result<Written, Error> {
+    let error = truncate_error(error);
+    let (sql, delay): (&'static str, Option<Duration>) = match outcome {
+        Outcome::Retry { delay } => (
+            concat!(
+                "/* mysqlq:job_retry_at */ UPDATE job_queue SET status = 'pending', available_at = ",
+                at_delay!(),
+                ", last_error = ?, lease_expires_at = NULL \
+                 WHERE id = ? AND status = 'processing' AND claim_token = ?"
+            ),
+            Some(*delay),
+        ),
+        Outcome::Snooze { delay } => (
+            concat!(
+                "/* mysqlq:job_snooze */ UPDATE job_queue SET status = 'pending', available_at = ",
+                at_delay!(),
+                ", last_error = ?, attempts = IF(attempts > 0, attempts - 1, 0), \
+                 lease_expires_at = NULL WHERE id = ? AND status = 'processing' AND claim_token = ?"
+            ),
+            Some(*delay),
+        ),
+        Outcome::Fail => (
+            "/* mysqlq:job_fail */ UPDATE job_queue SET status = 'failed', \
+             finished_at = UTC_TIMESTAMP(6), last_error = ?, lease_expires_at = NULL \
+             WHERE id = ? AND status = 'processing' AND claim_token = ?",
+            None,
+        ),
+        Outcome::Cancel => (
+            "/* mysqlq:job_cancel */ UPDATE job_queue SET status = 'cancelled', \
+             finished_at = UTC_TIMESTAMP(6), last_error = ?, lease_expires_at = NULL \
+             WHERE id = ? AND status = 'processing' AND claim_token = ?",
+            None,
+        ),
+    };
+    let mut q = sqlx::query(sql);
+    if let Some(d) = delay {
+        q = q.bind(micros(d));
+    }
+    let done = q
+        .bind(error)
+        .bind(job.id.0)
+        .bind(job.token.as_str())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if done == 1 {
+        return Ok(Written::Now);
+    }
+    let o = job_ownership(conn, std::slice::from_ref(job)).await?;
+    Ok(if o.settled.is_empty() {
+        Written::Lost
+    } else {
+        Written::Already
+    })
+}

@@ -1,0 +1,130 @@
+//! Maintenance statements run by the leader: the reaper of expired leases, the pruner of
+//! finished jobs, and the leader lease itself.
+
+use std::time::Duration;
+
+use sqlx::MySqlConnection;
+
+use super::sql::micros;
+use crate::Error;
+
+/// What [`job_reap_expired`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Jobs returned to `pending` (attempts left).
+    pub retried: u64,
+    /// Jobs moved to `failed` (no attempts left).
+    pub failed: u64,
+}
+
+/// `job_reap_expired`: the article's recovery SQL — expired leases go back to `pending` when
+/// attempts remain, else to `failed` — in batches of `limit`, with `last_error` saying why.
+pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<ReapReport, Error> {
+    let retried = sqlx::query(
+        "/* mysqlq:job_reap_expired */ UPDATE job_queue \
+         SET status = 'pending', available_at = UTC_TIMESTAMP(6), \
+             last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
+                                 ' (worker presumed dead); attempt ', attempts), \
+             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
+         WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
+           AND attempts < max_attempts \
+         ORDER BY lease_expires_at LIMIT ?",
+    )
+    .bind(limit)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    let failed = sqlx::query(
+        "/* mysqlq:job_reap_expired */ UPDATE job_queue \
+         SET status = 'failed', finished_at = UTC_TIMESTAMP(6), \
+             last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
+                                 ' on the last attempt (', attempts, ' of ', max_attempts, ')'), \
+             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
+         WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
+           AND attempts >= max_attempts \
+         ORDER BY lease_expires_at LIMIT ?",
+    )
+    .bind(limit)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(ReapReport { retried, failed })
+}
+
+/// `job_prune`: deletes up to `limit` jobs in `status` finished more than `older_than` ago,
+/// oldest first (the article's batched cleanup). Returns rows deleted.
+pub async fn job_prune(
+    conn: &mut MySqlConnection,
+    status: PruneStatus,
+    older_than: Duration,
+    limit: u32,
+) -> Result<u64, Error> {
+    let status = match status {
+        PruneStatus::Completed => "completed",
+        PruneStatus::Failed => "failed",
+        PruneStatus::Cancelled => "cancelled",
+    };
+    let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
+               AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?";
+    Ok(sqlx::query(sql)
+        .bind(status)
+        .bind(micros(older_than))
+        .bind(limit)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected())
+}
+
+/// Which finished jobs [`job_prune`] deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneStatus {
+    /// `completed`.
+    Completed,
+    /// `failed`.
+    Failed,
+    /// `cancelled`.
+    Cancelled,
+}
+
+/// `leader_elect`: takes or keeps the named leader lease for `ttl`. `true` when `leader_id`
+/// holds it afterwards. The lease row exists from the migration.
+pub async fn leader_elect(
+    conn: &mut MySqlConnection,
+    name: &str,
+    leader_id: &str,
+    ttl: Duration,
+) -> Result<bool, Error> {
+    let done = sqlx::query(
+        "/* mysqlq:leader_elect */ UPDATE mysqlq_leader \
+         SET elected_at = IF(leader_id <=> ?, elected_at, UTC_TIMESTAMP(6)), leader_id = ?, \
+             expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+         WHERE name = ? AND (leader_id <=> ? OR expires_at < UTC_TIMESTAMP(6))",
+    )
+    .bind(leader_id)
+    .bind(leader_id)
+    .bind(micros(ttl))
+    .bind(name)
+    .bind(leader_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(done == 1)
+}
+
+/// `leader_resign`: gives the lease up at once (clean shutdown), so another worker takes over
+/// without waiting for it to expire.
+pub async fn leader_resign(
+    conn: &mut MySqlConnection,
+    name: &str,
+    leader_id: &str,
+) -> Result<(), Error> {
+    sqlx::query(
+        "/* mysqlq:leader_resign */ UPDATE mysqlq_leader SET leader_id = NULL, \
+         expires_at = '1970-01-01 00:00:01' WHERE name = ? AND leader_id = ?",
+    )
+    .bind(name)
+    .bind(leader_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! Building and starting a worker: [`Worker::builder`], [`WorkerBuilder`] and its `start`, which
+//! checks the settings, the server and the schema, then spawns the services.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::MySqlPool;
+use sqlx::mysql::MySqlPoolOptions;
+use tokio::sync::{Notify, Semaphore, broadcast};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{RESERVED_CONNECTIONS, validate};
+use super::{
+    Config, Shared, WorkerHandle, completer, events, lease, maintenance, producer, scheduler, stats,
+};
+use crate::context::Extensions;
+use crate::metrics::Metrics;
+use crate::{Error, Registry};
+
+/// Entry point: `Worker::builder(pool)…start()`.
+#[derive(Debug)]
+pub struct Worker;
+
+impl Worker {
+    /// A builder with the default [`Config`] and every `#[job]` of the binary.
+    pub fn builder(pool: MySqlPool) -> WorkerBuilder {
+        WorkerBuilder {
+            pool,
+            config: Config::default(),
+            registry: None,
+            extensions: Extensions::default(),
+            worker_id: None,
+            periodic: Vec::new(),
+        }
+    }
+
+    /// A size for the pool given to [`Worker::builder`] with `concurrency`: one connection per
+    /// job up to 16, for handlers that borrow a connection through [`JobContext::pool`], plus one
+    /// for enqueues. The worker's own services use a separate pool of
+    /// [`RESERVED_CONNECTIONS`] that it opens itself.
+    ///
+    /// [`JobContext::pool`]: crate::JobContext::pool
+    pub fn recommended_pool_size(concurrency: usize) -> u32 {
+        1 + u32::try_from(concurrency.clamp(1, 16)).unwrap_or(16)
+    }
+}
+
+/// Configures and starts a worker.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `start`"]
+pub struct WorkerBuilder {
+    pool: MySqlPool,
+    config: Config,
+    registry: Option<Registry>,
+    extensions: Extensions,
+    worker_id: Option<String>,
+    periodic: Vec<crate::Periodic>,
+}
+
+impl WorkerBuilder {
+    /// The jobs this worker can run (default: [`Registry::from_inventory`]).
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Claims only from these queues.
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.queues = queues.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Jobs running at once.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Most jobs per claim.
+    pub fn batch_size(mut self, n: u32) -> Self {
+        self.config.batch_size = n;
+        self
+    }
+
+    /// Claim loops running side by side (default 1).
+    pub fn claimers(mut self, n: usize) -> Self {
+        self.config.claimers = n;
+        self
+    }
+
+    /// Lease length.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Heartbeat interval (default: a third of the lease).
+    pub fn heartbeat_interval(mut self, every: Duration) -> Self {
+        self.config.heartbeat_interval = Some(every);
+        self
+    }
+
+    /// Idle poll floor and ceiling.
+    pub fn poll_interval(mut self, floor: Duration, ceiling: Duration) -> Self {
+        self.config.poll_floor = floor;
+        self.config.poll_ceiling = ceiling;
+        self
+    }
+
+    /// Grace period at shutdown.
+    pub fn shutdown_timeout(mut self, grace: Duration) -> Self {
+        self.config.shutdown_timeout = grace;
+        self
+    }
+
+    /// Timeout of jobs that set none.
+    pub fn job_timeout(mut self, timeout: Duration) -> Self {
+        self.config.job_timeout = timeout;
+        self
+    }
+
+    /// Leader maintenance interval and leader lease.
+    pub fn maintenance(mut self, interval: Duration, leader_ttl: Duration) -> Self {
+        self.config.maintenance_interval = interval;
+        self.config.leader_ttl = leader_ttl;
+        self
+    }
+
+    /// Retention of completed/cancelled and of failed rows.
+    pub fn retention(mut self, completed: Duration, failed: Duration) -> Self {
+        self.config.completed_retention = completed;
+        self.config.failed_retention = failed;
+        self
+    }
+
+    /// Statistics flush interval.
+    pub fn stats_interval(mut self, every: Duration) -> Self {
+        self.config.stats_interval = every;
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// A value every job can read with [`JobContext::state`](crate::JobContext::state).
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    /// Adds a periodic job (besides those declared with `#[job(cron = "...")]`). Every worker
+    /// that declares a schedule runs the scheduler each maintenance round; the ledger makes each
+    /// tick exactly-once however many do.
+    pub fn periodic(mut self, periodic: crate::Periodic) -> Self {
+        self.periodic.push(periodic);
+        self
+    }
+
+    /// The worker's id in `locked_by` (default `host:pid:random`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// `innodb_lock_wait_timeout` of the worker's own sessions (default 5 s).
+    pub fn lock_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.config.lock_wait_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings, the server and the schema, then starts the services.
+    pub async fn start(self) -> Result<WorkerHandle, Error> {
+        let registry = match self.registry {
+            Some(r) => r,
+            None => Registry::from_inventory()?,
+        };
+        let mut config = self.config;
+        if config.queues.is_empty() {
+            config.queues = registry.queues().into_iter().map(str::to_owned).collect();
+        }
+        validate(&config)?;
+        let mut periodic = registry.periodic()?;
+        periodic.extend(self.periodic);
+        scheduler::validate(&periodic, config.maintenance_interval)?;
+        let db = service_pool(&self.pool, &config);
+        {
+            let mut conn = db.acquire().await?;
+            crate::store::server::detect(&mut conn).await?;
+            crate::migrate::check_schema(&mut conn).await?;
+        }
+        let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
+        // The leader lease and every other "is this me?" question use an identity no other
+        // process can share, even when replicas are started with the same `--worker-id`.
+        let instance = format!(
+            "{}#{}",
+            worker_id.chars().take(90).collect::<String>(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let (events, _) = broadcast::channel(events::CAPACITY);
+        let shared = Arc::new(Shared {
+            pool: self.pool,
+            db,
+            slots: Arc::new(Semaphore::new(config.concurrency)),
+            config,
+            registry,
+            metrics: Arc::new(Metrics::new(&worker_id)),
+            worker_id,
+            instance,
+            extensions: Arc::new(self.extensions),
+            in_flight: Mutex::new(HashMap::new()),
+            stop_fetching: CancellationToken::new(),
+            stop_services: CancellationToken::new(),
+            slot_freed: Notify::new(),
+            stopping: AtomicBool::new(false),
+            lease_unconfirmed: AtomicBool::new(false),
+            completer: completer::Completer::new(),
+            periodic,
+            events,
+        });
+        stats::register_worker(&shared).await?;
+        let producers: Vec<JoinHandle<()>> = (0..shared.config.claimers)
+            .map(|i| tokio::spawn(producer::run(shared.clone(), i)))
+            .collect();
+        let services = vec![
+            tokio::spawn(completer::run(shared.clone())),
+            tokio::spawn(lease::run(shared.clone())),
+            tokio::spawn(lease::watchdog(shared.clone())),
+            tokio::spawn(maintenance::run(shared.clone())),
+            tokio::spawn(stats::run(shared.clone())),
+        ];
+        tracing::info!(
+            worker = %shared.worker_id,
+            queues = ?shared.config.queues,
+            concurrency = shared.config.concurrency,
+            jobs = shared.registry.len(),
+            "worker started"
+        );
+        Ok(WorkerHandle {
+            shared,
+            producers,
+            services,
+        })
+    }
+}
+
+/// The worker's own pool: same server and credentials as the application's pool, sized for the
+/// services alone, with a short lock wait on every session.
+fn service_pool(app: &MySqlPool, config: &Config) -> MySqlPool {
+    let size =
+        RESERVED_CONNECTIONS + u32::try_from(config.claimers.saturating_sub(1)).unwrap_or(16);
+    let lock_wait = config.lock_wait_timeout.as_secs().max(1);
+    MySqlPoolOptions::new()
+        .max_connections(size)
+        .min_connections(0)
+        .acquire_timeout(config.lease.max(Duration::from_secs(5)))
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            Box::pin(async move { crate::store::worker_session_setup(conn, lock_wait).await })
+        })
+        .connect_lazy_with((*app.connect_options()).clone())
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    format!("{host}:{}:{:04x}", std::process::id(), fastrand::u16(..))
+}

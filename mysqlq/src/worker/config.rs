@@ -1,0 +1,198 @@
+//! Worker settings: [`Config`] with its documented defaults, and the checks `start` runs on them.
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// Connections of the worker's own pool with the default single claim loop: claims, the
+/// completer, heartbeats, maintenance and statistics (one more per extra claim loop). The
+/// worker opens this small pool itself, from the connect options of the pool it is given, so
+/// handlers borrowing connections through [`JobContext::pool`] can never starve the claims,
+/// heartbeats and completions that keep their jobs safe.
+///
+/// [`JobContext::pool`]: crate::JobContext::pool
+pub const RESERVED_CONNECTIONS: u32 = 5;
+
+/// Worker settings. Every field has a documented default (`DEFAULT_*`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Queues to claim from. Default: the queues of the registered jobs.
+    pub queues: Vec<String>,
+    /// Jobs running at once. Default [`Config::DEFAULT_CONCURRENCY`].
+    pub concurrency: usize,
+    /// Most jobs per claim. Default [`Config::DEFAULT_BATCH_SIZE`].
+    pub batch_size: u32,
+    /// Claim loops running side by side, sharing the slots, so that one claim's round trips
+    /// and commit overlap another's. Each idle claim loop polls once per idle interval.
+    /// Default [`Config::DEFAULT_CLAIMERS`].
+    pub claimers: usize,
+    /// Lease taken on claim and renewed by heartbeats. Default [`Config::DEFAULT_LEASE`].
+    pub lease: Duration,
+    /// Interval between heartbeats. Default: a third of the lease.
+    pub heartbeat_interval: Option<Duration>,
+    /// Shortest idle wait between claims. Default [`Config::DEFAULT_POLL_FLOOR`].
+    pub poll_floor: Duration,
+    /// Longest idle wait between claims. Default [`Config::DEFAULT_POLL_CEILING`].
+    pub poll_ceiling: Duration,
+    /// How long running jobs may finish after shutdown starts. Default
+    /// [`Config::DEFAULT_SHUTDOWN_TIMEOUT`].
+    pub shutdown_timeout: Duration,
+    /// Per-attempt timeout for jobs that set none. Default [`Config::DEFAULT_JOB_TIMEOUT`].
+    pub job_timeout: Duration,
+    /// How often the leader reaps expired leases and prunes. Default
+    /// [`Config::DEFAULT_MAINTENANCE_INTERVAL`].
+    pub maintenance_interval: Duration,
+    /// Leader lease; a dead leader is replaced after at most this long. Default
+    /// [`Config::DEFAULT_LEADER_TTL`].
+    pub leader_ttl: Duration,
+    /// Age after which completed (and cancelled) rows are pruned. Default
+    /// [`Config::DEFAULT_COMPLETED_RETENTION`].
+    pub completed_retention: Duration,
+    /// Age after which failed rows are pruned. Default [`Config::DEFAULT_FAILED_RETENTION`].
+    pub failed_retention: Duration,
+    /// How often counters are flushed to the statistics tables. Default
+    /// [`Config::DEFAULT_STATS_INTERVAL`].
+    pub stats_interval: Duration,
+    /// `innodb_lock_wait_timeout` of the worker's own sessions (whole seconds, at least 1): a
+    /// completion or heartbeat blocked by an application transaction that holds a lock on a job
+    /// row gives up after this long and is retried for that job alone, so one blocked row never
+    /// stalls the others. Default [`Config::DEFAULT_LOCK_WAIT_TIMEOUT`].
+    pub lock_wait_timeout: Duration,
+}
+
+impl Config {
+    /// 16 jobs at once.
+    pub const DEFAULT_CONCURRENCY: usize = 16;
+    /// Up to 100 jobs per claim (never more than the free slots).
+    pub const DEFAULT_BATCH_SIZE: u32 = 100;
+    /// One claim loop: with slot gathering it claims full batches, which beats more loops
+    /// claiming smaller ones (measured with `mysqlq-bench`, see BENCHMARKS.md).
+    pub const DEFAULT_CLAIMERS: usize = 1;
+    /// A 60-second lease.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+    /// 5 ms after work was seen.
+    pub const DEFAULT_POLL_FLOOR: Duration = Duration::from_millis(5);
+    /// 1 s when the queue stays empty (jittered down by up to a quarter).
+    pub const DEFAULT_POLL_CEILING: Duration = Duration::from_secs(1);
+    /// 30 s of grace at shutdown.
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// 30 minutes per attempt.
+    pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    /// Maintenance every 5 s.
+    pub const DEFAULT_MAINTENANCE_INTERVAL: Duration = Duration::from_secs(5);
+    /// A 15-second leader lease.
+    pub const DEFAULT_LEADER_TTL: Duration = Duration::from_secs(15);
+    /// Completed rows kept 1 day.
+    pub const DEFAULT_COMPLETED_RETENTION: Duration = Duration::from_secs(24 * 3600);
+    /// Failed rows kept 30 days.
+    pub const DEFAULT_FAILED_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+    /// Statistics flushed every 5 s.
+    pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(5);
+    /// Worker sessions wait at most 5 s for a row lock.
+    pub const DEFAULT_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    pub(super) fn heartbeat(&self) -> Duration {
+        self.heartbeat_interval.unwrap_or(self.lease / 3)
+    }
+
+    /// How long before the end of its lease (as last confirmed by the database) a job is
+    /// stopped locally when no heartbeat could renew it: a quarter of the lease, at most 5 s.
+    /// Leases are counted from the moment the renewing statement was *sent*, and the database
+    /// counts them from when it ran that statement, so the local deadline always comes first.
+    pub fn lease_margin(&self) -> Duration {
+        (self.lease / 4).min(Duration::from_secs(5))
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            queues: Vec::new(),
+            concurrency: Self::DEFAULT_CONCURRENCY,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            claimers: Self::DEFAULT_CLAIMERS,
+            lease: Self::DEFAULT_LEASE,
+            heartbeat_interval: None,
+            poll_floor: Self::DEFAULT_POLL_FLOOR,
+            poll_ceiling: Self::DEFAULT_POLL_CEILING,
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            job_timeout: Self::DEFAULT_JOB_TIMEOUT,
+            maintenance_interval: Self::DEFAULT_MAINTENANCE_INTERVAL,
+            leader_ttl: Self::DEFAULT_LEADER_TTL,
+            completed_retention: Self::DEFAULT_COMPLETED_RETENTION,
+            failed_retention: Self::DEFAULT_FAILED_RETENTION,
+            stats_interval: Self::DEFAULT_STATS_INTERVAL,
+            lock_wait_timeout: Self::DEFAULT_LOCK_WAIT_TIMEOUT,
+        }
+    }
+}
+
+pub(super) fn validate(c: &Config) -> Result<(), Error> {
+    let bad = |msg: String| Err(Error::Config(msg));
+    if c.queues.is_empty() {
+        return bad("no queue to work: register jobs with #[job] (and link them into this binary) or name queues".into());
+    }
+    for q in &c.queues {
+        crate::validate_queue_name(q)?;
+    }
+    if c.concurrency == 0 || c.concurrency > 10_000 {
+        return bad(format!(
+            "concurrency {} must be between 1 and 10000",
+            c.concurrency
+        ));
+    }
+    if c.claimers == 0 || c.claimers > 16 {
+        return bad(format!("claimers {} must be between 1 and 16", c.claimers));
+    }
+    if c.batch_size == 0 || c.batch_size > 5_000 {
+        return bad(format!(
+            "batch size {} must be between 1 and 5000",
+            c.batch_size
+        ));
+    }
+    if c.lease < Duration::from_millis(500) || c.lease > Duration::from_secs(24 * 3600) {
+        return bad(format!("lease {:?} must be between 500ms and 24h", c.lease));
+    }
+    if c.leader_ttl > Duration::from_secs(24 * 3600) {
+        return bad(format!(
+            "leader lease {:?} must be at most 24h",
+            c.leader_ttl
+        ));
+    }
+    let century = Duration::from_secs(100 * 365 * 24 * 3600);
+    if c.completed_retention > century || c.failed_retention > century {
+        return bad(format!(
+            "retention (completed {:?}, failed {:?}) must be at most 100 years",
+            c.completed_retention, c.failed_retention
+        ));
+    }
+    if c.heartbeat() >= c.lease - c.lease_margin() {
+        return bad(format!(
+            "heartbeat interval {:?} must be shorter than the lease {:?} less its safety margin {:?}",
+            c.heartbeat(),
+            c.lease,
+            c.lease_margin()
+        ));
+    }
+    if c.poll_floor.is_zero() || c.poll_floor > c.poll_ceiling {
+        return bad(format!(
+            "poll floor {:?} must be above zero and at most the ceiling {:?}",
+            c.poll_floor, c.poll_ceiling
+        ));
+    }
+    if c.leader_ttl <= c.maintenance_interval {
+        return bad(format!(
+            "leader lease {:?} must be longer than the maintenance interval {:?}",
+            c.leader_ttl, c.maintenance_interval
+        ));
+    }
+    if c.lock_wait_timeout < Duration::from_secs(1)
+        || c.lock_wait_timeout > Duration::from_secs(3600)
+    {
+        return bad(format!(
+            "lock wait timeout {:?} must be between 1s and 1h (whole seconds)",
+            c.lock_wait_timeout
+        ));
+    }
+    Ok(())
+}

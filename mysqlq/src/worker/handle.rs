@@ -1,0 +1,160 @@
+//! A running worker: [`WorkerHandle`] (id, metrics, events) and its two-phase shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use super::{Phase, Shared, WorkerEvent, release, stats};
+use crate::Error;
+use crate::metrics::Metrics;
+
+/// What a graceful shutdown did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Jobs that finished within the grace period.
+    pub finished: usize,
+    /// Jobs handed back to `pending` without consuming their attempt: claimed but not started
+    /// when shutdown began, or cancelled at the deadline.
+    pub released: usize,
+}
+
+/// A running worker.
+#[derive(Debug)]
+#[must_use = "dropping the handle leaves the worker running until the runtime stops; call shutdown"]
+pub struct WorkerHandle {
+    pub(super) shared: Arc<Shared>,
+    pub(super) producers: Vec<JoinHandle<()>>,
+    pub(super) services: Vec<JoinHandle<()>>,
+}
+
+impl WorkerHandle {
+    /// The worker's id (`locked_by`).
+    pub fn id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
+    /// The worker's metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// What the worker does, as it happens (River's test signals): claims, starts, outcomes,
+    /// lost leases, releases, reaping, leadership. Made for tests that wait for an event
+    /// instead of sleeping; a receiver that falls more than a few thousand events behind
+    /// misses the oldest ones (`RecvError::Lagged`).
+    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Waits for SIGINT or SIGTERM, then shuts down gracefully; a second SIGINT or SIGTERM
+    /// during the grace period stops at once (running jobs are cancelled and released).
+    pub async fn run_until_signal(self) -> Result<ShutdownReport, Error> {
+        wait_for_signal().await;
+        let running = self.shared.in_flight().len();
+        tracing::warn!(
+            worker = %self.shared.worker_id,
+            running,
+            grace = %crate::backoff::format_duration(self.shared.config.shutdown_timeout),
+            "signal received: no more claims; waiting for running jobs up to the grace period \
+             (send SIGINT or SIGTERM again to stop now and release them)"
+        );
+        self.shutdown_with(async {
+            wait_for_signal().await;
+            tracing::warn!("second signal: stopping now, releasing running jobs");
+        })
+        .await
+    }
+
+    /// Graceful shutdown: stop claiming → release jobs claimed but not started at once → let
+    /// running jobs finish for the shutdown timeout → cancel the rest and release them to
+    /// `pending` without consuming their attempt. Every job this worker held is completed,
+    /// rescheduled or released when this returns (or, if the database cannot be reached, left
+    /// to its lease).
+    pub async fn shutdown(self) -> Result<ShutdownReport, Error> {
+        self.shutdown_with(std::future::pending()).await
+    }
+
+    /// [`shutdown`](Self::shutdown) that ends the grace period as soon as `force` completes
+    /// (a second signal, an orchestrator's deadline).
+    pub async fn shutdown_with(
+        self,
+        force: impl Future<Output = ()> + Send,
+    ) -> Result<ShutdownReport, Error> {
+        let s = &self.shared;
+        s.stopping.store(true, Ordering::SeqCst);
+        s.stop_fetching.cancel();
+        let running_at_start = s.in_flight().len();
+        let deadline = tokio::time::Instant::now() + s.config.shutdown_timeout;
+        let mut released = 0;
+        let mut producers = self.producers;
+        let mut force = std::pin::pin!(force);
+        // Phase 1: release what has not started; wait for running jobs (their outcomes are
+        // written by their own tasks) and for a claim in flight to come back.
+        loop {
+            producers.retain(|p| !p.is_finished());
+            released += release::release_where(s, |f| f.phase == Phase::Claimed).await;
+            if (s.in_flight().is_empty() && producers.is_empty())
+                || tokio::time::Instant::now() >= deadline
+            {
+                break;
+            }
+            tokio::select! {
+                () = s.slot_freed.notified() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                () = &mut force => break,
+            }
+        }
+        // Phase 2: cancel what is left and hand it back.
+        for p in &producers {
+            p.abort();
+        }
+        released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
+        // Outcomes already being written get a moment to land.
+        let settle = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !s.in_flight().is_empty() && tokio::time::Instant::now() < settle {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        s.stop_services.cancel();
+        for t in producers.into_iter().chain(self.services) {
+            let _ = t.await;
+        }
+        stats::unregister_worker(s).await;
+        let report = ShutdownReport {
+            finished: running_at_start.saturating_sub(released),
+            released,
+        };
+        tracing::info!(worker = %s.worker_id, finished = report.finished, released = report.released, "worker stopped");
+        s.db.close().await;
+        Ok(report)
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,117 @@
+//! Writes that must land: a statement retried through deadlocks, lock wait timeouts and lost
+//! connections for as long as the worker runs, and the one-line error text the services log.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::Error;
+use crate::store;
+use crate::worker::{Shared, unit_random};
+
+/// Why [`write_retrying`] gave up.
+#[derive(Debug)]
+pub(crate) enum WriteFailed {
+    /// The worker is stopping and the write still fails.
+    Stopping(Error),
+    /// The server refused the write for a reason retrying will not fix.
+    Refused(Error),
+    /// A lock wait or deadlock, with `fail_fast_on_lock`.
+    Locked(Error),
+}
+
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stopping(e) => write!(f, "abandoned at shutdown: {}", error_chain(e)),
+            Self::Refused(e) => write!(f, "refused: {}", error_chain(e)),
+            Self::Locked(e) => write!(f, "lock conflict: {}", error_chain(e)),
+        }
+    }
+}
+
+/// Tries of a write the server refuses with a non-transient error before giving up.
+const REFUSED_TRIES: u32 = 3;
+
+/// Runs a write until it succeeds. Connection errors, and deadlocks or lock wait timeouts
+/// unless `fail_fast_on_lock`, are retried with jittered backoff for as long as the worker runs;
+/// other errors a few times. Each error is logged once, on one line.
+pub(crate) async fn write_retrying<T, F, Fut>(
+    s: &Shared,
+    what: &str,
+    fail_fast_on_lock: bool,
+    mut f: F,
+) -> Result<T, WriteFailed>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let m = &s.metrics;
+    let mut pause = Duration::from_millis(5);
+    let mut refused = 0;
+    loop {
+        let e = match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        match store::db_error_number(&e) {
+            Some(1213) => m.add(&m.counters.deadlocks, 1),
+            Some(1205) => m.add(&m.counters.lock_waits, 1),
+            _ => m.add(&m.counters.db_errors, 1),
+        }
+        if fail_fast_on_lock && store::is_lock_error(&e) {
+            return Err(WriteFailed::Locked(e));
+        }
+        if !store::is_transient(&e) {
+            refused += 1;
+            if refused >= REFUSED_TRIES {
+                return Err(WriteFailed::Refused(e));
+            }
+        }
+        tracing::warn!(error = %error_chain(&e), "{what} failed; retrying");
+        if s.stop_services.is_cancelled() {
+            return Err(WriteFailed::Stopping(e));
+        }
+        let wait = pause.mul_f64(0.5 + unit_random());
+        if !crate::worker::sleep_or_cancel(wait, &s.stop_services).await {
+            // One last try after the stop signal.
+            return f().await.map_err(WriteFailed::Stopping);
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+pub(crate) use crate::error_chain::error_chain;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(Inner);
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error returned from database: {}", self.0)
+        }
+    }
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("1213 (40001): Deadlock found")
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    #[test]
+    fn an_error_chain_says_each_text_once() {
+        assert_eq!(
+            error_chain(&Outer(Inner)),
+            "error returned from database: 1213 (40001): Deadlock found"
+        );
+    }
+}
