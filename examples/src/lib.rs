@@ -4,6 +4,9 @@
 //! scenario lives in a module of this library, so that an integration test can run the very same
 //! code and assert on its outcome.
 //!
+//! `examples/basic.rs` (`cargo run --example basic`) is the smallest whole program and uses only
+//! [`server`]'s database helpers; read it first.
+//!
 //! - [`runner`]: the `main` of every example (flags, logging, the round under Ctrl-C, `--once` or
 //!   keep running, graceful shutdown, the summary and the exit code).
 //! - [`server`]: finds a MySQL/MariaDB server (`DATABASE_URL`, else `127.0.0.1:3306`, else a

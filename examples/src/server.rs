@@ -169,6 +169,25 @@ pub async fn fresh_database(
     name: &str,
     max_connections: u32,
 ) -> Result<MySqlPool, String> {
+    let pool = recreate_database(url, name, max_connections).await?;
+    mysqlq::migrate(&pool)
+        .await
+        .map_err(|e| format!("mysqlq::migrate on `{name}` failed: {}", error_chain(&e)))?;
+    Ok(pool)
+}
+
+/// Creates the empty database `name` (dropping one of that name first) on the server of `url`
+/// and returns a pool of up to 10 connections on it; applying migrations is left to the caller.
+/// `name` must be `[a-z0-9_]+`.
+pub async fn create_database(url: &str, name: &str) -> Result<MySqlPool, String> {
+    recreate_database(url, name, 10).await
+}
+
+async fn recreate_database(
+    url: &str,
+    name: &str,
+    max_connections: u32,
+) -> Result<MySqlPool, String> {
     if name.is_empty()
         || !name
             .bytes()
@@ -199,9 +218,6 @@ pub async fn fresh_database(
         .connect_with(server.database(name))
         .await
         .map_err(|e| format!("cannot connect to database `{name}`: {e}"))?;
-    mysqlq::migrate(&pool)
-        .await
-        .map_err(|e| format!("mysqlq::migrate on `{name}` failed: {}", error_chain(&e)))?;
     Ok(pool)
 }
 
