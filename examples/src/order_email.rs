@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use mysqlq::{Classify, ErrorClass, JobContext};
 use sqlx::MySqlPool;
 
-use crate::fake_http::{self};
+use crate::fake_http;
 use crate::server::error_chain;
 
 mod checks;
