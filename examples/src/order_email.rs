@@ -5,7 +5,7 @@
 //! - Each order is placed in **one transaction** that inserts the `orders` row and enqueues its
 //!   [`SendOrderEmail`] job with `.enqueue(&mut tx)`. Some orders roll back on purpose: their job
 //!   row vanishes with them, so they never produce mail.
-//! - The job calls a mail API ([`FakeMailServer`], a minimal local HTTP endpoint) with
+//! - The job calls a mail API ([`FakeMailServer`], a local axum endpoint) with
 //!   [`JobContext::idempotency_key`]. The endpoint answers `503` to every few requests (a
 //!   transient outage → the job is retried with backoff), sometimes delivers the mail but
 //!   "loses" the answer (the retry repeats the same key → acknowledged, not delivered twice), and
@@ -111,7 +111,7 @@ pub async fn send_order_email(ctx: JobContext, order_id: u64) -> Result<(), Emai
     })
     .to_string();
     let key = ctx.idempotency_key();
-    let result = match post_send(endpoint.addr, &key, &body).await {
+    let result = match post_send(endpoint.addr, &key, body).await {
         Ok((status, _)) if (200..300).contains(&status) => Ok(()),
         Ok((status, body)) if status >= 500 || status == 429 => {
             Err(EmailError::Unavailable { status, body })
@@ -143,14 +143,13 @@ pub async fn send_order_email(ctx: JobContext, order_id: u64) -> Result<(), Emai
 }
 
 /// POSTs `body` to `http://addr/send` with an `Idempotency-Key` header; returns the status and
-/// body of the answer. Hand-written HTTP/1.1, one request per connection.
-async fn post_send(addr: SocketAddr, key: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let request = format!(
-        "POST /send HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    fake_http::exchange(addr, &request, "mail server").await
+/// body of the answer.
+async fn post_send(addr: SocketAddr, key: &str, body: String) -> std::io::Result<(u16, String)> {
+    let headers = [
+        ("content-type", "application/json"),
+        ("idempotency-key", key),
+    ];
+    fake_http::exchange(addr, "POST", "/send", &headers, body, "mail server").await
 }
 
 /// An order placed in its own transaction.

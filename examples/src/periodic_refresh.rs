@@ -216,9 +216,8 @@ pub async fn refresh_place(ctx: JobContext, place_id: u64) -> Result<(), Refresh
 
 /// `GET /places/<id>` on the API; returns the status and body.
 async fn get_place(addr: SocketAddr, place_id: u64) -> std::io::Result<(u16, String)> {
-    let request =
-        format!("GET /places/{place_id} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    fake_http::exchange(addr, &request, "place API").await
+    let path = format!("/places/{place_id}");
+    fake_http::exchange(addr, "GET", &path, &[], String::new(), "place API").await
 }
 
 /// A consumer or producer worker. Every worker carries the producer's schedule: the periodic
