@@ -3,11 +3,13 @@
 //! test. Every command, and every kind of bad input: each must be one `error: …; …` line on
 //! stderr with a non-zero exit, never a panic.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use mysqlq::store::admin;
+use mysqlq_tests::host::free_port;
+use mysqlq_tests::http::{http, request};
 use mysqlq_tests::{PrivateServer, TestDb};
 use serde_json::Value;
 use sqlx::Row;
@@ -898,23 +900,6 @@ async fn doctor_fails_on_statement_based_binlog() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s =
-        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 #[tokio::test]
 async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
     let db = TestDb::new().await;
@@ -963,10 +948,12 @@ async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
         assert!(Instant::now() < deadline, "20 jobs not completed in 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let metrics = http_get(port, "/metrics");
-    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
-    assert!(metrics.contains("mysqlq_"), "{metrics}");
-    assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let metrics = http(request(addr, "GET", "/metrics", &[], None)).await;
+    assert_eq!(metrics.status, 200, "{metrics:?}");
+    assert!(metrics.body.contains("mysqlq_"), "{metrics:?}");
+    let other = http(request(addr, "GET", "/other", &[], None)).await;
+    assert_eq!(other.status, 404, "{other:?}");
     assert!(mysqlq_tests::signal(child.id(), "TERM"));
     let status = child.wait().unwrap();
     let mut err = String::new();

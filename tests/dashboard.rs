@@ -1,6 +1,8 @@
 //! The web dashboard (`mysqlq_cli::dashboard::router`, `mysqlq-cli dashboard`) against the real
-//! server: every page and action over HTTP (CSRF, token, read-only, escaping), the plans of its
-//! queries, and end to end in headless Chromium driven through WebDriver (chromedriver).
+//! server: every page and action (CSRF, token, read-only, escaping) called in-process with
+//! `tower::ServiceExt::oneshot`, the plans of its queries, the CLI's server over a socket
+//! (hyper's client), and end to end in headless Chromium driven through WebDriver (fantoccini
+//! and chromedriver).
 //!
 //! Chromium is required, never skipped: `apt-get install -y chromium chromium-driver`.
 //! Screenshots land in `tests/artifacts/`. The 1,000,000-row timing is an ignored test:
@@ -11,152 +13,19 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
+use axum::Router;
+use fantoccini::Locator;
+use hyper_util::client::legacy::connect::HttpConnector;
 use mysqlq::store::{admin, dashboard};
 
 use mysqlq_cli::dashboard::{DashboardOptions, router};
 use mysqlq_tests::TestDb;
+use mysqlq_tests::host::{free_port, which};
+use mysqlq_tests::http::{Resp, http, request, send};
 use mysqlq_tests::jobs::Noop;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
-
-// ---------------------------------------------------------------------------------------------
-// a tiny HTTP/1.1 client (Connection: close), enough for the dashboard and chromedriver
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn set_cookies(&self) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    /// `name=value` of a Set-Cookie.
-    fn cookie(&self, name: &str) -> Option<String> {
-        self.set_cookies()
-            .into_iter()
-            .filter_map(|c| c.split(';').next())
-            .find(|kv| kv.starts_with(&format!("{name}=")))
-            .map(str::to_owned)
-    }
-}
-
-async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<(&str, &str)>,
-) -> Resp {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        req.push_str(&format!("Host: {addr}\r\n"));
-    }
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    match body {
-        Some((ctype, b)) => {
-            req.push_str(&format!(
-                "Content-Type: {ctype}\r\nContent-Length: {}\r\n\r\n{b}",
-                b.len()
-            ));
-        }
-        None => req.push_str("\r\n"),
-    }
-    s.write_all(req.as_bytes()).await.expect("send");
-    // Read the head, then the body by Content-Length (chromedriver keeps connections open
-    // whatever `Connection: close` says), by chunks, or to the end.
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 8192];
-    let split = loop {
-        if let Some(p) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p;
-        }
-        let n = s.read(&mut buf).await.expect("read");
-        assert!(n > 0, "connection closed before the response head");
-        raw.extend_from_slice(&buf[..n]);
-    };
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut body = raw[split + 4..].to_vec();
-    let length = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case("content-length")
-            .then(|| v.trim().parse::<usize>().ok())
-            .flatten()
-    });
-    let is_chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    loop {
-        let done = match length {
-            Some(n) => body.len() >= n,
-            None if is_chunked => body.ends_with(b"0\r\n\r\n"),
-            None => false,
-        };
-        if done || method == "HEAD" {
-            break;
-        }
-        let n = s.read(&mut buf).await.expect("read");
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&buf[..n]);
-    }
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .expect("status line");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    });
-    if chunked {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        loop {
-            let eol = rest.windows(2).position(|w| w == b"\r\n").expect("chunk");
-            let size_text = String::from_utf8_lossy(&rest[..eol]);
-            let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
-                .expect("chunk size");
-            rest = &rest[eol + 2..];
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[size + 2..];
-        }
-        body = out;
-    }
-    Resp {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpListener;
 
 /// The CSRF field's value in a page.
 fn form_token(body: &str) -> Option<String> {
@@ -164,8 +33,9 @@ fn form_token(body: &str) -> Option<String> {
     Some(rest.split('"').next()?.to_owned())
 }
 
-/// The dashboard router served in-process on a free loopback port.
+/// The dashboard router, called in-process, and served on a free loopback port for the browser.
 struct Dash {
+    app: Router,
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
@@ -175,14 +45,27 @@ impl Dash {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = router(db.pool.clone(), options);
+        let served = app.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            axum::serve(listener, served).await.unwrap();
         });
-        Self { addr, task }
+        Self { app, addr, task }
+    }
+
+    /// A request to the router, in-process.
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<(&str, &str)>,
+    ) -> Resp {
+        let req = request(self.addr, method, path, headers, body);
+        send(&self.app, req).await
     }
 
     async fn get(&self, path: &str) -> Resp {
-        http(self.addr, "GET", path, &[], None).await
+        self.send("GET", path, &[], None).await
     }
 
     /// GETs `path` and returns the page with the session cookie (`name=value`) and the CSRF
@@ -203,8 +86,7 @@ impl Dash {
         if let Some(c) = cookie {
             headers.push(("Cookie", c));
         }
-        http(
-            self.addr,
+        self.send(
             "POST",
             path,
             &headers,
@@ -571,24 +453,19 @@ async fn the_token_guards_every_route() {
         let r = d.get(path).await;
         assert_eq!(r.status, 401, "{path}");
         assert!(!r.body.contains("s3cret"));
-        let r = http(
-            d.addr,
+        let r = d
+            .send("GET", path, &[("Authorization", "Bearer wrong")], None)
+            .await;
+        assert_eq!(r.status, 401, "{path} with a wrong token");
+    }
+    let r = d
+        .send(
             "GET",
-            path,
-            &[("Authorization", "Bearer wrong")],
+            "/queues",
+            &[("Authorization", "Bearer s3cret-token")],
             None,
         )
         .await;
-        assert_eq!(r.status, 401, "{path} with a wrong token");
-    }
-    let r = http(
-        d.addr,
-        "GET",
-        "/queues",
-        &[("Authorization", "Bearer s3cret-token")],
-        None,
-    )
-    .await;
     assert_eq!(r.status, 200);
     assert_eq!(d.get("/jobs?token=nope").await.status, 401);
     // ?token= once: a cookie, and a redirect that drops the token from the address.
@@ -601,14 +478,9 @@ async fn the_token_guards_every_route() {
             .iter()
             .any(|c| c.starts_with("mysqlq_token=") && c.contains("HttpOnly"))
     );
-    let r = http(
-        d.addr,
-        "GET",
-        "/jobs?state=pending",
-        &[("Cookie", &tok)],
-        None,
-    )
-    .await;
+    let r = d
+        .send("GET", "/jobs?state=pending", &[("Cookie", &tok)], None)
+        .await;
     assert_eq!(r.status, 200);
     // POSTs need the token too, before CSRF is even looked at.
     let r = d.post("/queues/pause", None, "queue=test").await;
@@ -627,7 +499,7 @@ async fn other_host_names_are_refused_against_dns_rebinding() {
         format!("127.0.0.1.attacker.example:{port}"),
         "attacker.example".to_owned(),
     ] {
-        let r = http(d.addr, "GET", &job, &[("Host", &host)], None).await;
+        let r = d.send("GET", &job, &[("Host", &host)], None).await;
         assert_eq!(r.status, 403, "{host}");
         assert!(!r.body.contains("payload"), "{}", r.body);
         assert!(r.body.contains("--allowed-host"), "{}", r.body);
@@ -639,7 +511,7 @@ async fn other_host_names_are_refused_against_dns_rebinding() {
         format!("LocalHost:{port}"),
         format!("[::1]:{port}"),
     ] {
-        let r = http(d.addr, "GET", &job, &[("Host", &host)], None).await;
+        let r = d.send("GET", &job, &[("Host", &host)], None).await;
         assert_eq!(r.status, 200, "{host}");
     }
     // Names the operator allowed are served.
@@ -648,16 +520,13 @@ async fn other_host_names_are_refused_against_dns_rebinding() {
         DashboardOptions::new().allowed_host("Admin.Example.com"),
     )
     .await;
-    let r = http(
-        d.addr,
-        "GET",
-        &job,
-        &[("Host", "admin.example.com:443")],
-        None,
-    )
-    .await;
+    let r = d
+        .send("GET", &job, &[("Host", "admin.example.com:443")], None)
+        .await;
     assert_eq!(r.status, 200);
-    let r = http(d.addr, "GET", &job, &[("Host", "other.example.com")], None).await;
+    let r = d
+        .send("GET", &job, &[("Host", "other.example.com")], None)
+        .await;
     assert_eq!(r.status, 403);
 }
 
@@ -678,32 +547,32 @@ async fn posts_from_other_origins_are_refused() {
     ] {
         let mut h = headers.clone();
         h.push(("Cookie", &cookie));
-        let r = http(
-            d.addr,
-            "POST",
-            "/failed/retry",
-            &h,
-            Some(("application/x-www-form-urlencoded", &form)),
-        )
-        .await;
+        let r = d
+            .send(
+                "POST",
+                "/failed/retry",
+                &h,
+                Some(("application/x-www-form-urlencoded", &form)),
+            )
+            .await;
         assert_eq!(r.status, 403, "{headers:?}: {}", r.body);
         assert!(r.body.contains("Origin"), "{}", r.body);
     }
     assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
     // The dashboard's own page posting to itself, as Chromium does it: `Sec-Fetch-Site`
     // decides, whatever `Origin` says (`null` under some referrer policies).
-    let r = http(
-        d.addr,
-        "POST",
-        "/failed/retry",
-        &[
-            ("Origin", "null"),
-            ("Sec-Fetch-Site", "same-origin"),
-            ("Cookie", &cookie),
-        ],
-        Some(("application/x-www-form-urlencoded", &form)),
-    )
-    .await;
+    let r = d
+        .send(
+            "POST",
+            "/failed/retry",
+            &[
+                ("Origin", "null"),
+                ("Sec-Fetch-Site", "same-origin"),
+                ("Cookie", &cookie),
+            ],
+            Some(("application/x-www-form-urlencoded", &form)),
+        )
+        .await;
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
 
@@ -711,21 +580,24 @@ async fn posts_from_other_origins_are_refused() {
     // `Sec-Fetch-Site` sends is the public name: accepted once that name is configured.
     let b = insert_failed(&db, "test", "{}", "e").await;
     let proxied = |d: &Dash, cookie: String, token: String| {
-        let addr = d.addr;
+        let (app, addr) = (d.app.clone(), d.addr);
         async move {
-            http(
-                addr,
-                "POST",
-                "/failed/retry",
-                &[
-                    ("Origin", "https://admin.example.com"),
-                    ("X-Forwarded-Host", "admin.example.com"),
-                    ("Cookie", &cookie),
-                ],
-                Some((
-                    "application/x-www-form-urlencoded",
-                    &format!("only={b}&mysqlq_csrf={token}"),
-                )),
+            send(
+                &app,
+                request(
+                    addr,
+                    "POST",
+                    "/failed/retry",
+                    &[
+                        ("Origin", "https://admin.example.com"),
+                        ("X-Forwarded-Host", "admin.example.com"),
+                        ("Cookie", &cookie),
+                    ],
+                    Some((
+                        "application/x-www-form-urlencoded",
+                        &format!("only={b}&mysqlq_csrf={token}"),
+                    )),
+                ),
             )
             .await
         }
@@ -754,7 +626,9 @@ async fn csrf_tokens_are_per_session_and_only_for_authenticated_callers() {
     assert_ne!(token1, token2);
     assert!(!token1.is_empty() && !cookie1.contains(&token1));
     // A session keeps its cookie and token.
-    let r = http(d.addr, "GET", "/failed", &[("Cookie", &cookie1)], None).await;
+    let r = d
+        .send("GET", "/failed", &[("Cookie", &cookie1)], None)
+        .await;
     assert!(r.set_cookies().is_empty(), "{:?}", r.set_cookies());
     assert_eq!(form_token(&r.body).as_deref(), Some(token1.as_str()));
     // One session's token does not work with another session's cookie.
@@ -775,36 +649,36 @@ async fn csrf_tokens_are_per_session_and_only_for_authenticated_callers() {
     assert!(r.set_cookies().is_empty(), "{:?}", r.set_cookies());
     assert!(!r.body.contains("mysqlq_csrf"));
     let bearer = [("Authorization", "Bearer s3cret-token")];
-    let r = http(d.addr, "GET", "/failed", &bearer, None).await;
+    let r = d.send("GET", "/failed", &bearer, None).await;
     assert_eq!(r.status, 200);
     let token = form_token(&r.body).expect("a CSRF field");
     assert_ne!(
         token, token1,
         "bound to the access token, not one per process"
     );
-    let r = http(
-        d.addr,
-        "POST",
-        "/failed/retry",
-        &bearer,
-        Some((
-            "application/x-www-form-urlencoded",
-            &format!("only={a}&mysqlq_csrf={token}"),
-        )),
-    )
-    .await;
+    let r = d
+        .send(
+            "POST",
+            "/failed/retry",
+            &bearer,
+            Some((
+                "application/x-www-form-urlencoded",
+                &format!("only={a}&mysqlq_csrf={token}"),
+            )),
+        )
+        .await;
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
 
     // Behind a TLS-terminating proxy the cookies are Secure.
-    let r = http(
-        d.addr,
-        "GET",
-        "/failed?token=s3cret-token",
-        &[("X-Forwarded-Proto", "https")],
-        None,
-    )
-    .await;
+    let r = d
+        .send(
+            "GET",
+            "/failed?token=s3cret-token",
+            &[("X-Forwarded-Proto", "https")],
+            None,
+        )
+        .await;
     assert_eq!(r.status, 303);
     assert!(
         r.set_cookies().iter().all(|c| c.contains("; Secure")),
@@ -812,7 +686,9 @@ async fn csrf_tokens_are_per_session_and_only_for_authenticated_callers() {
         r.set_cookies()
     );
     let d = Dash::start(&db, DashboardOptions::new()).await;
-    let r = http(d.addr, "GET", "/", &[("X-Forwarded-Proto", "https")], None).await;
+    let r = d
+        .send("GET", "/", &[("X-Forwarded-Proto", "https")], None)
+        .await;
     assert!(
         r.set_cookies()[0].contains("; Secure"),
         "{:?}",
@@ -907,7 +783,7 @@ async fn the_cli_serves_the_dashboard() {
         .unwrap_or_else(|| panic!("{line}"));
     let addr: SocketAddr = url.trim_end_matches('/').parse().unwrap();
     assert!(addr.ip().is_loopback());
-    let r = http(addr, "GET", "/failed", &[], None).await;
+    let r = http(request(addr, "GET", "/failed", &[], None)).await;
     assert_eq!(r.status, 200);
     assert!(r.body.contains("1 failed"));
     assert!(r.body.contains("read-only"));
@@ -930,19 +806,6 @@ const INSTALL: &str = "headless Chromium and chromedriver are required for the d
     browser tests (they are never skipped): install them with \
     `apt-get update && apt-get install -y chromium chromium-driver`";
 
-fn which(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path).chain([PathBuf::from("/usr/bin")]) {
-        for n in names {
-            let p = dir.join(n);
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    None
-}
-
 fn artifacts() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("artifacts");
     std::fs::create_dir_all(&dir).expect("create tests/artifacts");
@@ -950,8 +813,7 @@ fn artifacts() -> PathBuf {
 }
 
 struct Browser {
-    driver: SocketAddr,
-    session: String,
+    client: fantoccini::Client,
     _process: tokio::process::Child,
     _profile: PathBuf,
 }
@@ -962,10 +824,7 @@ impl Browser {
             .unwrap_or_else(|| panic!("chromium not found; {INSTALL}"));
         let chromedriver =
             which(&["chromedriver"]).unwrap_or_else(|| panic!("chromedriver not found; {INSTALL}"));
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let port = free_port();
         let process = tokio::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -973,28 +832,12 @@ impl Browser {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", chromedriver.display()));
-        let driver: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(s) = TcpStream::connect(driver).await {
-                drop(s);
-                let r = http(driver, "GET", "/status", &[], None).await;
-                if r.status == 200 && r.body.contains("\"ready\":true") {
-                    break;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not start; {INSTALL}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         let profile = std::env::temp_dir().join(format!(
             "mysqlq-dash-chromium-{}-{:08x}",
             std::process::id(),
             fastrand::u32(..)
         ));
-        let caps = json!({"capabilities": {"alwaysMatch": {
+        let caps = json!({
             "browserName": "chrome",
             // Element look-ups wait for a page that is still loading after a click.
             "timeouts": {"implicit": 5000},
@@ -1005,67 +848,59 @@ impl Browser {
                          "--disable-sync", "--no-first-run", "--window-size=1280,900",
                          format!("--user-data-dir={}", profile.display())]
             }
-        }}});
-        let r = wd(driver, "POST", "/session", Some(&caps)).await;
-        let session = r["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no WebDriver session ({r}); {INSTALL}"))
-            .to_owned();
+        });
+        let Value::Object(caps) = caps else {
+            unreachable!()
+        };
+        let mut builder = fantoccini::ClientBuilder::new(HttpConnector::new());
+        builder.capabilities(caps);
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = loop {
+            match builder.connect(&url).await {
+                Ok(c) => break c,
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "chromedriver did not start ({e}); {INSTALL}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         Self {
-            driver,
-            session,
+            client,
             _process: process,
             _profile: profile,
         }
     }
 
-    async fn cmd(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
-        let v = wd(
-            self.driver,
-            method,
-            &format!("/session/{}{path}", self.session),
-            body,
-        )
-        .await;
-        assert!(
-            v.get("error").is_none(),
-            "WebDriver {method} {path} failed: {v}"
-        );
-        v
-    }
-
     async fn goto(&self, url: &str) {
-        self.cmd("POST", "/url", Some(&json!({ "url": url }))).await;
+        self.client
+            .goto(url)
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver goto {url} failed: {e}"));
     }
 
-    async fn find(&self, css: &str) -> String {
-        let v = self
-            .cmd(
-                "POST",
-                "/element",
-                Some(&json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        v.as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("no element {css}: {v}"))
-            .to_owned()
+    async fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element {css}: {e}"))
     }
 
     async fn click(&self, css: &str) {
-        let el = self.find(css).await;
-        self.cmd("POST", &format!("/element/{el}/click"), Some(&json!({})))
-            .await;
+        self.find(css)
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver click on {css} failed: {e}"));
     }
 
     async fn text(&self, css: &str) -> String {
-        let el = self.find(css).await;
-        self.cmd("GET", &format!("/element/{el}/text"), None)
+        self.find(css)
             .await
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver text of {css} failed: {e}"))
     }
 
     /// Waits (up to 10 s) until the text of `css` contains `needle`: after a click the old page
@@ -1074,32 +909,12 @@ impl Browser {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut last = String::new();
         while std::time::Instant::now() < deadline {
-            let found = wd(
-                self.driver,
-                "POST",
-                &format!("/session/{}/element", self.session),
-                Some(&json!({"using": "css selector", "value": css})),
-            )
-            .await;
-            let el = found
-                .as_object()
-                .filter(|o| !o.contains_key("error"))
-                .and_then(|o| o.values().next())
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            if let Some(el) = el {
-                let t = wd(
-                    self.driver,
-                    "GET",
-                    &format!("/session/{}/element/{el}/text", self.session),
-                    None,
-                )
-                .await;
-                if let Some(text) = t.as_str() {
-                    last = text.to_owned();
-                    if last.contains(needle) {
-                        return last;
-                    }
+            if let Ok(el) = self.client.find(Locator::Css(css)).await
+                && let Ok(text) = el.text().await
+            {
+                last = text;
+                if last.contains(needle) {
+                    return last;
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1108,12 +923,10 @@ impl Browser {
     }
 
     async fn script(&self, js: &str) -> Value {
-        self.cmd(
-            "POST",
-            "/execute/sync",
-            Some(&json!({"script": js, "args": []})),
-        )
-        .await
+        self.client
+            .execute(js, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver script failed: {e}"))
     }
 
     /// Waits until the text of `css` is `want` (the page's script refreshes it).
@@ -1133,39 +946,19 @@ impl Browser {
     }
 
     async fn screenshot(&self, name: &str) {
-        let v = self.cmd("GET", "/screenshot", None).await;
-        let png = base64::engine::general_purpose::STANDARD
-            .decode(v.as_str().expect("base64 PNG"))
-            .expect("decode the screenshot");
+        let png = self
+            .client
+            .screenshot()
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver screenshot failed: {e}"));
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
         std::fs::write(artifacts().join(name), png).expect("write the screenshot");
     }
 
     async fn quit(self) {
-        let _ = wd(
-            self.driver,
-            "DELETE",
-            &format!("/session/{}", self.session),
-            None,
-        )
-        .await;
+        let _ = self.client.close().await;
         let _ = std::fs::remove_dir_all(&self._profile);
     }
-}
-
-async fn wd(driver: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let text = body.map(Value::to_string);
-    let r = http(
-        driver,
-        method,
-        path,
-        &[],
-        text.as_deref().map(|t| ("application/json", t)),
-    )
-    .await;
-    let v: Value = serde_json::from_str(&r.body)
-        .unwrap_or_else(|e| panic!("WebDriver {method} {path}: {e}: {}", r.body));
-    v["value"].clone()
 }
 
 /// Sum of the worker's claim polls so far (flushed to `mysqlq_stats_minute` every 200 ms).

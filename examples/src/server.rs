@@ -266,17 +266,7 @@ async fn connect_with_retry(
     }
 }
 
-/// An error and its causes, joined by `: `.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+pub use mysqlq::error_chain;
 
 #[cfg(test)]
 mod tests {

@@ -61,13 +61,8 @@ pub(crate) enum Command {
     /// Enqueue one job by kind name and JSON payload; prints its id.
     Enqueue(EnqueueArgs),
     /// Serve the web dashboard: queues, jobs, failed jobs (retry/discard), pause/resume.
+    #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
-    /// Benchmark the framework against a raw-SQL baseline (enqueue, drain, pickup latency) in a
-    /// scratch database on the same server, dropped afterwards.
-    Bench(BenchArgs),
-    /// (internal) The other process of `bench`'s cross-process pickup measurement.
-    #[command(name = "bench-enqueue", hide = true)]
-    BenchEnqueue(BenchEnqueueArgs),
 }
 
 /// `work`.
@@ -239,57 +234,8 @@ pub(crate) struct EnqueueArgs {
     pub(crate) dedupe_key: Option<String>,
 }
 
-/// `bench`.
-#[derive(Debug, Args)]
-pub(crate) struct BenchArgs {
-    /// Jobs per drain and bulk-enqueue run (single-row enqueue runs use at most 5000)
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-    pub(crate) jobs: u32,
-    /// Jobs run at once by the worker (and baseline claim loops)
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=10_000))]
-    pub(crate) concurrency: u16,
-    /// Most jobs per claim, for the worker and the baseline [default: the worker's default, 100]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5_000))]
-    pub(crate) batch: Option<u32>,
-    /// Which measurements to run
-    #[arg(long, value_enum, default_value_t = BenchScenario::All)]
-    pub(crate) scenario: BenchScenario,
-    /// Framework/baseline pairs per throughput scenario (alternating, ABBA order)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
-    pub(crate) rounds: u32,
-    /// Print one JSON object
-    #[arg(long)]
-    pub(crate) json: bool,
-}
-
-/// `bench --scenario`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum BenchScenario {
-    /// Single-row and bulk enqueue
-    Enqueue,
-    /// Draining pre-enqueued no-op jobs
-    Drain,
-    /// Pickup latency of an idle worker, same process and another process
-    Pickup,
-    /// All of them
-    All,
-}
-
-/// `bench-enqueue` (internal).
-#[derive(Debug, Args)]
-pub(crate) struct BenchEnqueueArgs {
-    /// Jobs to enqueue, one at a time
-    #[arg(long)]
-    pub(crate) count: u32,
-    /// Jobs per second
-    #[arg(long)]
-    pub(crate) rate: u32,
-    /// Plain SQL INSERTs (the baseline) instead of the framework's enqueue
-    #[arg(long)]
-    pub(crate) raw: bool,
-}
-
 /// `dashboard`.
+#[cfg(feature = "dashboard")]
 #[derive(Debug, Args)]
 pub(crate) struct DashboardArgs {
     /// Address to listen on; off loopback it needs --token or --read-only

@@ -1,8 +1,7 @@
 //! `failed list | show | retry | discard`.
 
 use mysqlq::JobId;
-use mysqlq::store::admin::{self, BULK_CHUNK, FailedCursor, FailedListParams, FailedPageParams};
-use sqlx::MySqlConnection;
+use mysqlq::admin::{Admin, DedupeConflict, JobState, Selection, Timestamp};
 
 use crate::args::{FailedBulkArgs, FailedCommand};
 use crate::db::Target;
@@ -12,14 +11,11 @@ use crate::out::{self, Table};
 /// Runs a `failed` subcommand; returns the exit code.
 pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliError> {
     let pool = target.pool(2).await?;
-    let mut conn = crate::db::acquire(&pool).await?;
+    let admin = Admin::new(pool);
     match c {
         FailedCommand::List(a) => {
-            let p = FailedListParams {
-                queue: a.queue.as_deref(),
-                limit: a.limit,
-            };
-            let jobs = admin::job_failed_list(&mut conn, &p)
+            let jobs = admin
+                .failed(a.queue.as_deref(), a.limit)
                 .await
                 .map_err(|e| CliError::mysqlq("cannot list failed jobs", &e))?;
             if a.json {
@@ -45,7 +41,7 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                         j.queue.clone(),
                         j.kind.clone().unwrap_or_else(|| "-".into()),
                         format!("{}/{}", j.attempts, j.max_attempts),
-                        j.finished_at.as_deref().map_or("-".into(), seconds),
+                        j.failed_at.as_ref().map_or("-".into(), seconds),
                         one_line(j.last_error.as_deref().unwrap_or("-"), 80),
                     ]);
                 }
@@ -54,7 +50,8 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
             Ok(0)
         }
         FailedCommand::Show(a) => {
-            let job = admin::job_get(&mut conn, JobId(a.id))
+            let job = admin
+                .job(JobId(a.id))
                 .await
                 .map_err(|e| CliError::mysqlq("cannot read the job", &e))?
                 .ok_or_else(|| unknown_job(a.id))?;
@@ -71,9 +68,10 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 .and_then(|v| serde_json::to_string_pretty(&v))
                 .unwrap_or_else(|_| job.payload.clone());
             let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            let at = |t: &Option<Timestamp>| t.as_ref().map_or_else(|| "-".into(), micros);
             let mut lines = vec![
                 ("id", job.id.to_string()),
-                ("status", job.status.clone()),
+                ("status", job.state.to_string()),
                 ("kind", opt(&job.kind)),
                 ("queue", job.queue.clone()),
                 ("priority", job.priority.to_string()),
@@ -83,14 +81,14 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 ),
                 ("dedupe key", opt(&job.dedupe_key)),
                 ("ordering key", opt(&job.ordering_key)),
-                ("created at", job.created_at.clone()),
-                ("available at", job.available_at.clone()),
-                ("updated at", job.updated_at.clone()),
-                ("finished at", opt(&job.finished_at)),
+                ("created at", micros(&job.created_at)),
+                ("available at", micros(&job.available_at)),
+                ("updated at", micros(&job.updated_at)),
+                ("finished at", at(&job.finished_at)),
             ];
-            if job.status == "processing" {
+            if job.state == JobState::Processing {
                 lines.push(("locked by", opt(&job.locked_by)));
-                lines.push(("lease expires", opt(&job.lease_expires_at)));
+                lines.push(("lease expires", at(&job.lease_expires_at)));
             }
             for (k, v) in lines {
                 println!("{:<14}{}", format!("{k}:"), out::printable(&v, false));
@@ -100,13 +98,13 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 out::printable(job.last_error.as_deref().unwrap_or("-"), true)
             );
             println!("payload:\n{}", out::printable(&payload, true));
-            if job.status != "failed" {
-                out::warn(&format!("job {} is {}, not failed", job.id, job.status));
+            if job.state != JobState::Failed {
+                out::warn(&format!("job {} is {}, not failed", job.id, job.state));
             }
             Ok(0)
         }
-        FailedCommand::Retry(a) => bulk(&mut conn, &a, Op::Retry).await,
-        FailedCommand::Discard(a) => bulk(&mut conn, &a, Op::Discard).await,
+        FailedCommand::Retry(a) => bulk(&admin, &a, Op::Retry).await,
+        FailedCommand::Discard(a) => bulk(&admin, &a, Op::Discard).await,
     }
 }
 
@@ -128,9 +126,14 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, CliError> {
         .map_err(|e| CliError::new(format!("cannot encode JSON: {e}"), "report this bug"))
 }
 
-/// `2024-05-01 10:00:00.123456` → `2024-05-01 10:00:00`.
-fn seconds(ts: &str) -> String {
-    ts.split('.').next().unwrap_or(ts).to_owned()
+/// `2024-05-01 10:00:00` (UTC).
+fn seconds(t: &Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// `2024-05-01 10:00:00.123456` (UTC).
+fn micros(t: &Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
 fn one_line(s: &str, max: usize) -> String {
@@ -145,13 +148,14 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-async fn bulk(conn: &mut MySqlConnection, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError> {
+async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError> {
     let verb = if op == Op::Retry { "retry" } else { "discard" };
     if let Some(id) = a.id {
         let ids = [JobId(id)];
         return match op {
             Op::Retry => {
-                let r = admin::job_retry_failed(conn, &ids)
+                let r = admin
+                    .retry_failed(Selection::Ids(&ids), |_| {})
                     .await
                     .map_err(|e| CliError::mysqlq("cannot retry the job", &e))?;
                 if let Some(c) = r.conflicts.first() {
@@ -160,78 +164,68 @@ async fn bulk(conn: &mut MySqlConnection, a: &FailedBulkArgs, op: Op) -> Result<
                         "retry it once that job has finished, or discard it",
                     ));
                 }
-                if r.retried.is_empty() {
-                    return Err(not_failed(conn, id).await);
+                if r.retried == 0 {
+                    return Err(not_failed(admin, id).await);
                 }
                 println!("retried job {id}: pending, runnable now");
                 Ok(0)
             }
             Op::Discard => {
-                let r = admin::job_discard_failed(conn, &ids)
+                let r = admin
+                    .discard_failed(Selection::Ids(&ids), |_| {})
                     .await
                     .map_err(|e| CliError::mysqlq("cannot discard the job", &e))?;
-                if r.discarded.is_empty() {
-                    return Err(not_failed(conn, id).await);
+                if r.discarded == 0 {
+                    return Err(not_failed(admin, id).await);
                 }
                 println!("discarded job {id}");
                 Ok(0)
             }
         };
     }
-    // --all: keyset pages of failed ids, one bulk statement per page.
+    // --all: the library walks keyset pages of failed ids, one bulk statement per page.
     let queue = a.queue.as_deref();
-    let total = admin::job_failed_count(conn, queue)
+    let total = admin
+        .failed_count(queue)
         .await
         .map_err(|e| CliError::mysqlq("cannot count the failed jobs", &e))?;
     let bar = out::progress(Some(total), &format!("{verb}ing failed jobs"));
-    let mut cursor = FailedCursor::default();
-    let page = FailedPageParams {
-        queue,
-        limit: u32::try_from(BULK_CHUNK).unwrap_or(500),
-    };
-    let (mut done, mut conflicts) = (0u64, 0u64);
-    while !cursor.is_done() {
-        let ids = admin::job_failed_page(conn, &page, &mut cursor)
-            .await
-            .map_err(|e| CliError::mysqlq(&format!("stopped after {done} jobs"), &e))?;
-        if ids.is_empty() {
-            continue;
-        }
-        match op {
-            Op::Retry => {
-                let r = admin::job_retry_failed(conn, &ids).await.map_err(|e| {
-                    CliError::mysqlq(&format!("stopped after retrying {done} jobs"), &e)
-                })?;
-                done += r.retried.len() as u64;
-                for c in &r.conflicts {
-                    conflicts += 1;
-                    bar.suspend(|| out::warn(&format!("{}; left in failed", conflict_text(c))));
-                }
-            }
-            Op::Discard => {
-                let r = admin::job_discard_failed(conn, &ids).await.map_err(|e| {
-                    CliError::mysqlq(&format!("stopped after discarding {done} jobs"), &e)
-                })?;
-                done += r.discarded.len() as u64;
-            }
-        }
-        bar.inc(ids.len() as u64);
-    }
-    bar.finish_and_clear();
+    let which = Selection::All { queue };
+    let step = |n: usize| bar.inc(n as u64);
     let scope = queue.map_or(String::new(), |q| format!(" of queue `{q}`"));
     match op {
-        Op::Retry if conflicts > 0 => {
-            println!(
-                "retried {done} failed jobs{scope}; {conflicts} left failed (dedupe key taken)"
-            );
+        Op::Retry => {
+            let r = admin
+                .retry_failed(which, step)
+                .await
+                .map_err(|e| CliError::mysqlq("retrying stopped part-way", &e))?;
+            bar.finish_and_clear();
+            for c in &r.conflicts {
+                out::warn(&format!("{}; left in failed", conflict_text(c)));
+            }
+            if r.conflicts.is_empty() {
+                println!("retried {} failed jobs{scope}", r.retried);
+            } else {
+                println!(
+                    "retried {} failed jobs{scope}; {} left failed (dedupe key taken)",
+                    r.retried,
+                    r.conflicts.len()
+                );
+            }
         }
-        Op::Retry => println!("retried {done} failed jobs{scope}"),
-        Op::Discard => println!("discarded {done} failed jobs{scope}"),
+        Op::Discard => {
+            let r = admin
+                .discard_failed(which, step)
+                .await
+                .map_err(|e| CliError::mysqlq("discarding stopped part-way", &e))?;
+            bar.finish_and_clear();
+            println!("discarded {} failed jobs{scope}", r.discarded);
+        }
     }
     Ok(0)
 }
 
-fn conflict_text(c: &admin::DedupeConflict) -> String {
+fn conflict_text(c: &DedupeConflict) -> String {
     let key = out::printable(c.dedupe_key.as_deref().unwrap_or("?"), false);
     match c.holder {
         Some(h) => format!(
@@ -245,10 +239,10 @@ fn conflict_text(c: &admin::DedupeConflict) -> String {
     }
 }
 
-async fn not_failed(conn: &mut MySqlConnection, id: u64) -> CliError {
-    match admin::job_get(conn, JobId(id)).await {
+async fn not_failed(admin: &Admin, id: u64) -> CliError {
+    match admin.job(JobId(id)).await {
         Ok(Some(j)) => CliError::new(
-            format!("job {id} is {}, not failed", j.status),
+            format!("job {id} is {}, not failed", j.state),
             "only failed jobs can be retried or discarded; `mysqlq-cli failed list` shows them",
         ),
         Ok(None) => unknown_job(id),

@@ -1,6 +1,6 @@
 //! `migrate`, `purge`, `pause`/`resume`, `enqueue`.
 
-use mysqlq::store::{self, PruneStatus};
+use mysqlq::admin::{Admin, JobState};
 use mysqlq::{EnqueueOptions, Enqueued, NewJob};
 
 use crate::args::{EnqueueArgs, PurgeArgs, PurgeStatus};
@@ -37,32 +37,22 @@ fn migrate_summary(before: u32, after: u32) -> String {
     }
 }
 
-/// `purge`: the article's batched cleanup, repeated until a batch deletes nothing.
+/// `purge`: the article's batched cleanup, repeated until a batch comes back short.
 pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError> {
-    let pool = target.pool(2).await?;
-    let mut conn = crate::db::acquire(&pool).await?;
-    let (status, name) = match a.status {
-        PurgeStatus::Completed => (PruneStatus::Completed, "completed"),
-        PurgeStatus::Failed => (PruneStatus::Failed, "failed"),
-        PurgeStatus::Cancelled => (PruneStatus::Cancelled, "cancelled"),
+    let admin = Admin::new(target.pool(2).await?);
+    let state = match a.status {
+        PurgeStatus::Completed => JobState::Completed,
+        PurgeStatus::Failed => JobState::Failed,
+        PurgeStatus::Cancelled => JobState::Cancelled,
     };
-    let bar = out::progress(None, &format!("deleting {name} jobs"));
-    let mut total = 0u64;
-    loop {
-        let n = store::job_prune(&mut conn, status, a.older_than, a.batch)
-            .await
-            .map_err(|e| {
-                CliError::mysqlq(&format!("purge stopped after deleting {total} jobs"), &e)
-            })?;
-        total += n;
-        bar.inc(n);
-        if n == 0 {
-            break;
-        }
-    }
+    let bar = out::progress(None, &format!("deleting {state} jobs"));
+    let total = admin
+        .purge(state, a.older_than, a.batch, |n| bar.inc(n))
+        .await
+        .map_err(|e| CliError::mysqlq("purge stopped part-way", &e))?;
     bar.finish_and_clear();
     println!(
-        "deleted {total} {name} jobs that finished more than {} ago",
+        "deleted {total} {state} jobs that finished more than {} ago",
         humantime::format_duration(a.older_than)
     );
     Ok(())
@@ -70,17 +60,20 @@ pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError
 
 /// `pause` / `resume`.
 pub(crate) async fn set_paused(target: &Target, queue: &str, paused: bool) -> Result<(), CliError> {
-    let pool = target.pool(2).await?;
-    let mut conn = crate::db::acquire(&pool).await?;
+    let admin = Admin::new(target.pool(2).await?);
     let known = crate::registry()
         .map(|r| r.queues().contains(&queue))
         .unwrap_or(false)
-        || store::admin::queue_has_jobs(&mut conn, queue)
+        || admin
+            .queue_has_jobs(queue)
             .await
             .map_err(|e| CliError::mysqlq("cannot look the queue up", &e))?;
-    store::queue_set_paused(&mut conn, queue, paused)
-        .await
-        .map_err(|e| CliError::mysqlq("cannot set the pause flag", &e))?;
+    if paused {
+        admin.pause(queue).await
+    } else {
+        admin.resume(queue).await
+    }
+    .map_err(|e| CliError::mysqlq("cannot set the pause flag", &e))?;
     if !known {
         out::warn(&format!(
             "no job of queue `{queue}` exists and no registered job uses it; the flag is set anyway \

@@ -4,75 +4,12 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use mysqlq::store::admin::{
-    self, ActivityStats, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats,
-};
-use serde::Serialize;
-use sqlx::MySqlConnection;
+use mysqlq::admin::{Admin, Stats as Snapshot};
 
 use crate::args::StatsArgs;
 use crate::db::Target;
 use crate::error::CliError;
 use crate::out::{self, Table};
-
-/// Everything `stats` shows; `--json` prints exactly this.
-#[derive(Debug, Serialize)]
-struct Snapshot {
-    window_seconds: u64,
-    queues: Vec<QueueStats>,
-    leases: LeaseStats,
-    activity: ActivityStats,
-    per_minute: PerMinute,
-    empty_poll_ratio: Option<f64>,
-    workers: Vec<WorkerStats>,
-    kinds: Vec<KindStats>,
-    table: TableStats,
-}
-
-/// Activity counters divided by the window's length in minutes.
-#[derive(Debug, Serialize)]
-struct PerMinute {
-    claims: f64,
-    completions: f64,
-    retries: f64,
-    failures: f64,
-    deadlocks: f64,
-    lock_waits: f64,
-}
-
-#[allow(clippy::cast_precision_loss)]
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 { 0.0 } else { a as f64 / b as f64 }
-}
-
-async fn snapshot(conn: &mut MySqlConnection, window: Duration) -> Result<Snapshot, mysqlq::Error> {
-    let queues = admin::stats_queues(conn).await?;
-    let leases = admin::stats_leases(conn).await?;
-    let activity = admin::stats_activity(conn, window).await?;
-    let workers = admin::stats_workers(conn, window).await?;
-    let kinds = admin::stats_kinds(conn, window).await?;
-    let table = admin::stats_table(conn).await?;
-    let minutes = (window.as_secs() / 60).max(1);
-    let per = |n: u64| (ratio(n, minutes) * 100.0).round() / 100.0;
-    Ok(Snapshot {
-        window_seconds: window.as_secs(),
-        per_minute: PerMinute {
-            claims: per(activity.claims),
-            completions: per(activity.completions),
-            retries: per(activity.retries),
-            failures: per(activity.failures),
-            deadlocks: per(activity.deadlocks),
-            lock_waits: per(activity.lock_waits),
-        },
-        empty_poll_ratio: (activity.polls > 0).then(|| ratio(activity.empty_polls, activity.polls)),
-        queues,
-        leases,
-        activity,
-        workers,
-        kinds,
-        table,
-    })
-}
 
 /// `stats` (once, or `--watch`).
 pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError> {
@@ -85,11 +22,11 @@ pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError
             "the workers count per minute: use 1m or more",
         ));
     }
-    let pool = target.pool(2).await?;
-    let mut conn = crate::db::acquire(&pool).await?;
+    let admin = Admin::new(target.pool(2).await?);
     let tty = std::io::stdout().is_terminal();
     loop {
-        let snap = snapshot(&mut conn, a.window)
+        let snap = admin
+            .stats(a.window)
             .await
             .map_err(|e| CliError::mysqlq("cannot read the statistics", &e))?;
         let text = if a.json {

@@ -1,6 +1,5 @@
 //! One-line errors: `error: <problem>; <how to fix>`, with an exit code.
 
-use std::error::Error as StdError;
 use std::fmt;
 
 /// Exit code of an operational error.
@@ -40,7 +39,7 @@ impl CliError {
     pub(crate) fn mysqlq(what: &str, e: &mysqlq::Error) -> Self {
         match e {
             mysqlq::Error::Database(_) => {
-                let number = mysqlq::store::db_error_number(e);
+                let number = e.server_code();
                 let fix = match number {
                     Some(1146) => "the mysqlq tables are missing: run `mysqlq-cli migrate`",
                     Some(1049) => {
@@ -53,7 +52,7 @@ impl CliError {
                     Some(1290 | 1836) => {
                         "the server is read-only: point DATABASE_URL at the writer"
                     }
-                    _ if mysqlq::store::is_transient(e) => {
+                    _ if e.is_transient() => {
                         "check that the server is running and reachable, then try again"
                     }
                     _ => "see the server's message; `mysqlq-cli doctor` checks the setup",
@@ -99,16 +98,4 @@ impl fmt::Display for CliError {
     }
 }
 
-/// An error and its causes joined by `: `, skipping messages repeated by a wrapper.
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = cur {
-        let s = err.to_string();
-        if s != "database error" && !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
-}
+pub(crate) use mysqlq::error_chain as chain;

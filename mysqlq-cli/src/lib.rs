@@ -30,35 +30,60 @@
 //!
 //! Exit codes: 0 success, 1 error, 2 usage error, 3 `doctor` found a failing check. Errors are
 //! one line on stderr, `error: <problem>; <how to fix>`, with passwords redacted.
+//!
+//! Cargo features, both on by default: `cli` (the command line: [`main`], [`run`], [`Cli`], the
+//! `mysqlq-cli` binary; clap, humantime, indicatif, tracing-subscriber) and `dashboard` (the
+//! web UI: [`dashboard::router`] and the `dashboard` command; axum, maud, hmac, sha2). An
+//! application that only mounts the router depends on
+//! `mysqlq-cli = { version = "0.1", default-features = false, features = ["dashboard"] }`.
+//! The benchmark is not here: it is the workspace's own `mysqlq-bench` binary.
 
+#[cfg(feature = "cli")]
 mod app;
+#[cfg(feature = "cli")]
 mod args;
-mod cmd_bench;
+#[cfg(feature = "cli")]
 mod cmd_doctor;
+#[cfg(feature = "cli")]
 mod cmd_failed;
+#[cfg(feature = "cli")]
 mod cmd_misc;
+#[cfg(feature = "cli")]
 mod cmd_stats;
+#[cfg(feature = "cli")]
 mod cmd_work;
+#[cfg(feature = "dashboard")]
 pub mod dashboard;
+#[cfg(feature = "cli")]
 mod db;
+// The dashboard's pages use `error::chain`; the rest of `error` is the command line's.
+#[cfg(any(feature = "cli", feature = "dashboard"))]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod error;
+#[cfg(feature = "cli")]
 mod logging;
+#[cfg(feature = "cli")]
 mod metrics_http;
+#[cfg(feature = "cli")]
 mod out;
+#[cfg(any(feature = "cli", feature = "dashboard"))]
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod program;
-#[cfg(test)]
+#[cfg(all(test, feature = "cli"))]
 mod reference;
 
+#[cfg(feature = "cli")]
 pub use app::Cli;
 
-use std::ffi::OsString;
-use std::process::ExitCode;
-
-use clap::Parser;
-
-use crate::args::{Cli as Args, Command};
-use crate::db::Target;
-use crate::error::{CliError, EXIT_USAGE};
+#[cfg(feature = "cli")]
+use {
+    crate::args::{Cli as Args, Command},
+    crate::db::Target,
+    crate::error::{CliError, EXIT_USAGE},
+    clap::Parser,
+    std::ffi::OsString,
+    std::process::ExitCode,
+};
 
 /// The whole program: builds a tokio runtime, parses `std::env::args`, runs the command, and
 /// exits the process with its code (0 ok, 1 error, 2 usage error, 3 failed `doctor` check).
@@ -66,6 +91,7 @@ use crate::error::{CliError, EXIT_USAGE};
 ///
 /// Logging goes to stderr through `tracing-subscriber`, filtered by `RUST_LOG` (default: `info`
 /// for `work`, `warn` otherwise); `--log-format json` writes one JSON object per line.
+#[cfg(feature = "cli")]
 #[track_caller]
 pub fn main() -> ! {
     Cli::new().run()
@@ -81,6 +107,7 @@ pub fn main() -> ! {
 /// mysqlq_cli::run(std::env::args_os()).await
 /// # }
 /// ```
+#[cfg(feature = "cli")]
 #[track_caller]
 pub fn run<I, T>(args: I) -> impl std::future::Future<Output = ExitCode>
 where
@@ -90,6 +117,7 @@ where
     Cli::new().run_from(args)
 }
 
+#[cfg(feature = "cli")]
 async fn run_inner<I, T>(app: Cli, args: I, init_tracing: bool) -> u8
 where
     I: IntoIterator<Item = T>,
@@ -104,11 +132,6 @@ where
     if init_tracing {
         let default = match cli.command {
             Command::Work(_) => "info",
-            // A benchmark saturates the server on purpose: sqlx's slow-statement and
-            // slow-acquire warnings would only bury the results.
-            Command::Bench(_) | Command::BenchEnqueue(_) => {
-                "warn,sqlx::query=error,sqlx::pool=error"
-            }
             _ => "warn",
         };
         logging::init(cli.log.log_format, default);
@@ -128,6 +151,7 @@ where
 }
 
 /// Help and version go to stdout with code 0; usage errors become one line with code 2.
+#[cfg(feature = "cli")]
 fn clap_error(e: &clap::Error) -> u8 {
     use clap::error::ErrorKind;
     match e.kind() {
@@ -160,6 +184,7 @@ fn clap_error(e: &clap::Error) -> u8 {
     }
 }
 
+#[cfg(feature = "cli")]
 async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
     let target = Target::new(cli.conn.database_url.as_deref());
     match cli.command {
@@ -176,25 +201,19 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
             .await
             .map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
+        #[cfg(feature = "dashboard")]
         Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
-        Command::Bench(a) => {
-            let url = cli.conn.database_url.as_deref().unwrap_or_default();
-            cmd_bench::bench(&target?, url, &a).await
-        }
-        Command::BenchEnqueue(a) => cmd_bench::child_enqueue(&target?, &a).await.map(|()| 0),
     }
 }
 
 /// The jobs linked into this binary; duplicate kind names are an error naming both places.
+#[cfg(feature = "cli")]
 fn registry() -> Result<mysqlq::Registry, CliError> {
-    // `bench`'s own job is linked into every binary but is not one of the application's jobs.
-    mysqlq::Registry::from_inventory()
-        .map(cmd_bench::without_bench_job)
-        .map_err(|e| {
-            let text = e.to_string();
-            match text.split_once("; ") {
-                Some((problem, fix)) => CliError::new(problem, fix),
-                None => CliError::new(text, "give one of the jobs a different `name`"),
-            }
-        })
+    mysqlq::Registry::from_inventory().map_err(|e| {
+        let text = e.to_string();
+        match text.split_once("; ") {
+            Some((problem, fix)) => CliError::new(problem, fix),
+            None => CliError::new(text, "give one of the jobs a different `name`"),
+        }
+    })
 }

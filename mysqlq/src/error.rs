@@ -129,6 +129,18 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// The server's error number (`1146`, `1213`, …) when the server refused a statement.
+    pub fn server_code(&self) -> Option<u16> {
+        crate::store::db_error_number(self)
+    }
+
+    /// `true` when trying again later may succeed: the connection broke or timed out, the
+    /// server is restarting or read-only during a failover, a Galera node is not ready, or a
+    /// deadlock / lock wait timeout rolled the transaction back.
+    pub fn is_transient(&self) -> bool {
+        crate::store::is_transient(self)
+    }
 }
 
 /// What the worker does with a job whose handler returned an error.

@@ -54,15 +54,21 @@
 //! limits, are documented in `docs/` of the repository (`docs/schema.md`,
 //! `docs/state_machine.md`, `docs/guarantees.md`).
 
+pub mod admin;
 mod backoff;
 mod context;
 mod enqueue;
 mod error;
+mod error_chain;
 mod job;
 mod metrics;
 mod migrate;
 mod periodic;
 mod registry;
+/// Every SQL statement mysqlq runs. **Internal**: public only so that mysqlq's own test suite
+/// can drive the guarded writes directly; hidden from the docs and not covered by semver. The
+/// operator API is [`admin`].
+#[doc(hidden)]
 pub mod store;
 pub mod testing;
 mod worker;
@@ -77,6 +83,8 @@ pub use enqueue::{
     enqueue_many, validate_queue_name,
 };
 pub use error::{Classify, Error, ErrorClass, JobError};
+#[doc(hidden)]
+pub use error_chain::error_chain;
 pub use job::{Job, JobId};
 pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_version};
@@ -141,7 +149,8 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// | `cron = "*/5 * * * *"` | enqueue this job on a cron schedule (UTC; 5 fields, or 6 with seconds first), once per tick across all workers; only for jobs without arguments (see [`Periodic`]) | none |
 /// | `crate = "::my_app::mysqlq"` | path of this crate, when it is re-exported | `::mysqlq` |
 ///
-/// Durations are whole numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.
+/// Durations are written in humantime's grammar, the one the CLI's flags use: `"250ms"`, `"30s"`
+/// (or `"30sec"`), `"5m"`, `"1h30m"`, `"1.5s"`, `"2d"`; counted in whole milliseconds.
 ///
 /// # Misuse is a compile error
 /// Spanned on the offending token, with a hint; every problem is reported at once:

@@ -2,10 +2,15 @@
 //! deltas to `mysqlq_stats_minute` / `mysqlq_kind_minute` for `mysqlq-cli stats`.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 macro_rules! counters {
     ($($name:ident: $help:literal,)*) => {
@@ -34,11 +39,11 @@ macro_rules! counters {
                 Self { $($name: self.$name.saturating_sub(earlier.$name),)* }
             }
 
-            fn render(&self, out: &mut String, worker: &str) {
+            fn register(&self, registry: &mut Registry, worker: &Labels) {
                 $(
-                    let _ = writeln!(out, "# HELP mysqlq_{}_total {}", stringify!($name), $help);
-                    let _ = writeln!(out, "# TYPE mysqlq_{}_total counter", stringify!($name));
-                    let _ = writeln!(out, "mysqlq_{}_total{{worker=\"{}\"}} {}", stringify!($name), worker, self.$name);
+                    let family = Family::<Labels, Counter>::default();
+                    family.get_or_create(worker).inc_by(self.$name);
+                    registry.register(concat!("mysqlq_", stringify!($name)), help($help), family);
                 )*
             }
         }
@@ -133,66 +138,65 @@ impl Metrics {
             .clone()
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The exposition of every metric in the OpenMetrics text format (which Prometheus reads):
+    /// counters as `mysqlq_<name>_total{worker}`, `mysqlq_running{worker}`, and per kind
+    /// `mysqlq_job_{runs,errors,seconds}_total{worker,kind}`.
     pub fn render_prometheus(&self) -> String {
+        let mut registry = Registry::default();
+        let worker: Labels = vec![("worker".to_owned(), escape_label(&self.worker_id))];
+        self.counters.snapshot().register(&mut registry, &worker);
+
+        let running = Family::<Labels, Gauge>::default();
+        running
+            .get_or_create(&worker)
+            .set(i64::try_from(self.running()).unwrap_or(i64::MAX));
+        registry.register(
+            "mysqlq_running",
+            help("Jobs whose handlers are running now."),
+            running,
+        );
+
+        let runs = Family::<Labels, Counter>::default();
+        let errors = Family::<Labels, Counter>::default();
+        let seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        for (kind, k) in self.kinds() {
+            let mut labels = worker.clone();
+            labels.push(("kind".to_owned(), escape_label(&kind)));
+            runs.get_or_create(&labels).inc_by(k.runs);
+            errors.get_or_create(&labels).inc_by(k.errors);
+            seconds
+                .get_or_create(&labels)
+                .inc_by(Duration::from_micros(k.total_us).as_secs_f64());
+        }
+        registry.register("mysqlq_job_runs", help("Attempts finished, by kind."), runs);
+        registry.register(
+            "mysqlq_job_errors",
+            help("Attempts that failed, by kind."),
+            errors,
+        );
+        registry.register(
+            "mysqlq_job_seconds",
+            help("Handler time, by kind."),
+            seconds,
+        );
+
         let mut out = String::new();
-        let worker = escape_label(&self.worker_id);
-        self.counters.snapshot().render(&mut out, &worker);
-        let _ = writeln!(
-            out,
-            "# HELP mysqlq_running Jobs whose handlers are running now."
-        );
-        let _ = writeln!(out, "# TYPE mysqlq_running gauge");
-        let _ = writeln!(
-            out,
-            "mysqlq_running{{worker=\"{worker}\"}} {}",
-            self.running()
-        );
-        let mut kinds: Vec<(String, KindStats)> = self.kinds().into_iter().collect();
-        kinds.sort_by(|a, b| a.0.cmp(&b.0));
-        let _ = writeln!(
-            out,
-            "# HELP mysqlq_job_runs_total Attempts finished, by kind."
-        );
-        let _ = writeln!(out, "# TYPE mysqlq_job_runs_total counter");
-        for (kind, k) in &kinds {
-            let _ = writeln!(
-                out,
-                "mysqlq_job_runs_total{{worker=\"{worker}\",kind=\"{}\"}} {}",
-                escape_label(kind),
-                k.runs
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP mysqlq_job_errors_total Attempts that failed, by kind."
-        );
-        let _ = writeln!(out, "# TYPE mysqlq_job_errors_total counter");
-        for (kind, k) in &kinds {
-            let _ = writeln!(
-                out,
-                "mysqlq_job_errors_total{{worker=\"{worker}\",kind=\"{}\"}} {}",
-                escape_label(kind),
-                k.errors
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP mysqlq_job_seconds_total Handler time, by kind."
-        );
-        let _ = writeln!(out, "# TYPE mysqlq_job_seconds_total counter");
-        for (kind, k) in &kinds {
-            let secs = k.total_us as f64 / 1e6;
-            let _ = writeln!(
-                out,
-                "mysqlq_job_seconds_total{{worker=\"{worker}\",kind=\"{}\"}} {secs}",
-                escape_label(kind)
-            );
-        }
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
         out
     }
 }
 
+/// The label set of every metric: `worker`, and `kind` for the per-kind ones.
+type Labels = Vec<(String, String)>;
+
+/// A help text as the registry wants it: it adds the closing period itself.
+fn help(text: &str) -> &str {
+    text.strip_suffix('.').unwrap_or(text)
+}
+
+/// prometheus-client writes label values as given: quotes, backslashes and newlines are escaped
+/// here.
 fn escape_label(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")

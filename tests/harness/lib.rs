@@ -6,6 +6,8 @@
 //! - [`PrivateServer`]: a throwaway `mariadbd`/`mysqld` from PATH in a temporary data directory
 //!   on a free port, for tests that kill, pause or restart the database.
 
+pub mod host;
+pub mod http;
 pub mod jobs;
 mod private_server;
 mod procs;

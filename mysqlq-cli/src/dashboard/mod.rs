@@ -2,7 +2,7 @@
 //!
 //! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
 //! pages), job detail, failed jobs (retry / discard) and queues (pause / resume). Everything
-//! reads through the indexed statements of `mysqlq::store::dashboard` and `mysqlq::store::admin`.
+//! reads through the typed operator API `mysqlq::admin` (indexed statements only).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
 //! seconds from `GET /api/overview`.
 //!
@@ -30,6 +30,7 @@ mod guard;
 mod pages;
 mod view;
 
+#[cfg(feature = "cli")]
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -37,8 +38,11 @@ use axum::Router;
 use axum::routing::{get, post};
 use sqlx::MySqlPool;
 
+#[cfg(feature = "cli")]
 use crate::args::DashboardArgs;
+#[cfg(feature = "cli")]
 use crate::db::Target;
+#[cfg(feature = "cli")]
 use crate::error::{CliError, chain};
 
 /// How the dashboard behaves. Build with [`DashboardOptions::new`] and the setters.
@@ -171,6 +175,7 @@ fn random_key() -> [u8; 32] {
 }
 
 /// `mysqlq-cli dashboard`: serves [`router`] on `args.addr` until SIGINT/SIGTERM.
+#[cfg(feature = "cli")]
 pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(), CliError> {
     if !args.addr.ip().is_loopback() && args.token.is_none() && !args.read_only {
         return Err(CliError::usage(
@@ -224,6 +229,7 @@ pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(),
     Ok(())
 }
 
+#[cfg(feature = "cli")]
 async fn shutdown_signal() {
     #[cfg(unix)]
     {

@@ -6,10 +6,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use mysqlq::JobId;
-use mysqlq::store::{admin, dashboard as store};
+use mysqlq::admin::{Admin, JobPageParams, JobState, Selection, Timestamp};
 use serde::Deserialize;
-use sqlx::MySqlConnection;
-use sqlx::pool::PoolConnection;
 
 use super::view::{age, chart, csrf, enc, notice, page, queue_table};
 use super::{Shared, State as DashState};
@@ -48,13 +46,14 @@ impl From<mysqlq::Error> for Fail {
 
 type Res = Result<Response, Fail>;
 
-async fn conn(state: &DashState) -> Result<PoolConnection<sqlx::MySql>, Fail> {
-    state.pool.acquire().await.map_err(|e| {
-        Fail(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("error: cannot get a database connection: {e}"),
-        )
-    })
+/// The operator API over the dashboard's pool.
+fn admin(state: &DashState) -> Admin {
+    Admin::new(state.pool.clone())
+}
+
+/// `2024-05-01 10:00:00.123456` (UTC), as the pages show times.
+fn micros(t: &Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
 fn render(m: &Markup) -> Response {
@@ -75,9 +74,9 @@ pub(super) struct MsgQuery {
 
 /// `GET /`: per-queue counts and the chart.
 pub(super) async fn overview(State(state): State<Shared>) -> Res {
-    let mut c = conn(&state).await?;
-    let queues = admin::stats_queues(&mut c).await?;
-    let points = store::dashboard_chart(&mut c).await?;
+    let admin = admin(&state);
+    let queues = admin.queues().await?;
+    let points = admin.chart().await?;
     let body = html! {
         h1 { "Overview" }
         (queue_table(&state, &queues, false))
@@ -89,9 +88,9 @@ pub(super) async fn overview(State(state): State<Shared>) -> Res {
 
 /// `GET /api/overview`: the numbers the script refreshes.
 pub(super) async fn api_overview(State(state): State<Shared>) -> Res {
-    let mut c = conn(&state).await?;
-    let queues = admin::stats_queues(&mut c).await?;
-    let points = store::dashboard_chart(&mut c).await?;
+    let admin = admin(&state);
+    let queues = admin.queues().await?;
+    let points = admin.chart().await?;
     let queues: Vec<serde_json::Value> = queues
         .iter()
         .map(|q| {
@@ -126,15 +125,14 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
             )
         })?),
     };
-    let params = store::JobPageParams {
+    let params = JobPageParams {
         state: some(q.state.as_ref()),
         queue: some(q.queue.as_ref()),
         kind: some(q.kind.as_ref()),
         before,
         limit: JOBS_PAGE,
     };
-    let mut c = conn(&state).await?;
-    let page_ = store::job_page(&mut c, &params).await?;
+    let page_ = admin(&state).jobs(&params).await?;
     let next = page_.next.map(|n| {
         let mut s = format!("{}?before={n}", state.url("/jobs"));
         for (k, v) in [
@@ -153,7 +151,7 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
         form.filters method="get" action=(state.url("/jobs")) {
             label { "state " select name="state" {
                 option value="" { "any" }
-                @for s in store::STATES {
+                @for s in JobState::ALL.map(JobState::as_str) {
                     option value=(s) selected[params.state == Some(s)] { (s) }
                 }
             } }
@@ -183,7 +181,7 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
             }
         }
         @if page_.windowed {
-            p.muted { "Queue and kind filters read " (store::SCAN_WINDOW) " index entries per page; \
+            p.muted { "Queue and kind filters read " (mysqlq::admin::SCAN_WINDOW) " index entries per page; \
                      this page may hold fewer jobs than the page size. Narrow the filter with a state, \
                      or follow the link to read further." }
         }
@@ -204,30 +202,29 @@ pub(super) async fn job(
     Path(id): Path<u64>,
     Query(q): Query<JobQuery>,
 ) -> Res {
-    let mut c = conn(&state).await?;
-    let Some(j) = admin::job_get(&mut c, JobId(id)).await? else {
+    let Some(j) = admin(&state).job(JobId(id)).await? else {
         return Err(Fail(StatusCode::NOT_FOUND, format!("error: no job {id}")));
     };
     let payload = serde_json::from_str::<serde_json::Value>(&j.payload)
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or_else(|| j.payload.clone());
-    let mut timeline: Vec<(&str, &str)> = vec![("created", j.created_at.as_str())];
-    if let Some(t) = &j.first_claimed_at {
+    let mut timeline: Vec<(&str, Timestamp)> = vec![("created", j.created_at)];
+    if let Some(t) = j.first_claimed_at {
         timeline.push(("first claimed", t));
     }
-    timeline.push(("runnable at (available_at)", j.available_at.as_str()));
-    if let Some(t) = &j.lease_expires_at {
+    timeline.push(("runnable at (available_at)", j.available_at));
+    if let Some(t) = j.lease_expires_at {
         timeline.push(("lease expires", t));
     }
-    if let Some(t) = &j.finished_at {
+    if let Some(t) = j.finished_at {
         timeline.push(("finished", t));
     }
-    timeline.push(("last change (updated_at)", j.updated_at.as_str()));
-    timeline.sort_by(|a, b| a.1.cmp(b.1));
+    timeline.push(("last change (updated_at)", j.updated_at));
+    timeline.sort_by_key(|a| a.1);
     let title = format!("Job {id}");
     let body = html! {
-        h1 { "Job " (id) " " span class=(format!("state {}", j.status)) { (j.status) } }
+        h1 { "Job " (id) " " span class=(format!("state {}", j.state)) { (j.state.as_str()) } }
         (notice(q.msg.as_deref()))
         dl.facts {
             dt { "queue" } dd { (j.queue) }
@@ -235,20 +232,20 @@ pub(super) async fn job(
             dt { "attempts" } dd #attempts { (j.attempts) " of " (j.max_attempts) }
             dt { "priority" } dd { (j.priority) }
             dt { "lease owner (locked_by)" } dd { (j.locked_by.as_deref().unwrap_or("–")) }
-            dt { "lease expires" } dd { (j.lease_expires_at.as_deref().unwrap_or("–")) }
+            dt { "lease expires" } dd { (j.lease_expires_at.as_ref().map_or_else(|| "–".to_owned(), micros)) }
             @if let Some(k) = &j.dedupe_key { dt { "dedupe key" } dd { (k) } }
             @if let Some(k) = &j.ordering_key { dt { "ordering key" } dd { (k) } }
             @if let Some(k) = &j.concurrency_key { dt { "concurrency key" } dd { (k) } }
         }
-        h2 { "Timeline (UTC; now " (j.now) ")" }
+        h2 { "Timeline (UTC; now " (micros(&j.read_at)) ")" }
         ol.timeline {
-            @for (label, at) in &timeline { li { time { (at) } " " (label) } }
+            @for (label, at) in &timeline { li { time { (micros(at)) } " " (label) } }
         }
         h2 { "Payload" }
         pre #payload { (payload) }
         h2 { "Last error" }
         pre #last-error { (j.last_error.as_deref().unwrap_or("–")) }
-        @if j.status == "failed" && !state.read_only {
+        @if j.state == JobState::Failed && !state.read_only {
             div.actions {
                 form method="post" action=(state.url("/failed/retry")) {
                     (csrf(&state))
@@ -270,16 +267,9 @@ pub(super) async fn job(
 /// `GET /failed`: failed jobs, newest failure first, with retry / discard.
 pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery>) -> Res {
     let queue = some(q.queue.as_ref());
-    let mut c = conn(&state).await?;
-    let list = admin::job_failed_list(
-        &mut c,
-        &admin::FailedListParams {
-            queue,
-            limit: FAILED_PAGE,
-        },
-    )
-    .await?;
-    let count = admin::job_failed_count(&mut c, queue).await?;
+    let admin = admin(&state);
+    let list = admin.failed(queue, FAILED_PAGE).await?;
+    let count = admin.failed_count(queue).await?;
     let actions = !state.read_only;
     let body = html! {
         h1 { "Failed jobs" }
@@ -303,7 +293,7 @@ pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery
                             td { (f.queue) }
                             td { (f.kind.as_deref().unwrap_or("–")) }
                             td.num { (f.attempts) "/" (f.max_attempts) }
-                            td { (f.finished_at.as_deref().unwrap_or("–")) }
+                            td { (f.failed_at.as_ref().map_or_else(|| "–".to_owned(), micros)) }
                             td.error { (f.last_error.as_deref().unwrap_or("")) }
                             @if actions {
                                 td {
@@ -371,17 +361,18 @@ fn after_action(state: &DashState, ids: &[JobId], from_job: bool, msg: &str) -> 
 /// `POST /failed/retry`.
 pub(super) async fn failed_retry(State(state): State<Shared>, body: String) -> Res {
     let (ids, from_job) = form_ids(&body)?;
-    let mut c = conn(&state).await?;
-    let r = admin::job_retry_failed(&mut c, &ids).await?;
-    let mut msg = format!("retried {}", r.retried.len());
+    let r = admin(&state)
+        .retry_failed(Selection::Ids(&ids), |_| {})
+        .await?;
+    let mut msg = format!("retried {}", r.retried);
     if !r.conflicts.is_empty() {
         msg.push_str(&format!(
             "; {} kept: their dedupe key is held by another job",
             r.conflicts.len()
         ));
     }
-    if !r.skipped.is_empty() {
-        msg.push_str(&format!("; {} were not failed", r.skipped.len()));
+    if !r.not_failed.is_empty() {
+        msg.push_str(&format!("; {} were not failed", r.not_failed.len()));
     }
     Ok(after_action(&state, &ids, from_job, &msg))
 }
@@ -389,19 +380,19 @@ pub(super) async fn failed_retry(State(state): State<Shared>, body: String) -> R
 /// `POST /failed/discard`.
 pub(super) async fn failed_discard(State(state): State<Shared>, body: String) -> Res {
     let (ids, _) = form_ids(&body)?;
-    let mut c = conn(&state).await?;
-    let r = admin::job_discard_failed(&mut c, &ids).await?;
-    let mut msg = format!("discarded {}", r.discarded.len());
-    if !r.skipped.is_empty() {
-        msg.push_str(&format!("; {} were not failed", r.skipped.len()));
+    let r = admin(&state)
+        .discard_failed(Selection::Ids(&ids), |_| {})
+        .await?;
+    let mut msg = format!("discarded {}", r.discarded);
+    if !r.not_failed.is_empty() {
+        msg.push_str(&format!("; {} were not failed", r.not_failed.len()));
     }
     Ok(after_action(&state, &ids, false, &msg))
 }
 
 /// `GET /queues`: counts and pause / resume.
 pub(super) async fn queues(State(state): State<Shared>, Query(q): Query<MsgQuery>) -> Res {
-    let mut c = conn(&state).await?;
-    let queues = admin::stats_queues(&mut c).await?;
+    let queues = admin(&state).queues().await?;
     let body = html! {
         h1 { "Queues" }
         (notice(q.msg.as_deref()))
@@ -411,12 +402,17 @@ pub(super) async fn queues(State(state): State<Shared>, Query(q): Query<MsgQuery
     Ok(render(&page(&state, "Queues", "queues", &body)))
 }
 
-async fn set_paused(state: &DashState, c: &mut MySqlConnection, body: &str, paused: bool) -> Res {
+async fn set_paused(state: &DashState, body: &str, paused: bool) -> Res {
     let queue = form_urlencoded::parse(body.as_bytes())
         .find(|(k, _)| k == "queue")
         .map(|(_, v)| v.into_owned())
         .ok_or_else(|| Fail(StatusCode::BAD_REQUEST, "error: no queue given".to_owned()))?;
-    mysqlq::store::queue_set_paused(c, &queue, paused).await?;
+    let admin = admin(state);
+    if paused {
+        admin.pause(&queue).await?;
+    } else {
+        admin.resume(&queue).await?;
+    }
     let msg = format!(
         "{} queue {queue}",
         if paused { "paused" } else { "resumed" }
@@ -426,14 +422,12 @@ async fn set_paused(state: &DashState, c: &mut MySqlConnection, body: &str, paus
 
 /// `POST /queues/pause`.
 pub(super) async fn queue_pause(State(state): State<Shared>, body: String) -> Res {
-    let mut c = conn(&state).await?;
-    set_paused(&state, &mut c, &body, true).await
+    set_paused(&state, &body, true).await
 }
 
 /// `POST /queues/resume`.
 pub(super) async fn queue_resume(State(state): State<Shared>, body: String) -> Res {
-    let mut c = conn(&state).await?;
-    set_paused(&state, &mut c, &body, false).await
+    set_paused(&state, &body, false).await
 }
 
 /// `GET /static/dashboard.js` (vendored; no build step).

@@ -1,8 +1,7 @@
 //! The page layout and shared pieces (compiled `maud` templates: every value is escaped).
 
 use maud::{DOCTYPE, Markup, html};
-use mysqlq::store::admin::QueueStats;
-use mysqlq::store::dashboard::MinutePoint;
+use mysqlq::admin::{MinutePoint, QueueStats};
 
 use super::State;
 use super::guard::{CSRF_FIELD, current_csrf};

@@ -12,7 +12,6 @@
 //! statement shapes instead of one per batch size.
 
 pub mod admin;
-pub mod bench;
 mod cron;
 pub mod dashboard;
 mod insert;

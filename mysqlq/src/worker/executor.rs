@@ -458,21 +458,7 @@ where
     }
 }
 
-/// An error and its sources, joined by `: `, leaving out a source whose text the message
-/// before it already carries (sqlx repeats its source's text in its own message).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = c.source();
-    }
-    out
-}
+pub(crate) use crate::error_chain::error_chain;
 
 /// Takes the entries `pick` selects, cancels their handlers (reason: shutdown) and hands the
 /// jobs back to `pending` without consuming the attempt, in one statement. Returns how many

@@ -32,6 +32,7 @@ use crate::store::Owned;
 use crate::{Error, JobContext, JobId, Registry};
 
 pub use events::WorkerEvent;
+pub(crate) use executor::error_chain;
 
 /// Connections of the worker's own pool with the default single claim loop: claims, the
 /// completer, heartbeats, maintenance and statistics (one more per extra claim loop). The
@@ -93,7 +94,7 @@ impl Config {
     /// Up to 100 jobs per claim (never more than the free slots).
     pub const DEFAULT_BATCH_SIZE: u32 = 100;
     /// One claim loop: with slot gathering it claims full batches, which beats more loops
-    /// claiming smaller ones (measured with `mysqlq-cli bench`, see BENCHMARKS.md).
+    /// claiming smaller ones (measured with `mysqlq-bench`, see BENCHMARKS.md).
     pub const DEFAULT_CLAIMERS: usize = 1;
     /// A 60-second lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);

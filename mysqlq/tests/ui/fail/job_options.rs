@@ -22,7 +22,7 @@ mod bad_cron {
 mod bad_duration_schedule {
     use mysqlq::JobError;
 
-    #[mysqlq::job(backoff = "5s, 15s, 1.5m")]
+    #[mysqlq::job(backoff = "5s, 15s, 1m30")]
     async fn send_email(to: String) -> Result<(), JobError> {
         let _ = to;
         Ok(())
@@ -32,7 +32,7 @@ mod bad_duration_schedule {
 mod bad_duration_timeout {
     use mysqlq::JobError;
 
-    #[mysqlq::job(timeout = "30 sec")]
+    #[mysqlq::job(timeout = "30 parsecs")]
     async fn send_email(to: String) -> Result<(), JobError> {
         let _ = to;
         Ok(())

@@ -232,7 +232,7 @@ mod shadowed_prelude {
     macro_rules! file { () => { 0 } }
     macro_rules! line { () => { 0 } }
 
-    #[mysqlq::job(queue = "shadowed", timeout = "5s", backoff = "1s, 2s", ordering_key = id)]
+    #[mysqlq::job(queue = "shadowed", timeout = "5sec", backoff = "1s, 1.5 min", ordering_key = id)]
     async fn shadowed(ctx: mysqlq::JobContext, id: u64, name: std::string::String) -> std::result::Result<(), mysqlq::JobError> {
         let _ = (ctx, id, name);
         std::result::Result::Ok(())

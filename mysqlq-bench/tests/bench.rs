@@ -1,5 +1,4 @@
-//! `mysqlq-cli bench` in a real process (`mysqlq-test-worker`, whose `main` is
-//! `mysqlq_cli::main()`) against the real server: the JSON shape, the exactly-once verification,
+//! `mysqlq-bench` in a real process against the real server: the JSON shape, the exactly-once verification,
 //! positive numbers, and the scratch database dropped afterwards. No timing thresholds: the
 //! targets are measured and reported in BENCHMARKS.md, not asserted.
 
@@ -8,7 +7,7 @@ use std::process::{Command, Stdio};
 use mysqlq_tests::TestDb;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-bench");
 
 const KEYS: [&str; 7] = [
     "enqueue_single_per_s",
@@ -32,12 +31,12 @@ fn positive(v: &Value, what: &str) -> f64 {
 async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
     let db = TestDb::new().await;
     let out = Command::new(BIN)
-        .args(["bench", "--json", "--jobs", "500", "--concurrency", "8"])
+        .args(["--json", "--jobs", "500", "--concurrency", "8"])
         .env("DATABASE_URL", db.url())
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .output()
-        .expect("spawn mysqlq-test-worker");
+        .expect("spawn mysqlq-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -116,7 +115,7 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
 #[test]
 fn bench_refuses_bad_arguments_with_one_line() {
     let o = Command::new(BIN)
-        .args(["bench", "--scenario", "everything"])
+        .args(["--scenario", "everything"])
         .env("DATABASE_URL", "mysql://root@127.0.0.1:1/none")
         .output()
         .unwrap();

@@ -1,20 +1,20 @@
-//! The raw-SQL baseline of `mysqlq-cli bench`, and the bench's own bookkeeping statements.
+//! The raw-SQL baseline of `mysqlq-bench`, and the bench's own bookkeeping statements.
 //!
 //! The baseline is what a team would write by hand from the source article, with no framework:
 //! a plain single-row INSERT, a hand-written multi-row INSERT, the article's claim transaction
 //! (`SELECT id … FOR UPDATE SKIP LOCKED`, `UPDATE … SET status = 'processing'`, `COMMIT`, at
-//! READ COMMITTED) and one token-guarded completion statement per claimed batch. Nothing here is
-//! used by the worker; it lives in the store module so that every SQL statement of the project
-//! stays in one place. The statements carry `/* mysqlq:bench_… */` tags.
+//! READ COMMITTED) and one token-guarded completion statement per claimed batch. It is
+//! deliberately not mysqlq's `store` (that is what it is measured against), so it lives here,
+//! in the bench, and nothing of it ships in the library. The statements carry
+//! `/* mysqlq:bench_… */` tags; every value is bound (database names, which cannot be, are
+//! checked against `mysqlq_bench_[a-z0-9_]+` first).
 
 use std::fmt::Write as _;
 
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
-use crate::Error;
-
 /// Checks a scratch database name: `mysqlq_bench_` followed by lowercase letters, digits or `_`.
-fn scratch_name(name: &str) -> Result<&str, Error> {
+fn scratch_name(name: &str) -> Result<&str, sqlx::Error> {
     let ok = name.strip_prefix("mysqlq_bench_").is_some_and(|rest| {
         !rest.is_empty()
             && rest
@@ -24,15 +24,17 @@ fn scratch_name(name: &str) -> Result<&str, Error> {
     if ok {
         Ok(name)
     } else {
-        Err(Error::invalid(
-            "bench database",
-            format!("`{name}` is not a bench scratch database name (mysqlq_bench_[a-z0-9_]+)"),
-        ))
+        Err(sqlx::Error::InvalidArgument(format!(
+            "`{name}` is not a bench scratch database name (mysqlq_bench_[a-z0-9_]+)"
+        )))
     }
 }
 
 /// `bench_create_database`: creates the bench's scratch database.
-pub async fn bench_create_database(conn: &mut MySqlConnection, name: &str) -> Result<(), Error> {
+pub(crate) async fn bench_create_database(
+    conn: &mut MySqlConnection,
+    name: &str,
+) -> Result<(), sqlx::Error> {
     let name = scratch_name(name)?;
     sqlx::query(AssertSqlSafe(format!(
         "/* mysqlq:bench_create_database */ CREATE DATABASE `{name}` CHARACTER SET utf8mb4"
@@ -44,11 +46,11 @@ pub async fn bench_create_database(conn: &mut MySqlConnection, name: &str) -> Re
 
 /// `bench_drop_database`: drops the bench's scratch database (only names made by the bench),
 /// waiting at most `lock_wait_secs` for metadata locks held by connections still open on it.
-pub async fn bench_drop_database(
+pub(crate) async fn bench_drop_database(
     conn: &mut MySqlConnection,
     name: &str,
     lock_wait_secs: u32,
-) -> Result<(), Error> {
+) -> Result<(), sqlx::Error> {
     let name = scratch_name(name)?;
     sqlx::query(AssertSqlSafe(format!(
         "/* mysqlq:bench_drop_database */ SET SESSION lock_wait_timeout = {}",
@@ -64,20 +66,8 @@ pub async fn bench_drop_database(
     Ok(())
 }
 
-/// `bench_database_exists`: whether a database of that name exists.
-pub async fn bench_database_exists(conn: &mut MySqlConnection, name: &str) -> Result<bool, Error> {
-    let n: i64 = sqlx::query_scalar(
-        "/* mysqlq:bench_database_exists */ SELECT COUNT(*) FROM information_schema.SCHEMATA \
-         WHERE SCHEMA_NAME = ?",
-    )
-    .bind(name)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(n > 0)
-}
-
 /// `bench_reset`: empties `job_queue` between two measured runs (scratch database only).
-pub async fn bench_reset(conn: &mut MySqlConnection) -> Result<(), Error> {
+pub(crate) async fn bench_reset(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
     sqlx::query("/* mysqlq:bench_reset */ TRUNCATE TABLE job_queue")
         .execute(&mut *conn)
         .await?;
@@ -86,25 +76,25 @@ pub async fn bench_reset(conn: &mut MySqlConnection) -> Result<(), Error> {
 
 /// The server and the settings that decide its write throughput.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BenchServer {
+pub(crate) struct BenchServer {
     /// `VERSION()`.
-    pub version: String,
+    pub(crate) version: String,
     /// `@@innodb_flush_log_at_trx_commit`.
-    pub flush_log_at_trx_commit: i64,
+    pub(crate) flush_log_at_trx_commit: i64,
     /// `@@sync_binlog`.
-    pub sync_binlog: i64,
+    pub(crate) sync_binlog: i64,
     /// `@@log_bin`.
-    pub log_bin: i64,
+    pub(crate) log_bin: i64,
     /// `@@binlog_format`.
-    pub binlog_format: String,
+    pub(crate) binlog_format: String,
     /// `@@innodb_buffer_pool_size`, bytes.
-    pub buffer_pool_bytes: i64,
+    pub(crate) buffer_pool_bytes: i64,
     /// `@@max_connections`.
-    pub max_connections: i64,
+    pub(crate) max_connections: i64,
 }
 
 /// `bench_server`: the server's version and write-path settings.
-pub async fn bench_server(conn: &mut MySqlConnection) -> Result<BenchServer, Error> {
+pub(crate) async fn bench_server(conn: &mut MySqlConnection) -> Result<BenchServer, sqlx::Error> {
     let row = sqlx::query(
         "/* mysqlq:bench_server */ SELECT VERSION() AS version, \
          CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS flush, \
@@ -126,17 +116,22 @@ pub async fn bench_server(conn: &mut MySqlConnection) -> Result<BenchServer, Err
     })
 }
 
+/// Rows per hand-written multi-row INSERT of the baseline: the chunk size of mysqlq's own
+/// `enqueue_many` (`INSERT_CHUNK_ROWS` in `mysqlq/src/store/insert.rs`), so both sides send the
+/// same statements' worth of rows.
+pub(crate) const BASELINE_CHUNK_ROWS: usize = 500;
+
 const BASELINE_INSERT_COLUMNS: &str = "INSERT INTO job_queue (queue_name, kind, payload, status, \
                                        available_at, created_at) VALUES ";
 const BASELINE_INSERT_VALUES: &str = "(?, ?, ?, 'pending', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
 
 /// Baseline `bench_insert_one`: one plain autocommit INSERT; returns the new id.
-pub async fn bench_insert_one(
+pub(crate) async fn bench_insert_one(
     conn: &mut MySqlConnection,
     queue: &str,
     kind: &str,
     payload: &str,
-) -> Result<u64, Error> {
+) -> Result<u64, sqlx::Error> {
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:bench_insert_one */ {BASELINE_INSERT_COLUMNS}{BASELINE_INSERT_VALUES}"
     ));
@@ -151,12 +146,12 @@ pub async fn bench_insert_one(
 
 /// Baseline `bench_insert_many`: one hand-written multi-row INSERT of every payload (the caller
 /// chunks). Returns the rows inserted.
-pub async fn bench_insert_many(
+pub(crate) async fn bench_insert_many(
     conn: &mut MySqlConnection,
     queue: &str,
     kind: &str,
     payloads: &[String],
-) -> Result<u64, Error> {
+) -> Result<u64, sqlx::Error> {
     if payloads.is_empty() {
         return Ok(0);
     }
@@ -187,14 +182,14 @@ fn id_list(n: usize) -> String {
 /// Baseline `bench_claim`: the article's claim transaction at READ COMMITTED. Returns the ids
 /// now owned under `token` (empty when nothing is ready). A deadlock or lock wait timeout on any
 /// statement is returned after the rollback; the caller redoes the whole claim.
-pub async fn bench_claim(
+pub(crate) async fn bench_claim(
     conn: &mut MySqlConnection,
     queue: &str,
     limit: u32,
     worker: &str,
     token: &str,
     lease_secs: u32,
-) -> Result<Vec<u64>, Error> {
+) -> Result<Vec<u64>, sqlx::Error> {
     let mut tx = conn
         .begin_with(
             "/* mysqlq:bench_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
@@ -226,13 +221,10 @@ pub async fn bench_claim(
     let updated = q.execute(&mut *tx).await?.rows_affected();
     if updated != ids.len() as u64 {
         tx.rollback().await?;
-        return Err(Error::invalid(
-            "bench claim",
-            format!(
-                "locked {} rows but updated {updated}; rolled back",
-                ids.len()
-            ),
-        ));
+        return Err(sqlx::Error::Protocol(format!(
+            "bench claim locked {} rows but updated {updated} (rolled back)",
+            ids.len()
+        )));
     }
     tx.commit().await?;
     Ok(ids)
@@ -240,11 +232,11 @@ pub async fn bench_claim(
 
 /// Baseline `bench_complete`: one token-guarded completion statement for a claimed batch.
 /// Returns the rows changed (fewer than `ids` means ownership was lost).
-pub async fn bench_complete(
+pub(crate) async fn bench_complete(
     conn: &mut MySqlConnection,
     ids: &[u64],
     token: &str,
-) -> Result<u64, Error> {
+) -> Result<u64, sqlx::Error> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -263,17 +255,20 @@ pub async fn bench_complete(
 
 /// What the bench checks after a run, for one queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BenchCounts {
+pub(crate) struct BenchCounts {
     /// Rows of the queue.
-    pub rows: i64,
+    pub(crate) rows: i64,
     /// Rows `completed`.
-    pub completed: i64,
+    pub(crate) completed: i64,
     /// Sum of `attempts` (each row claimed exactly once: equals `rows`).
-    pub attempts: i64,
+    pub(crate) attempts: i64,
 }
 
 /// `bench_counts`: rows, completed rows and claims of `queue`.
-pub async fn bench_counts(conn: &mut MySqlConnection, queue: &str) -> Result<BenchCounts, Error> {
+pub(crate) async fn bench_counts(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<BenchCounts, sqlx::Error> {
     let row = sqlx::query(
         "/* mysqlq:bench_counts */ SELECT COUNT(*) AS n, \
          CAST(IFNULL(SUM(status = 'completed'), 0) AS SIGNED) AS completed, \
@@ -292,7 +287,7 @@ pub async fn bench_counts(conn: &mut MySqlConnection, queue: &str) -> Result<Ben
 
 /// Server-wide counters the bench reads around a run to count statements, commits and log
 /// flushes per job (`SHOW GLOBAL STATUS`; other sessions on the server count too).
-pub const BENCH_STATUS: [&str; 8] = [
+pub(crate) const BENCH_STATUS: [&str; 8] = [
     "Questions",
     "Com_select",
     "Com_update",
@@ -304,7 +299,7 @@ pub const BENCH_STATUS: [&str; 8] = [
 ];
 
 /// `bench_status`: the [`BENCH_STATUS`] counters, in that order (0 for one the server lacks).
-pub async fn bench_status(conn: &mut MySqlConnection) -> Result<Vec<i64>, Error> {
+pub(crate) async fn bench_status(conn: &mut MySqlConnection) -> Result<Vec<i64>, sqlx::Error> {
     let mut q = sqlx::query(
         "/* mysqlq:bench_status */ SELECT VARIABLE_NAME AS name, CAST(VARIABLE_VALUE AS SIGNED) AS value \
          FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN (?, ?, ?, ?, ?, ?, ?, ?)",

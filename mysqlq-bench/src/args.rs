@@ -1,0 +1,83 @@
+//! The command line, as clap derive types. Doc comments are the `--help` text.
+
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+
+/// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, pickup latency) in a scratch
+/// database on the same server, dropped afterwards.
+///
+/// The server comes from DATABASE_URL or --database-url (mysql://user:password@host:3306/db);
+/// the user needs CREATE and DROP. Passwords are never printed.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mysqlq-bench",
+    version,
+    max_term_width = 100,
+    args_conflicts_with_subcommands = true
+)]
+pub(crate) struct Args {
+    /// Database URL, e.g. mysql://app:secret@127.0.0.1:3306/app [env: DATABASE_URL]
+    #[arg(long, env = "DATABASE_URL", hide_env = true, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
+    #[command(flatten)]
+    pub(crate) bench: BenchArgs,
+    #[command(subcommand)]
+    pub(crate) internal: Option<Internal>,
+}
+
+/// What to measure.
+#[derive(Debug, ClapArgs)]
+pub(crate) struct BenchArgs {
+    /// Jobs per drain and bulk-enqueue run (single-row enqueue runs use at most 5000)
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub(crate) jobs: u32,
+    /// Jobs run at once by the worker (and baseline claim loops)
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub(crate) concurrency: u16,
+    /// Most jobs per claim, for the worker and the baseline [default: the worker's default, 100]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5_000))]
+    pub(crate) batch: Option<u32>,
+    /// Which measurements to run
+    #[arg(long, value_enum, default_value_t = Scenario::All)]
+    pub(crate) scenario: Scenario,
+    /// Framework/baseline pairs per throughput scenario (alternating, ABBA order)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub(crate) rounds: u32,
+    /// Print one JSON object
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `--scenario`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scenario {
+    /// Single-row and bulk enqueue
+    Enqueue,
+    /// Draining pre-enqueued no-op jobs
+    Drain,
+    /// Pickup latency of an idle worker, same process and another process
+    Pickup,
+    /// All of them
+    All,
+}
+
+/// Commands the bench runs itself in child processes.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Internal {
+    /// (internal) The other process of the cross-process pickup measurement.
+    #[command(name = "bench-enqueue", hide = true)]
+    BenchEnqueue(EnqueueArgs),
+}
+
+/// `bench-enqueue` (internal).
+#[derive(Debug, ClapArgs)]
+pub(crate) struct EnqueueArgs {
+    /// Jobs to enqueue, one at a time
+    #[arg(long)]
+    pub(crate) count: u32,
+    /// Jobs per second
+    #[arg(long)]
+    pub(crate) rate: u32,
+    /// Plain SQL INSERTs (the baseline) instead of the framework's enqueue
+    #[arg(long)]
+    pub(crate) raw: bool,
+}

@@ -1,0 +1,471 @@
+//! One bench run: the scratch database, the scenarios in ABBA order, the checks, the report.
+
+use std::io::IsTerminal as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mysqlq::{EnqueueOptions, NewJob, Worker, WorkerBuilder, WorkerConfig};
+use serde_json::{Value, json};
+use sqlx::MySqlPool;
+
+use crate::args::{BenchArgs, Scenario};
+use crate::error::{BenchError, db_err, q_err};
+use crate::job::{self, BenchNoop, QUEUE};
+use crate::probe::Probe;
+use crate::report::{Report, round_to};
+use crate::scratch::{Scratch, interrupted};
+use crate::{db, sql};
+
+/// Most jobs of a single-row enqueue run.
+pub(crate) const SINGLE_MAX: u32 = 5_000;
+/// Most tasks enqueueing single rows at once.
+pub(crate) const SINGLE_TASKS_MAX: usize = 64;
+/// Pickup: jobs per second, one at a time.
+pub(crate) const PICKUP_RATE: u32 = 20;
+/// Most connections of the baseline drain (tasks beyond share them).
+pub(crate) const BASELINE_POOL_MAX: u32 = 64;
+/// Lease the baseline takes on claim, in seconds (the worker's default).
+pub(crate) const LEASE_SECS: u32 = 60;
+/// Rows per `enqueue_many` call when preparing a drain run (keeps the bench's own memory low).
+const PREPARE_CHUNK: usize = 5_000;
+/// A run that makes no progress for this long is an error.
+const STALL: Duration = Duration::from_secs(60);
+
+/// One side's results (`None`: not measured).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Side {
+    pub(crate) enqueue_single: Vec<f64>,
+    pub(crate) enqueue_bulk: Vec<f64>,
+    pub(crate) drain: Vec<f64>,
+    pub(crate) pickup_same: Option<(f64, f64)>,
+    pub(crate) pickup_cross: Option<(f64, f64)>,
+}
+
+/// One verification.
+#[derive(Debug, Clone)]
+pub(crate) struct Check {
+    pub(crate) what: String,
+    pub(crate) ok: bool,
+    pub(crate) detail: String,
+}
+
+/// The state of one bench run.
+pub(crate) struct Bench<'a> {
+    pub(crate) scratch: &'a Scratch,
+    pub(crate) setup: MySqlPool,
+    pub(crate) jobs: u32,
+    pub(crate) concurrency: usize,
+    pub(crate) batch_arg: Option<u32>,
+    pub(crate) batch: u32,
+    pub(crate) single_jobs: u32,
+    pub(crate) pickup_jobs: u32,
+    pub(crate) bar: ProgressBar,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) peak_rss: Option<u64>,
+    pub(crate) rss_reset: bool,
+    pub(crate) diag: Diag,
+}
+
+/// Where the drain's time goes: server counters and claim sizes, summed over drain runs.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Diag {
+    /// Per side (framework, baseline): jobs, claim queries, server counter deltas.
+    pub(crate) sides: [DiagSide; 2],
+}
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct DiagSide {
+    pub(crate) jobs: u64,
+    pub(crate) claims: u64,
+    pub(crate) status: Vec<i64>,
+}
+
+impl Diag {
+    pub(crate) fn add(&mut self, framework: bool, jobs: u64, claims: u64, status: &[i64]) {
+        let s = &mut self.sides[usize::from(!framework)];
+        s.jobs += jobs;
+        s.claims += claims;
+        if s.status.len() < status.len() {
+            s.status.resize(status.len(), 0);
+        }
+        for (a, b) in s.status.iter_mut().zip(status) {
+            *a += b;
+        }
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (i, name) in ["drain_framework", "drain_baseline"].iter().enumerate() {
+            let s = &self.sides[i];
+            if s.jobs == 0 {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let per = |x: f64| round_to(x / s.jobs as f64, 4);
+            let mut per_job = serde_json::Map::new();
+            for (k, v) in sql::BENCH_STATUS.iter().zip(&s.status) {
+                #[allow(clippy::cast_precision_loss)]
+                per_job.insert((*k).to_owned(), json!(per(*v as f64)));
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let jobs_per_claim = if s.claims == 0 {
+                None
+            } else {
+                Some(round_to(s.jobs as f64 / s.claims as f64, 2))
+            };
+            out.insert(
+                (*name).to_owned(),
+                json!({
+                    "jobs": s.jobs,
+                    "claim_transactions": s.claims,
+                    "jobs_per_claim": jobs_per_claim,
+                    "server_counters_per_job": per_job,
+                }),
+            );
+        }
+        Value::Object(out)
+    }
+}
+
+/// `bench`. Returns exit code 0, or 1 when a verification failed (after printing the results).
+pub(crate) async fn bench(url: &str, a: &BenchArgs) -> Result<u8, BenchError> {
+    let admin = db::pool(url, 2).await?;
+    let server = {
+        let mut conn = db::acquire(&admin).await?;
+        sql::bench_server(&mut conn)
+            .await
+            .map_err(db_err("cannot read the server settings"))?
+    };
+    let name = format!("mysqlq_bench_{:016x}", fastrand::u64(..));
+    {
+        let mut conn = db::acquire(&admin).await?;
+        sql::bench_create_database(&mut conn, &name)
+            .await
+            .map_err(|e| {
+                BenchError::db(
+                    "cannot create the bench's scratch database (the user needs CREATE and DROP)",
+                    &e,
+                )
+            })?;
+    }
+    let scratch_url = db::with_database(url, &name);
+    let scratch = Scratch {
+        url: scratch_url,
+        name,
+        pools: Mutex::new(Vec::new()),
+    };
+    let outcome = tokio::select! {
+        r = run(&scratch, a) => r,
+        () = interrupted() => Err(BenchError::new(
+            "bench interrupted",
+            "nothing to clean up: its scratch database was dropped; run it again",
+        )),
+    };
+    let dropped = scratch.drop_database(&admin).await;
+    admin.close().await;
+    if let Err(e) = &dropped {
+        eprintln!(
+            "warning: {e}; drop it by hand: DROP DATABASE `{}`",
+            scratch.name
+        );
+    }
+    let (fw, bl, bench) = outcome?;
+    let report = Report {
+        server,
+        database: scratch.name.clone(),
+        dropped: dropped.is_ok(),
+        args: a,
+        fw,
+        bl,
+        bench,
+    };
+    let passed = report.bench.checks.iter().all(|c| c.ok);
+    if a.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.human());
+    }
+    if passed {
+        Ok(0)
+    } else {
+        eprintln!(
+            "error: the exactly-once verification failed (see the checks above); this is a bug in mysqlq or the baseline: report it with the output"
+        );
+        Ok(1)
+    }
+}
+
+/// Summary data of a finished run, detached from the database.
+pub(crate) struct Finished {
+    pub(crate) jobs: u32,
+    pub(crate) concurrency: usize,
+    pub(crate) batch: u32,
+    pub(crate) single_jobs: u32,
+    pub(crate) pickup_jobs: u32,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) peak_rss: Option<u64>,
+    pub(crate) rss_reset: bool,
+    pub(crate) diag: Diag,
+}
+
+pub(crate) async fn run(
+    scratch: &Scratch,
+    a: &BenchArgs,
+) -> Result<(Side, Side, Finished), BenchError> {
+    let setup = scratch.pool(2).await?;
+    mysqlq::migrate(&setup)
+        .await
+        .map_err(q_err("cannot migrate the bench database"))?;
+    let mut b = Bench {
+        scratch,
+        setup,
+        jobs: a.jobs,
+        concurrency: usize::from(a.concurrency),
+        batch_arg: a.batch,
+        batch: a.batch.unwrap_or(WorkerConfig::DEFAULT_BATCH_SIZE),
+        single_jobs: a.jobs.min(SINGLE_MAX),
+        pickup_jobs: (a.jobs / 100).clamp(20, 100),
+        bar: progress(),
+        checks: Vec::new(),
+        peak_rss: None,
+        rss_reset: false,
+        diag: Diag::default(),
+    };
+    let mut fw = Side::default();
+    let mut bl = Side::default();
+    let wants = |s: Scenario| a.scenario == s || a.scenario == Scenario::All;
+    // Drain first: the worker's peak memory is then least mixed with the bench's own.
+    if wants(Scenario::Drain) {
+        for round in 0..a.rounds {
+            for framework in abba(round) {
+                let rate = b.drain(framework, round).await?;
+                side(&mut fw, &mut bl, framework).drain.push(rate);
+            }
+        }
+    }
+    if wants(Scenario::Enqueue) {
+        for round in 0..a.rounds {
+            for framework in abba(round) {
+                let rate = b.enqueue_single(framework, round).await?;
+                side(&mut fw, &mut bl, framework).enqueue_single.push(rate);
+            }
+        }
+        for round in 0..a.rounds {
+            for framework in abba(round) {
+                let rate = b.enqueue_bulk(framework, round).await?;
+                side(&mut fw, &mut bl, framework).enqueue_bulk.push(rate);
+            }
+        }
+    }
+    if wants(Scenario::Pickup) {
+        for cross in [false, true] {
+            for framework in [true, false] {
+                let p = b.pickup(framework, cross).await?;
+                let s = side(&mut fw, &mut bl, framework);
+                if cross {
+                    s.pickup_cross = Some(p);
+                } else {
+                    s.pickup_same = Some(p);
+                }
+            }
+        }
+    }
+    b.bar.finish_and_clear();
+    b.setup.close().await;
+    Ok((
+        fw,
+        bl,
+        Finished {
+            jobs: b.jobs,
+            concurrency: b.concurrency,
+            batch: b.batch,
+            single_jobs: b.single_jobs,
+            pickup_jobs: b.pickup_jobs,
+            checks: b.checks,
+            peak_rss: b.peak_rss,
+            rss_reset: b.rss_reset,
+            diag: b.diag,
+        },
+    ))
+}
+
+/// Round `r`'s order: framework first on even rounds, baseline first on odd ones.
+pub(crate) fn abba(round: u32) -> [bool; 2] {
+    if round.is_multiple_of(2) {
+        [true, false]
+    } else {
+        [false, true]
+    }
+}
+
+pub(crate) fn side<'s>(fw: &'s mut Side, bl: &'s mut Side, framework: bool) -> &'s mut Side {
+    if framework { fw } else { bl }
+}
+
+pub(crate) fn who(framework: bool) -> &'static str {
+    if framework { "framework" } else { "baseline" }
+}
+
+pub(crate) fn per_s(n: u32, took: Duration) -> f64 {
+    f64::from(n) / took.as_secs_f64().max(1e-9)
+}
+
+impl Bench<'_> {
+    pub(crate) fn phase(&self, label: &str, len: u32) {
+        self.bar.set_message(label.to_owned());
+        self.bar.set_length(u64::from(len));
+        self.bar.set_position(0);
+    }
+
+    pub(crate) fn check(&mut self, what: String, result: Result<String, String>) {
+        let (ok, detail) = match result {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        self.checks.push(Check { what, ok, detail });
+    }
+
+    pub(crate) async fn reset(&self) -> Result<(), BenchError> {
+        let mut conn = db::acquire(&self.setup).await?;
+        sql::bench_reset(&mut conn)
+            .await
+            .map_err(db_err("cannot empty the bench's job_queue"))
+    }
+
+    pub(crate) async fn status(&self) -> Result<Vec<i64>, BenchError> {
+        let mut conn = db::acquire(&self.setup).await?;
+        sql::bench_status(&mut conn)
+            .await
+            .map_err(db_err("cannot read the server's status counters"))
+    }
+
+    pub(crate) async fn counts(&self) -> Result<sql::BenchCounts, BenchError> {
+        let mut conn = db::acquire(&self.setup).await?;
+        sql::bench_counts(&mut conn, QUEUE)
+            .await
+            .map_err(db_err("cannot count the bench's jobs"))
+    }
+
+    /// Checks the rows after a run that completed `n` jobs: all `completed`, one claim each.
+    pub(crate) async fn check_rows_completed(
+        &mut self,
+        what: &str,
+        n: u32,
+    ) -> Result<(), BenchError> {
+        let c = self.counts().await?;
+        let n = i64::from(n);
+        let detail = format!(
+            "{} rows, {} completed, {} claims",
+            c.rows, c.completed, c.attempts
+        );
+        let ok = c.rows == n && c.completed == n && c.attempts == n;
+        self.check(
+            format!("{what}: rows"),
+            if ok { Ok(detail) } else { Err(detail) },
+        );
+        Ok(())
+    }
+
+    /// Empties the queue and enqueues `n` jobs with the framework's bulk enqueue (untimed).
+    pub(crate) async fn prepare(&self, label: &str, n: u32) -> Result<Vec<u64>, BenchError> {
+        self.reset().await?;
+        self.phase(&format!("{label}: enqueueing"), n);
+        let mut ids = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+        let seqs: Vec<u64> = (0..u64::from(n)).collect();
+        for chunk in seqs.chunks(PREPARE_CHUNK) {
+            let jobs = chunk
+                .iter()
+                .map(|&seq| NewJob::from_job(&BenchNoop { seq }, &EnqueueOptions::new()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(q_err("cannot build the bench jobs"))?;
+            let done = mysqlq::enqueue_many(&self.setup, jobs)
+                .await
+                .map_err(q_err("cannot enqueue the bench jobs"))?;
+            ids.extend(done.iter().map(|e| e.id().0));
+            self.bar.inc(chunk.len() as u64);
+        }
+        Ok(ids)
+    }
+
+    /// The framework's worker on the bench queue: default settings except the concurrency (and
+    /// the batch, if given), the probe as its state.
+    pub(crate) fn worker(
+        &self,
+        pool: &MySqlPool,
+        probe: &Arc<Probe>,
+    ) -> Result<WorkerBuilder, BenchError> {
+        let builder = Worker::builder(pool.clone())
+            .registry(job::registry()?)
+            .queues([QUEUE])
+            .concurrency(self.concurrency)
+            .state(Arc::clone(probe));
+        Ok(match self.batch_arg {
+            Some(b) => builder.batch_size(b),
+            None => builder,
+        })
+    }
+
+    /// Checks the rows after an enqueue run of `n` jobs: all written, none claimed.
+    pub(crate) async fn check_rows_written(
+        &mut self,
+        what: &str,
+        n: u32,
+    ) -> Result<(), BenchError> {
+        let c = self.counts().await?;
+        let detail = format!("{} of {n} rows written", c.rows);
+        let ok = c.rows == i64::from(n) && c.attempts == 0;
+        self.check(
+            format!("{what}: rows"),
+            if ok { Ok(detail) } else { Err(detail) },
+        );
+        Ok(())
+    }
+}
+
+/// Waits until `progress()` reaches `n`, updating `bar`; an error when it stops moving.
+pub(crate) async fn wait_for(
+    bar: &ProgressBar,
+    n: u64,
+    progress: impl Fn() -> u64,
+) -> Result<(), BenchError> {
+    let mut last = 0;
+    let mut moved = Instant::now();
+    loop {
+        let now = progress();
+        bar.set_position(now.min(n));
+        if now >= n {
+            return Ok(());
+        }
+        if now != last {
+            last = now;
+            moved = Instant::now();
+        } else if moved.elapsed() > STALL {
+            return Err(BenchError::new(
+                format!(
+                    "the run stalled at {now} of {n} jobs for {}s",
+                    STALL.as_secs()
+                ),
+                "check the server (`mysqlq-cli doctor`) and the warnings above",
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The progress bar on stderr, drawn only when stderr is a terminal (scripts and tests see none).
+fn progress() -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(1), target);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({per_sec}, {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message("bench");
+    bar
+}

@@ -1,0 +1,127 @@
+//! `mysqlq-bench`: the framework beside a raw-SQL baseline, on the same server, in one run.
+//!
+//! Everything happens in a scratch database (`mysqlq_bench_<random>`) created on the server of
+//! `DATABASE_URL`, migrated, and dropped afterwards — also after an error or Ctrl-C. Each
+//! throughput scenario runs framework and baseline alternately in ABBA order (framework,
+//! baseline, baseline, framework, …) so that drift (buffer pool warm-up, background flushing)
+//! falls on both sides; `job_queue` is emptied before every run. One file per scenario:
+//!
+//! - [`scenario::enqueue_single`]: one row per autocommit call from `min(concurrency, 64)` tasks
+//!   (framework: `BenchNoop { seq }.enqueue(&pool)`; baseline: a plain `INSERT`).
+//! - [`scenario::enqueue_bulk`]: all jobs in one call (framework: [`mysqlq::enqueue_many`],
+//!   chunked by the framework; baseline: hand-written multi-row INSERTs of the same chunk size).
+//! - [`scenario::drain`]: pre-enqueued no-op jobs (the handler bumps a per-job atomic counter);
+//!   the framework is a real [`mysqlq::Worker`] with default settings except concurrency (and
+//!   batch if given); the baseline is `concurrency` tasks looping the article's claim transaction
+//!   and one token-guarded completion per batch ([`baseline`], SQL in [`sql`]).
+//! - [`scenario::pickup`]: an idle consumer, jobs enqueued one at a time at 20/s, latency from
+//!   the enqueue's commit (the enqueue call returned) to the handler's start, both read from the
+//!   host's wall clock. Same process (the framework wakes local workers on enqueue) and another
+//!   process (a child of this binary, `bench-enqueue`, so no in-process wake-up can help). The
+//!   baseline is a raw polling loop with the worker's default idle backoff (5 ms doubling to the
+//!   1 s ceiling).
+//! - [`scenario::memory`]: the worker's peak resident set during the first framework drain.
+//!
+//! Every run checks that each job ran exactly once and that its row is `completed` (or, for
+//! enqueue runs, that every row was written). Exit codes: 0 success, 1 error or a failed
+//! verification, 2 usage error.
+
+mod args;
+mod baseline;
+mod bench;
+mod db;
+mod error;
+mod job;
+mod probe;
+mod report;
+mod scenario;
+mod scratch;
+mod sql;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Args, Internal};
+use crate::error::{BenchError, EXIT_USAGE};
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => return ExitCode::from(clap_error(&e)),
+    };
+    // A benchmark saturates the server on purpose: sqlx's slow-statement and slow-acquire
+    // warnings would only bury the results.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,sqlx::query=error,sqlx::pool=error".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}; check the process limits");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(dispatch(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            let line = format!("error: {e}").replace(['\n', '\r'], " ");
+            eprintln!("{line}");
+            e.code()
+        }
+    };
+    ExitCode::from(code)
+}
+
+async fn dispatch(args: Args) -> Result<u8, BenchError> {
+    let Some(url) = args
+        .database_url
+        .as_deref()
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+    else {
+        return Err(BenchError::usage(
+            "no database URL",
+            "set DATABASE_URL or pass --database-url mysql://user:password@host:3306/database",
+        ));
+    };
+    match args.internal {
+        Some(Internal::BenchEnqueue(a)) => {
+            scenario::pickup::child_enqueue(url, &a).await.map(|()| 0)
+        }
+        None => bench::bench(url, &args.bench).await,
+    }
+}
+
+/// Help and version go to stdout with code 0; usage errors become one line with code 2.
+fn clap_error(e: &clap::Error) -> u8 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        _ => {
+            let text = e.render().to_string();
+            let problem: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+                .collect();
+            eprintln!(
+                "error: {}; see `--help` for usage",
+                problem.join(" ").replace(": ;", ":")
+            );
+            EXIT_USAGE
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The results: medians, percentiles and ratios, as one JSON object or as text.
+
+use serde_json::{Value, json};
+
+use crate::args::BenchArgs;
+use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
+use crate::sql;
+use crate::table::Table;
+
+/// Nearest-rank percentile of sorted values (0 for none).
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Median (mean of the middle two for an even count); `None` for none.
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    Some(if s.len().is_multiple_of(2) {
+        f64::midpoint(s[m - 1], s[m])
+    } else {
+        s[m]
+    })
+}
+
+pub(crate) fn round_to(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// A byte count in MiB with one decimal, as the server's buffer pool is sized.
+fn mib(n: i64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let m = n.max(0) as f64 / (1024.0 * 1024.0);
+    format!("{m:.1} MiB")
+}
+
+pub(crate) struct Report<'a> {
+    pub(crate) server: sql::BenchServer,
+    pub(crate) database: String,
+    pub(crate) dropped: bool,
+    pub(crate) args: &'a BenchArgs,
+    pub(crate) fw: Side,
+    pub(crate) bl: Side,
+    pub(crate) bench: Finished,
+}
+
+/// The metric keys of one side, in output order, with their values.
+pub(crate) fn values(s: &Side) -> Vec<(&'static str, Option<f64>)> {
+    vec![
+        (
+            "enqueue_single_per_s",
+            median(&s.enqueue_single).map(|x| round_to(x, 1)),
+        ),
+        (
+            "enqueue_bulk_per_s",
+            median(&s.enqueue_bulk).map(|x| round_to(x, 1)),
+        ),
+        ("drain_per_s", median(&s.drain).map(|x| round_to(x, 1))),
+        (
+            "pickup_same_process_p50_ms",
+            s.pickup_same.map(|p| round_to(p.0, 3)),
+        ),
+        (
+            "pickup_same_process_p99_ms",
+            s.pickup_same.map(|p| round_to(p.1, 3)),
+        ),
+        (
+            "pickup_cross_process_p50_ms",
+            s.pickup_cross.map(|p| round_to(p.0, 3)),
+        ),
+        (
+            "pickup_cross_process_p99_ms",
+            s.pickup_cross.map(|p| round_to(p.1, 3)),
+        ),
+    ]
+}
+
+pub(crate) fn ratio(fw: Option<f64>, bl: Option<f64>) -> Option<f64> {
+    match (fw, bl) {
+        (Some(f), Some(b)) if b > 0.0 => Some(round_to(f / b, 3)),
+        _ => None,
+    }
+}
+
+impl Report<'_> {
+    pub(crate) fn peak_rss_mib(&self) -> Option<f64> {
+        #[allow(clippy::cast_precision_loss)]
+        self.bench
+            .peak_rss
+            .map(|b| round_to(b as f64 / (1024.0 * 1024.0), 1))
+    }
+
+    pub(crate) fn ratios(&self) -> Vec<(&'static str, Option<f64>)> {
+        vec![
+            (
+                "enqueue_single",
+                ratio(
+                    median(&self.fw.enqueue_single),
+                    median(&self.bl.enqueue_single),
+                ),
+            ),
+            (
+                "enqueue_bulk",
+                ratio(median(&self.fw.enqueue_bulk), median(&self.bl.enqueue_bulk)),
+            ),
+            (
+                "drain",
+                ratio(median(&self.fw.drain), median(&self.bl.drain)),
+            ),
+        ]
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        let obj = |pairs: Vec<(&'static str, Option<f64>)>| {
+            Value::Object(
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), json!(v)))
+                    .collect(),
+            )
+        };
+        let mut fw = obj(values(&self.fw));
+        fw["peak_rss_mib"] = json!(self.peak_rss_mib());
+        let b = &self.bench;
+        json!({
+            "server": self.server.version,
+            "jobs": b.jobs,
+            "concurrency": b.concurrency,
+            "batch": b.batch,
+            "framework": fw,
+            "baseline": obj(values(&self.bl)),
+            "ratio": obj(self.ratios()),
+            "scenario": format!("{:?}", self.args.scenario).to_lowercase(),
+            "rounds": self.args.rounds,
+            "enqueue_single_jobs": b.single_jobs,
+            "pickup_jobs": b.pickup_jobs,
+            "pickup_rate_per_s": PICKUP_RATE,
+            "peak_rss_note": if b.rss_reset {
+                "VmHWM of the bench process, reset just before the first framework drain"
+            } else {
+                "VmHWM of the bench process since it started"
+            },
+            "database": self.database,
+            "database_dropped": self.dropped,
+            "diagnostics": b.diag.json(),
+            "settings": {
+                "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
+                "sync_binlog": self.server.sync_binlog,
+                "log_bin": self.server.log_bin,
+                "binlog_format": self.server.binlog_format,
+                "innodb_buffer_pool_size": self.server.buffer_pool_bytes,
+                "max_connections": self.server.max_connections,
+            },
+            "verification": {
+                "passed": b.checks.iter().all(|c| c.ok),
+                "checks": b.checks.iter().map(|c| json!({
+                    "check": c.what, "ok": c.ok, "detail": c.detail,
+                })).collect::<Vec<_>>(),
+            },
+        })
+    }
+
+    pub(crate) fn human(&self) -> String {
+        let b = &self.bench;
+        let s = &self.server;
+        let mut text = format!(
+            "server {} (innodb_flush_log_at_trx_commit={}, sync_binlog={}, log_bin={}, buffer pool {})\n\
+             scratch database {} ({})\n\
+             {} jobs, concurrency {}, batch {}, {} round(s) per throughput scenario in ABBA order; \
+             single-row enqueue: {} jobs from {} tasks; pickup: {} jobs at {}/s\n\n",
+            s.version,
+            s.flush_log_at_trx_commit,
+            s.sync_binlog,
+            s.log_bin,
+            mib(s.buffer_pool_bytes),
+            self.database,
+            if self.dropped {
+                "dropped"
+            } else {
+                "NOT dropped"
+            },
+            b.jobs,
+            b.concurrency,
+            b.batch,
+            self.args.rounds,
+            b.single_jobs,
+            b.concurrency.min(SINGLE_TASKS_MAX),
+            b.pickup_jobs,
+            PICKUP_RATE,
+        );
+        let mut t = Table::new(&["METRIC", ">FRAMEWORK", ">BASELINE", ">RATIO"]);
+        let fmt = |v: Option<f64>, places: usize| {
+            v.map_or_else(|| "-".to_owned(), |x| format!("{x:.places$}"))
+        };
+        let ratios = self.ratios();
+        let labels = [
+            "enqueue single (jobs/s)",
+            "enqueue bulk (jobs/s)",
+            "drain (jobs/s)",
+            "pickup same process p50 (ms)",
+            "pickup same process p99 (ms)",
+            "pickup cross-process p50 (ms)",
+            "pickup cross-process p99 (ms)",
+        ];
+        for (i, ((label, (_, f)), (_, bl))) in labels
+            .iter()
+            .zip(values(&self.fw))
+            .zip(values(&self.bl))
+            .enumerate()
+        {
+            let (places, r) = if i < 3 {
+                (0, fmt(ratios[i].1, 3))
+            } else {
+                (1, String::new())
+            };
+            t.row(vec![
+                (*label).to_owned(),
+                fmt(f, places),
+                fmt(bl, places),
+                r,
+            ]);
+        }
+        text.push_str(&t.render());
+        if let Some(mib) = self.peak_rss_mib() {
+            text.push_str(&format!(
+                "\nworker peak RSS: {mib:.1} MiB ({})\n",
+                if b.rss_reset {
+                    "VmHWM of this process, reset just before the first framework drain"
+                } else {
+                    "VmHWM of this process since it started"
+                }
+            ));
+        }
+        if b.diag.sides.iter().any(|s| s.jobs > 0) {
+            text.push_str("\ndrain, where the work goes (server-wide counters per job; other sessions count too):\n");
+            let d = b.diag.json();
+            let mut t = Table::new(&[
+                "SIDE",
+                ">JOBS/CLAIM",
+                ">QUESTIONS",
+                ">SELECT",
+                ">UPDATE",
+                ">COMMIT",
+                ">FSYNCS",
+                ">LOCK WAITS",
+                ">LOCK WAIT MS",
+            ]);
+            for (name, key) in [
+                ("framework", "drain_framework"),
+                ("baseline", "drain_baseline"),
+            ] {
+                let v = &d[key];
+                if v.is_null() {
+                    continue;
+                }
+                let c = &v["server_counters_per_job"];
+                let f = |x: &Value| {
+                    x.as_f64()
+                        .map_or_else(|| "-".to_owned(), |x| format!("{x:.3}"))
+                };
+                t.row(vec![
+                    name.to_owned(),
+                    f(&v["jobs_per_claim"]),
+                    f(&c["Questions"]),
+                    f(&c["Com_select"]),
+                    f(&c["Com_update"]),
+                    f(&c["Com_commit"]),
+                    f(&c["Innodb_data_fsyncs"]),
+                    f(&c["Innodb_row_lock_waits"]),
+                    f(&c["Innodb_row_lock_time"]),
+                ]);
+            }
+            text.push_str(&t.render());
+        }
+        let failed = b.checks.iter().filter(|c| !c.ok).count();
+        text.push_str(&format!(
+            "\nverification: {} ({} checks, {failed} failed)\n",
+            if failed == 0 { "passed" } else { "FAILED" },
+            b.checks.len()
+        ));
+        for c in &b.checks {
+            text.push_str(&format!(
+                "  {} {}: {}\n",
+                if c.ok { "ok  " } else { "FAIL" },
+                c.what,
+                c.detail
+            ));
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_medians() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert!((percentile(&v, 50.0) - 50.0).abs() < 1e-9);
+        assert!((percentile(&v, 99.0) - 99.0).abs() < 1e-9);
+        assert_eq!(median(&[3.0, 1.0]), Some(2.0));
+        assert_eq!(median(&[]), None);
+    }
+}

@@ -1,0 +1,7 @@
+//! One file per scenario; each adds its runs to [`crate::bench::Bench`].
+
+pub(crate) mod drain;
+pub(crate) mod enqueue_bulk;
+pub(crate) mod enqueue_single;
+pub(crate) mod memory;
+pub(crate) mod pickup;

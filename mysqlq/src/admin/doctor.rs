@@ -1,0 +1,364 @@
+//! `Admin::doctor`: health checks of the server and the schema, as data ([`Check`]); the CLI's
+//! `doctor` prints them.
+
+use serde::Serialize;
+use sqlx::MySqlConnection;
+
+use super::Admin;
+use crate::Error;
+use crate::store::{self, admin, server};
+
+/// How a check came out, from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Fine.
+    Ok,
+    /// Worth knowing, nothing to do.
+    Info,
+    /// Works, but something should be fixed.
+    Warn,
+    /// Claims are unsafe or impossible until it is fixed.
+    Fail,
+}
+
+/// One health check of the server and the schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// How it came out.
+    pub level: Level,
+    /// What was checked (`server`, `binlog`, `writer`, `schema`, `claim plan`, …).
+    pub name: &'static str,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it, when there is something to fix. Commands are written as `mysqlq-cli …`;
+    /// a binary of its own shows its own name.
+    pub fix: Option<String>,
+}
+
+fn check(level: Level, name: &'static str, detail: impl Into<String>, fix: Option<&str>) -> Check {
+    Check {
+        level,
+        name,
+        detail: detail.into(),
+        fix: fix.map(str::to_owned),
+    }
+}
+
+/// The indexes the queries need.
+const INDEXES: [&str; 4] = [
+    "idx_job_claim",
+    "idx_job_recover",
+    "uq_job_dedupe",
+    "idx_job_finished",
+];
+
+impl Admin {
+    /// Is this server and schema fit for SKIP LOCKED claims? Every check, in order: server
+    /// version, binary log format, writer (not read-only), isolation, time zone, schema version,
+    /// indexes, jobs stranded in queues none of `registered` (the queues this binary's jobs use;
+    /// empty when unknown) serves, and the claim's plan on the busiest queue.
+    pub async fn doctor(&self, registered: &[String]) -> Result<Vec<Check>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        doctor(&mut conn, registered).await
+    }
+}
+
+async fn doctor(conn: &mut MySqlConnection, registered: &[String]) -> Result<Vec<Check>, Error> {
+    let mut checks = Vec::new();
+    let db = |e: Error| e;
+
+    let version = server::version(conn).await.map_err(db)?;
+    let info = match server::detect(conn).await {
+        Ok(info) => {
+            checks.push(check(
+                Level::Ok,
+                "server",
+                format!("{info} supports SKIP LOCKED"),
+                None,
+            ));
+            Some(info)
+        }
+        Err(e @ Error::UnsupportedServer { .. }) => {
+            checks.push(check(
+                Level::Fail,
+                "server",
+                format!("{version}: no SKIP LOCKED"),
+                Some(&e.to_string()),
+            ));
+            server::ServerInfo::parse(&version).ok()
+        }
+        Err(e) => return Err(db(e)),
+    };
+
+    if let Some(info) = &info {
+        let s = admin::server_settings(conn, info).await.map_err(db)?;
+        let fmt = s.binlog_format.to_ascii_uppercase();
+        if !s.log_bin {
+            checks.push(check(
+                Level::Ok,
+                "binlog",
+                "binary log off (binlog_format does not matter)",
+                None,
+            ));
+        } else if fmt == "ROW" {
+            checks.push(check(
+                Level::Ok,
+                "binlog",
+                "log_bin=ON, binlog_format=ROW",
+                None,
+            ));
+        } else {
+            checks.push(check(
+                Level::Fail,
+                "binlog",
+                format!(
+                    "log_bin=ON with binlog_format={fmt}: SKIP LOCKED is unsafe for statement-based \
+                     replication (MariaDB refuses it under READ COMMITTED with error 1665; under \
+                     REPEATABLE READ a replica may claim different rows)"
+                ),
+                Some("SET GLOBAL binlog_format=ROW, and binlog_format=ROW in my.cnf; then restart the workers"),
+            ));
+        }
+        let mut ro = Vec::new();
+        if s.read_only {
+            ro.push("read_only");
+        }
+        if s.super_read_only == Some(true) {
+            ro.push("super_read_only");
+        }
+        if s.innodb_read_only {
+            ro.push("innodb_read_only");
+        }
+        if ro.is_empty() {
+            checks.push(check(
+                Level::Ok,
+                "writer",
+                "read_only, super_read_only, innodb_read_only are off",
+                None,
+            ));
+        } else {
+            checks.push(check(
+                Level::Fail,
+                "writer",
+                format!("{} ON: this is a read-only server or a replica", ro.join(", ")),
+                Some("point DATABASE_URL at the writer (primary); claims and state changes must go there"),
+            ));
+        }
+        checks.push(check(
+            Level::Info,
+            "isolation",
+            format!(
+                "session {} = {} (mysqlq runs each claim at READ COMMITTED regardless)",
+                info.isolation_variable(),
+                s.isolation
+            ),
+            None,
+        ));
+        let tz = format!(
+            "global time_zone={} (system {})",
+            s.time_zone, s.system_time_zone
+        );
+        let tz_fix = "set default_time_zone='+00:00' in my.cnf, or use UTC_TIMESTAMP(6) instead of NOW(6) in hand-written SQL";
+        match s.utc_offset_seconds {
+            Some(0) => checks.push(check(Level::Ok, "time zone", format!("{tz} is UTC"), None)),
+            Some(off) => checks.push(check(
+                Level::Warn,
+                "time zone",
+                format!(
+                    "{tz} is {off:+}s from UTC: mysqlq stores UTC times, so the article's NOW(6) \
+                     queries run by hand disagree with them"
+                ),
+                Some(tz_fix),
+            )),
+            None => checks.push(check(
+                Level::Warn,
+                "time zone",
+                format!("{tz}: offset unknown (time zone tables not loaded)"),
+                Some(tz_fix),
+            )),
+        }
+    }
+
+    let version = crate::schema_version(conn).await.map_err(db)?;
+    if version == crate::SCHEMA_VERSION {
+        checks.push(check(
+            Level::Ok,
+            "schema",
+            format!("version {version}"),
+            None,
+        ));
+    } else {
+        checks.push(check(
+            Level::Fail,
+            "schema",
+            format!(
+                "version {version}, this build needs {}",
+                crate::SCHEMA_VERSION
+            ),
+            Some(if version < crate::SCHEMA_VERSION {
+                "run `mysqlq-cli migrate`"
+            } else {
+                "upgrade this binary to the mysqlq version that migrated the database"
+            }),
+        ));
+    }
+    if version > 0 {
+        let have = admin::table_indexes(conn, "job_queue").await.map_err(db)?;
+        let missing: Vec<&str> = INDEXES
+            .iter()
+            .copied()
+            .filter(|i| !have.iter().any(|h| h == i))
+            .collect();
+        if missing.is_empty() {
+            checks.push(check(Level::Ok, "indexes", INDEXES.join(", "), None));
+        } else {
+            checks.push(check(
+                Level::Fail,
+                "indexes",
+                format!("job_queue lacks {}", missing.join(", ")),
+                Some("restore them from migrations/0001_job_queue.sql (claims and stats would scan the table)"),
+            ));
+        }
+        let queues = match admin::stats_queues(conn).await {
+            Ok(queues) => {
+                checks.push(stranded_check(registered, &queues));
+                queues
+            }
+            Err(e) => {
+                checks.push(check(
+                    Level::Fail,
+                    "queues",
+                    format!("cannot read the queues: {}", crate::worker::error_chain(&e)),
+                    Some("run `mysqlq-cli migrate`"),
+                ));
+                Vec::new()
+            }
+        };
+        let (queue, pending) = plan_queue(registered, &queues);
+        match store::job_claim_explain(conn, &queue).await {
+            Ok(plan) => {
+                let main: Vec<_> = plan
+                    .iter()
+                    .filter(|r| r.table.as_deref() == Some("j"))
+                    .collect();
+                let uses = main
+                    .iter()
+                    .any(|r| r.key.as_deref() == Some("idx_job_claim"));
+                let filesort = plan
+                    .iter()
+                    .any(|r| r.extra.as_deref().is_some_and(|e| e.contains("filesort")));
+                if uses && !filesort {
+                    checks.push(check(
+                        Level::Ok,
+                        "claim plan",
+                        format!("queue `{queue}`: idx_job_claim, no filesort"),
+                        None,
+                    ));
+                } else {
+                    let key = main
+                        .first()
+                        .and_then(|r| r.key.clone())
+                        .unwrap_or_else(|| "none".into());
+                    if pending < PLAN_MIN_PENDING {
+                        // On a drained or nearly empty queue every plan is cheap, and the
+                        // optimizer may pick another index: nothing to judge yet.
+                        checks.push(check(
+                            Level::Info,
+                            "claim plan",
+                            format!(
+                                "queue `{queue}`: {pending} pending jobs, too few for the plan to \
+                                 matter (the optimizer chose key {key}{}); run doctor again while \
+                                 the queue has a backlog",
+                                if filesort { " with a sort" } else { "" }
+                            ),
+                            None,
+                        ));
+                    } else {
+                        checks.push(check(
+                            Level::Fail,
+                            "claim plan",
+                            format!(
+                                "queue `{queue}`: {pending} pending jobs, key {key}{}",
+                                if filesort { ", Using filesort" } else { "" }
+                            ),
+                            Some("run ANALYZE TABLE job_queue and check idx_job_claim (queue_name, status, priority, available_at, id)"),
+                        ));
+                    }
+                }
+            }
+            Err(e) => checks.push(check(
+                Level::Fail,
+                "claim plan",
+                format!("EXPLAIN failed: {}", crate::worker::error_chain(&e)),
+                Some("run `mysqlq-cli migrate`"),
+            )),
+        }
+    }
+
+    Ok(checks)
+}
+
+/// Below this many pending jobs in the queue, the claim's plan is not judged.
+const PLAN_MIN_PENDING: u64 = 1000;
+
+/// The queue whose claim plan is checked: of this binary's queues (else of all queues), the one
+/// with the most pending jobs; and that count.
+fn plan_queue(registered: &[String], queues: &[admin::QueueStats]) -> (String, u64) {
+    let pending = |q: &admin::QueueStats| q.ready + q.scheduled;
+    let busiest = queues
+        .iter()
+        .filter(|q| registered.is_empty() || registered.contains(&q.queue))
+        .max_by_key(|q| pending(q));
+    match busiest {
+        Some(q) => (q.queue.clone(), pending(q)),
+        None => (
+            registered
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "default".to_owned()),
+            0,
+        ),
+    }
+}
+
+/// Pending jobs in queues that no job linked into this binary uses: nothing here claims them.
+fn stranded_check(registered: &[String], queues: &[admin::QueueStats]) -> Check {
+    if registered.is_empty() {
+        return check(
+            Level::Info,
+            "queues",
+            "this binary links no jobs, so it cannot tell which queues its workers serve",
+            None,
+        );
+    }
+    let stranded: Vec<String> = queues
+        .iter()
+        .filter(|q| !registered.contains(&q.queue) && q.ready + q.scheduled > 0)
+        .map(|q| format!("`{}` ({} pending)", q.queue, q.ready + q.scheduled))
+        .collect();
+    if stranded.is_empty() {
+        check(
+            Level::Ok,
+            "queues",
+            format!(
+                "every queue with pending jobs is one of this binary's: {}",
+                registered.join(", ")
+            ),
+            None,
+        )
+    } else {
+        check(
+            Level::Warn,
+            "queues",
+            format!(
+                "jobs stranded in queues no job of this binary uses: {}",
+                stranded.join(", ")
+            ),
+            Some(
+                "run a worker binary that links their jobs, or `mysqlq-cli work --queues NAME` if this \
+                 binary should serve them; delete them if nothing will",
+            ),
+        )
+    }
+}
