@@ -6,30 +6,32 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
 use mysqlq_examples::inventory::{self, Options};
-use mysqlq_examples::runner;
+use mysqlq_examples::runner::{self, Common, ENV_HELP};
 
-const USAGE: &str = "usage: inventory [--once] [--checkouts N] [--units N]
-
-  --once          one round, then check the invariants, print a one-line summary and exit
-                  (0 if every invariant held); without it the workers keep running until Ctrl-C
-  --checkouts N   concurrent checkouts of one unit each (default 200)
-  --units N       units of the contended SKU (default 50)
-
-DATABASE_URL names the server (any database in it is left alone: each run uses a database of its
-own, `mysqlq_example_inventory_<pid>_<random>`, dropped when it ends). Without it, 127.0.0.1:3306 is used if it answers, else a private
-throwaway mariadbd/mysqld is started in a temp dir and removed at exit
-(MYSQLQ_EXAMPLES_PRIVATE_SERVER=1 forces that). RUST_LOG filters mysqlq's logs (default: warn).";
+/// Reserving sellable units with SKIP LOCKED, without ever overselling
+#[derive(Debug, Parser)]
+#[command(name = "inventory", after_help = ENV_HELP)]
+struct Args {
+    #[command(flatten)]
+    common: Common,
+    /// Concurrent checkouts of one unit each [default: 200]
+    #[arg(long, value_name = "N")]
+    checkouts: Option<u32>,
+    /// Units of the contended SKU [default: 50]
+    #[arg(long, value_name = "N")]
+    units: Option<u32>,
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flag = |arg: &str, rest: &mut dyn Iterator<Item = String>, options: &mut Options| {
-        match arg {
-            "--checkouts" => options.checkouts = runner::number(arg, rest.next())?,
-            "--units" => options.rush_units = runner::number(arg, rest.next())?,
-            _ => return Ok(false),
-        }
-        Ok(true)
+    let args = Args::parse();
+    let defaults = Options::default();
+    let options = Options {
+        checkouts: args.checkouts.unwrap_or(defaults.checkouts),
+        rush_units: args.units.unwrap_or(defaults.rush_units),
+        ..defaults
     };
-    runner::run("inventory", USAGE, flag, inventory::run_round).await
+    runner::run("inventory", args.common, options, inventory::run_round).await
 }

@@ -2,12 +2,18 @@
 //!
 //! Each example is a `[[example]]` of this package (`cargo run --example order-email`) whose
 //! scenario lives in a module of this library, so that an integration test can run the very same
-//! code and assert on its outcome.
+//! code and assert on its outcome. Each such module tells its story at the top of its file (the
+//! jobs and the transactions that touch mysqlq); its `scenario` and `checks` submodules drive a
+//! round and check the invariants, and its fake HTTP API is served with axum.
 //!
-//! - [`runner`]: the `main` of every example (flags, logging, the round under Ctrl-C, `--once` or
+//! `examples/basic.rs` (`cargo run --example basic`) is the smallest whole program and uses only
+//! [`server`]'s database helpers; read it first.
+//!
+//! - [`runner`]: the `main` of every example (the common `--once` flag for clap, logging, the round under Ctrl-C, `--once` or
 //!   keep running, graceful shutdown, the summary and the exit code).
 //! - [`server`]: finds a MySQL/MariaDB server (`DATABASE_URL`, else `127.0.0.1:3306`, else a
-//!   private throwaway `mariadbd`/`mysqld` started in a temp dir) and creates fresh databases.
+//!   private throwaway `mariadbd`/`mysqld` started in a temp dir by `mysqlq-testkit`, the starter
+//!   the integration tests use too) and creates fresh databases.
 //! - [`order_email`]: an order and its e-mail job committed in one transaction; a flaky fake mail
 //!   server; retries, the idempotency key, and the `failed` state.
 //! - [`inventory`]: one row per sellable unit reserved with `SKIP LOCKED` in READ COMMITTED, claim

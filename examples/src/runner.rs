@@ -1,4 +1,4 @@
-//! The `main` the examples share: argument parsing, logging, finding the server, one round under
+//! The `main` the examples share: the common flag, logging, finding the server, one round under
 //! Ctrl-C, then either `--once` (shut down, print the summary last) or keep running until Ctrl-C.
 
 use std::fmt;
@@ -44,18 +44,6 @@ pub trait Finished<O> {
     }
 }
 
-/// Parses the number after `flag`, with the examples' error messages.
-///
-/// # Errors
-///
-/// `{flag} needs a number` when there is none, `{flag}: `{n}` is not a number` when it does not
-/// parse.
-pub fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
-    let n = value.ok_or(format!("{flag} needs a number"))?;
-    n.parse()
-        .map_err(|_| format!("{flag}: `{n}` is not a number"))
-}
-
 /// Writes `OK`, or `FAILED: ` and the broken invariants: the end of every summary line.
 ///
 /// # Errors
@@ -69,54 +57,36 @@ pub fn verdict(f: &mut fmt::Formatter<'_>, violations: &[String]) -> fmt::Result
     }
 }
 
-/// `--once` (or not) and the example's options, or the message for an argument error (empty for
-/// `--help`).
-fn parse_args<O: Default>(
-    flag: impl Fn(&str, &mut dyn Iterator<Item = String>, &mut O) -> Result<bool, String>,
-) -> Result<(bool, O), String> {
-    let mut once = false;
-    let mut options = O::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--once" => once = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => {
-                if !flag(other, &mut args, &mut options)? {
-                    return Err(format!("unknown argument `{other}`"));
-                }
-            }
-        }
-    }
-    Ok((once, options))
+/// The flag every example has, flattened into its clap arguments.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct Common {
+    /// One round, then check the invariants, print a one-line summary and exit (0 if every
+    /// invariant held); without it the workers keep running until Ctrl-C
+    #[arg(long)]
+    pub once: bool,
 }
 
-/// An example's `main`: `name` prefixes its messages, `usage` is printed for `--help` and after
-/// an argument error (exit code 2). Besides `--once` and `--help`, `flag(arg, rest, options)`
-/// takes the example's own flags (reading their values from `rest`), returning `Ok(false)` for
-/// an unknown one. `round(url, options)` runs one round against the server found; a failure, or
-/// Ctrl-C during the round, exits with 1, as does a summary reporting broken invariants.
+/// What every example's `--help` ends with.
+pub const ENV_HELP: &str = "DATABASE_URL names the server (any database in it is left alone: each \
+run uses a database of its own, `mysqlq_example_<name>_<pid>_<random>`, dropped when it ends). \
+Without it, 127.0.0.1:3306 is used if it answers, else a private throwaway mariadbd/mysqld is \
+started in a temp dir and removed at exit (MYSQLQ_EXAMPLES_PRIVATE_SERVER=1 forces that). \
+RUST_LOG filters mysqlq's logs (default: warn).";
+
+/// An example's `main`, after clap parsed its arguments (an argument error exits with 2, `--help`
+/// with 0): `name` prefixes its messages; `round(url, options)` runs one round against the
+/// server found; with `common.once` the run ends after it. A failure, or Ctrl-C during the round,
+/// exits with 1, as does a summary reporting broken invariants.
 pub async fn run<O, R>(
     name: &str,
-    usage: &str,
-    flag: impl Fn(&str, &mut dyn Iterator<Item = String>, &mut O) -> Result<bool, String>,
+    common: Common,
+    options: O,
     round: impl AsyncFnOnce(&str, &O) -> Result<R, String>,
 ) -> ExitCode
 where
-    O: Default,
     R: Finished<O>,
 {
-    let (once, options) = match parse_args(flag) {
-        Ok(parsed) => parsed,
-        Err(e) if e.is_empty() => {
-            println!("{usage}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{name}: {e}\n\n{usage}");
-            return ExitCode::from(2);
-        }
-    };
+    let once = common.once;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -10,13 +10,15 @@
 //! Examples never touch the database named in the URL: [`fresh_database`] drops and recreates a
 //! database of the example's own name next to it, then applies mysqlq's migrations.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use mysqlq_testkit::StartError;
 use sqlx::MySqlPool;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+
+/// The private server of [`Server::locate`]: `mysqlq-testkit`'s, the one the tests use too.
+pub use mysqlq_testkit::PrivateServer;
 
 /// The server the examples use when `DATABASE_URL` is not set.
 pub const LOCAL_URL: &str = "mysql://root@127.0.0.1:3306";
@@ -58,9 +60,16 @@ impl Server {
     }
 
     async fn start_private() -> Result<Self, String> {
-        let private = tokio::task::spawn_blocking(PrivateServer::start)
+        let private = tokio::task::spawn_blocking(PrivateServer::try_start)
             .await
-            .map_err(|e| format!("starting the private server panicked: {e}"))??;
+            .map_err(|e| format!("starting the private server panicked: {e}"))?
+            .map_err(|e| match e {
+                StartError::NoServerBinary => "no DATABASE_URL, nothing on 127.0.0.1:3306, and no \
+                     mariadbd or mysqld on PATH or in /usr/sbin: set DATABASE_URL or install \
+                     mariadb-server"
+                    .to_owned(),
+                e => error_chain(&e),
+            })?;
         Ok(Self {
             url: private.url(),
             private: Some(private),
@@ -95,6 +104,16 @@ impl Server {
                 p.dir().display()
             ),
             None => format!("server at {}", redact(&self.url)),
+        }
+    }
+}
+
+impl Drop for Server {
+    /// Stops the private server (if any) and deletes its directory and the template it was
+    /// copied from: an example starts one server per run.
+    fn drop(&mut self) {
+        if self.private.take().is_some() {
+            mysqlq_testkit::remove_template();
         }
     }
 }
@@ -169,6 +188,25 @@ pub async fn fresh_database(
     name: &str,
     max_connections: u32,
 ) -> Result<MySqlPool, String> {
+    let pool = recreate_database(url, name, max_connections).await?;
+    mysqlq::migrate(&pool)
+        .await
+        .map_err(|e| format!("mysqlq::migrate on `{name}` failed: {}", error_chain(&e)))?;
+    Ok(pool)
+}
+
+/// Creates the empty database `name` (dropping one of that name first) on the server of `url`
+/// and returns a pool of up to 10 connections on it; applying migrations is left to the caller.
+/// `name` must be `[a-z0-9_]+`.
+pub async fn create_database(url: &str, name: &str) -> Result<MySqlPool, String> {
+    recreate_database(url, name, 10).await
+}
+
+async fn recreate_database(
+    url: &str,
+    name: &str,
+    max_connections: u32,
+) -> Result<MySqlPool, String> {
     if name.is_empty()
         || !name
             .bytes()
@@ -199,9 +237,6 @@ pub async fn fresh_database(
         .connect_with(server.database(name))
         .await
         .map_err(|e| format!("cannot connect to database `{name}`: {e}"))?;
-    mysqlq::migrate(&pool)
-        .await
-        .map_err(|e| format!("mysqlq::migrate on `{name}` failed: {}", error_chain(&e)))?;
     Ok(pool)
 }
 
@@ -232,170 +267,6 @@ async fn connect_with_retry(
 }
 
 pub use mysqlq::error_chain;
-
-/// A throwaway `mariadbd`/`mysqld` with its own data directory and port; killed and deleted on
-/// drop.
-#[derive(Debug)]
-pub struct PrivateServer {
-    dir: PathBuf,
-    port: u16,
-    binary: PathBuf,
-    child: Option<Child>,
-}
-
-fn find_binary(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    dirs.push("/usr/sbin".into());
-    dirs.push("/usr/local/sbin".into());
-    names
-        .iter()
-        .flat_map(|name| dirs.iter().map(move |d| d.join(name)))
-        .find(|p| p.is_file())
-}
-
-impl PrivateServer {
-    /// Initialises a data directory in a temp dir and starts the server on a free port; waits
-    /// until it answers (at most 60 s).
-    pub fn start() -> Result<Self, String> {
-        let binary = find_binary(&["mariadbd", "mysqld"]).ok_or(
-            "no DATABASE_URL, nothing on 127.0.0.1:3306, and no mariadbd or mysqld on PATH or in /usr/sbin: \
-             set DATABASE_URL or install mariadb-server",
-        )?;
-        let dir = std::env::temp_dir().join(format!(
-            "mysqlq-example-{}-{:08x}",
-            std::process::id(),
-            fastrand::u32(..)
-        ));
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data)
-            .map_err(|e| format!("cannot create {}: {e}", data.display()))?;
-        // From here on, dropping `server` cleans up.
-        let mut server = Self {
-            dir,
-            port: free_port()?,
-            binary,
-            child: None,
-        };
-        server.initialise()?;
-        server.launch()?;
-        Ok(server)
-    }
-
-    fn initialise(&self) -> Result<(), String> {
-        let data = self.dir.join("data");
-        let is_mariadb = self.binary.file_name().is_some_and(|n| n == "mariadbd");
-        let mut cmd = match find_binary(&["mariadb-install-db", "mysql_install_db"]) {
-            Some(tool) if is_mariadb => {
-                let mut c = Command::new(tool);
-                c.args([
-                    "--no-defaults",
-                    "--user=root",
-                    "--auth-root-authentication-method=normal",
-                    "--skip-test-db",
-                ]);
-                c
-            }
-            _ => {
-                let mut c = Command::new(&self.binary);
-                c.args(["--no-defaults", "--initialize-insecure", "--user=root"]);
-                c
-            }
-        };
-        let out = cmd
-            .arg(format!("--datadir={}", data.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| format!("cannot run the data-directory initialiser: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "initialising the private server failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    }
-
-    fn launch(&mut self) -> Result<(), String> {
-        let log =
-            std::fs::File::create(self.dir.join("server.log")).map_or(Stdio::null(), Stdio::from);
-        let child = Command::new(&self.binary)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", self.dir.join("data").display()))
-            .arg(format!("--port={}", self.port))
-            .arg(format!("--socket={}", self.dir.join("sock").display()))
-            .arg(format!("--pid-file={}", self.dir.join("pid").display()))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--user=root",
-                "--innodb-buffer-pool-size=64M",
-            ])
-            .args(["--skip-name-resolve", "--max-connections=200"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
-        while Instant::now() < deadline {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                return Err(format!(
-                    "the private server exited ({status}); log:\n{}",
-                    self.log()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(format!(
-            "the private server did not answer within 60 s; log:\n{}",
-            self.log()
-        ))
-    }
-
-    /// The server's log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
-
-    /// `mysql://root@127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}", self.port)
-    }
-
-    /// The server binary.
-    pub fn binary(&self) -> &Path {
-        &self.binary
-    }
-
-    /// The temp directory holding the data directory, socket and log.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-}
-
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("cannot find a free port: {e}"))
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[cfg(test)]
 mod tests {
