@@ -51,6 +51,11 @@ fn admin(state: &DashState) -> Admin {
     Admin::new(state.pool.clone())
 }
 
+/// `2024-05-01 10:00:00` (UTC), as the job listing shows times.
+fn seconds(t: &Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
 /// `2024-05-01 10:00:00.123456` (UTC), as the pages show times.
 fn micros(t: &Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
@@ -171,11 +176,11 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
                         td.num { a href=(state.url(&format!("/jobs/{}", j.id.0))) { (j.id.0) } }
                         td { (j.queue) }
                         td { (j.kind.as_deref().unwrap_or("–")) }
-                        td { span class=(format!("state {}", j.status)) { (j.status) } }
+                        td { span class=(format!("state {}", j.state)) { (j.state.as_str()) } }
                         td.num { (j.attempts) "/" (j.max_attempts) }
-                        td { (j.created_at) }
-                        td { (j.available_at) }
-                        td { (j.finished_at.as_deref().unwrap_or("–")) }
+                        td { (seconds(&j.created_at)) }
+                        td { (seconds(&j.available_at)) }
+                        td { (j.finished_at.as_ref().map_or_else(|| "–".to_owned(), seconds)) }
                     }
                 }
             }

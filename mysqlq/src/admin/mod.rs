@@ -181,9 +181,42 @@ pub enum Selection<'a> {
 pub use crate::store::admin::{
     ActivityStats, DedupeConflict, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats,
 };
-pub use crate::store::dashboard::{
-    JobPage, JobPageParams, JobRow, MAX_PAGE, MinutePoint, SCAN_WINDOW,
-};
+pub use crate::store::dashboard::{JobPageParams, MAX_PAGE, MinutePoint, SCAN_WINDOW};
+
+/// A job in a listing ([`Admin::jobs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobRow {
+    /// The job's id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind.
+    pub kind: Option<String>,
+    /// Its state.
+    pub state: JobState,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When it was enqueued (to the second).
+    pub created_at: Timestamp,
+    /// Not claimed before this (to the second).
+    pub available_at: Timestamp,
+    /// When it reached a final state (to the second).
+    pub finished_at: Option<Timestamp>,
+}
+
+/// One page of [`Admin::jobs`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobPage {
+    /// The jobs, newest id first.
+    pub jobs: Vec<JobRow>,
+    /// The cursor of the next page (pass it as [`JobPageParams::before`]), `None` at the end.
+    pub next: Option<u64>,
+    /// `true` when the page was filtered over a bounded window of index entries and may hold
+    /// fewer jobs than asked for although more follow.
+    pub windowed: bool,
+}
 
 /// Everything `stats` and the dashboard's overview show, read in one go from indexes and the
 /// workers' per-minute tables (never a scan of `job_queue`).
@@ -323,7 +356,28 @@ impl Admin {
             st.parse::<JobState>()?;
         }
         let mut conn = self.pool.acquire().await?;
-        crate::store::dashboard::job_page(&mut conn, params).await
+        let page = crate::store::dashboard::job_page(&mut conn, params).await?;
+        Ok(JobPage {
+            jobs: page
+                .jobs
+                .into_iter()
+                .map(|r| {
+                    Ok(JobRow {
+                        id: r.id,
+                        queue: r.queue,
+                        kind: r.kind,
+                        state: r.status.parse()?,
+                        attempts: r.attempts,
+                        max_attempts: r.max_attempts,
+                        created_at: time(&r.created_at)?,
+                        available_at: time(&r.available_at)?,
+                        finished_at: opt_time(r.finished_at.as_deref())?,
+                    })
+                })
+                .collect::<Result<_, Error>>()?,
+            next: page.next,
+            windowed: page.windowed,
+        })
     }
 
     /// One job by id, in any state.
