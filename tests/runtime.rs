@@ -63,6 +63,13 @@ async fn orphan(db: &TestDb, n: u8) -> JobId {
     id
 }
 
+/// A schedule of the test's `Tick` job under its own ledger name.
+fn tick_every(expr: &str, name: &str) -> mysqlq::Periodic {
+    mysqlq::Periodic::new(expr, &mysqlq_tests::jobs::Tick {})
+        .unwrap()
+        .named(name)
+}
+
 fn uuid_like(n: u8) -> String {
     format!("{n:08x}-0000-4000-8000-000000000000")
 }
@@ -544,26 +551,14 @@ async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
 
 #[tokio::test]
 async fn schedule_names_are_checked_at_start() {
-    use mysqlq::Periodic;
-    use mysqlq_tests::jobs::Tick;
     let db = TestDb::new().await;
-    let long = Periodic::new("* * * * * *", &Tick {})
-        .unwrap()
-        .named("x".repeat(129));
+    let long = tick_every("* * * * * *", &"x".repeat(129));
     let err = db.worker().periodic(long).start().await.unwrap_err();
     assert!(err.to_string().contains("1 to 128 bytes"), "{err}");
     let err = db
         .worker()
-        .periodic(
-            Periodic::new("* * * * * *", &Tick {})
-                .unwrap()
-                .named("same"),
-        )
-        .periodic(
-            Periodic::new("0 * * * * *", &Tick {})
-                .unwrap()
-                .named("same"),
-        )
+        .periodic(tick_every("* * * * * *", "same"))
+        .periodic(tick_every("0 * * * * *", "same"))
         .start()
         .await
         .unwrap_err();
@@ -576,8 +571,6 @@ async fn schedule_names_are_checked_at_start() {
 
 #[tokio::test]
 async fn a_failing_schedule_skips_neither_the_reaper_nor_the_other_schedules() {
-    use mysqlq::Periodic;
-    use mysqlq_tests::jobs::Tick;
     // Before: the scheduler ran first and any error ended the maintenance round, so one broken
     // schedule stopped the reaper and every other schedule.
     let db = TestDb::new().await;
@@ -592,16 +585,8 @@ async fn a_failing_schedule_skips_neither_the_reaper_nor_the_other_schedules() {
     let worker = db
         .worker()
         .queues(["test", "ticks"])
-        .periodic(
-            Periodic::new("* * * * * *", &Tick {})
-                .unwrap()
-                .named("broken"),
-        )
-        .periodic(
-            Periodic::new("* * * * * *", &Tick {})
-                .unwrap()
-                .named("fine"),
-        )
+        .periodic(tick_every("* * * * * *", "broken"))
+        .periodic(tick_every("* * * * * *", "fine"))
         .start()
         .await
         .unwrap();
