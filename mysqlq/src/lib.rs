@@ -60,6 +60,7 @@ mod context;
 mod enqueue;
 mod error;
 mod error_chain;
+pub mod hooks;
 mod job;
 mod job_id;
 mod metrics;
@@ -67,6 +68,7 @@ mod migrate;
 mod periodic;
 mod queue;
 mod registry;
+mod traceparent;
 /// Every SQL statement mysqlq runs. **Internal**: public only so that mysqlq's own test suite
 /// can drive the guarded writes directly; hidden from the docs and not covered by semver. The
 /// operator API is [`admin`].
@@ -82,7 +84,8 @@ pub mod __private;
 pub use backoff::{Backoff, RetryPolicy};
 pub use context::{CancelReason, Extensions, JobContext};
 pub use enqueue::{
-    DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob, enqueue_many,
+    DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_META_BYTES, MAX_PAYLOAD_BYTES, Meta, NewJob,
+    enqueue_many,
 };
 pub use error::{Classify, Error, ErrorClass, JobError};
 #[doc(hidden)]
@@ -177,6 +180,7 @@ pub use mysqlq_macros::job;
 pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use registry::{JobRegistration, PayloadError, Registry};
+pub use traceparent::{TRACEPARENT_KEY, Traceparent};
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use worker::{
     Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,

@@ -43,17 +43,25 @@ pub struct InsertRow {
     pub concurrency_key: Option<String>,
     /// `concurrency_limit`.
     pub concurrency_limit: Option<u16>,
+    /// `meta`, serialised JSON (an object), `None` when empty.
+    pub meta: Option<String>,
+    /// `dedupe_window_us`: how long the dedupe key stays taken after completion.
+    pub dedupe_window_us: Option<u64>,
+    /// On a taken dedupe key, update the holder when it is still `pending` (same kind) instead
+    /// of refusing: its payload, run time, priority and (when given) meta.
+    pub dedupe_replace: bool,
 }
 
 macro_rules! insert_columns {
     () => {
         "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
-         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, status, created_at) VALUES "
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta, dedupe_window_us, \
+         status, created_at) VALUES "
     };
 }
 macro_rules! insert_values {
     () => {
-        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, 'pending', \
+        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, 'pending', \
          UTC_TIMESTAMP(6))"
     };
 }
@@ -87,6 +95,8 @@ fn bind_row<'q>(
         .bind(r.ordering_key.as_deref())
         .bind(r.concurrency_key.as_deref())
         .bind(r.concurrency_limit)
+        .bind(r.meta.as_deref())
+        .bind(r.dedupe_window_us)
 }
 
 impl InsertRow {
@@ -100,6 +110,7 @@ impl InsertRow {
             + opt(&self.dedupe_key)
             + opt(&self.ordering_key)
             + opt(&self.concurrency_key)
+            + opt(&self.meta)
             + INSERT_VALUES.len()
             + ROW_OVERHEAD_BYTES
     }
@@ -113,6 +124,7 @@ impl InsertRow {
             && self.ordering_key.is_none()
             && self.concurrency_key.is_none()
             && self.concurrency_limit.is_none()
+            && self.meta.is_none()
     }
 }
 
@@ -136,6 +148,11 @@ pub async fn job_insert_one(
         && conn.is_in_transaction()
         && let Some(id) = job_dedupe_holder_current(conn, key).await?
     {
+        if row.dedupe_replace
+            && let Some(id) = job_dedupe_replace(conn, row).await?
+        {
+            return Ok(Enqueued::Replaced(id));
+        }
         return Ok(Enqueued::Duplicate(id));
     }
     // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
@@ -153,6 +170,21 @@ pub async fn job_insert_one(
             }
             Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
                 let key = row.dedupe_key.as_deref().unwrap_or_default();
+                match job_dedupe_release_expired(conn, key).await {
+                    // The holder's window after completion is over: the key is free now.
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => continue,
+                    Err(e) => return Err(e),
+                }
+                if row.dedupe_replace {
+                    match job_dedupe_replace(conn, row).await {
+                        Ok(Some(id)) => return Ok(Enqueued::Replaced(id)),
+                        Ok(None) => {}
+                        Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
                 match job_dedupe_holder(conn, key).await {
                     Ok(Some(id)) => return Ok(Enqueued::Duplicate(id)),
                     Ok(None) => {}
@@ -178,7 +210,9 @@ async fn job_dedupe_holder_current(
     key: &str,
 ) -> Result<Option<JobId>, Error> {
     let id: Option<u64> = sqlx::query_scalar(
-        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
+        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ? \
+         AND NOT (status = 'completed' AND finished_at IS NOT NULL \
+                  AND finished_at + INTERVAL dedupe_window_us MICROSECOND <= UTC_TIMESTAMP(6))",
     )
     .bind(key)
     .fetch_optional(&mut *conn)
@@ -186,6 +220,53 @@ async fn job_dedupe_holder_current(
     let Some(id) = id else { return Ok(None) };
     let isolation = super::server::session_isolation(conn).await?;
     Ok((isolation.as_deref() == Some("READ-COMMITTED")).then_some(JobId(id)))
+}
+
+/// `job_dedupe_release_expired`: frees `key` when its holder is a completed job whose window
+/// after completion (`dedupe_window_us`) is over, by clearing the holder's window (its
+/// `dedupe_active` becomes NULL). `true` when it did: insert again. A completed row is written
+/// by nobody else but the pruner, so the row lock this takes is short-lived.
+pub(crate) async fn job_dedupe_release_expired(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<bool, Error> {
+    let done = sqlx::query(
+        "/* mysqlq:job_dedupe_release_expired */ UPDATE job_queue SET dedupe_window_us = NULL \
+         WHERE dedupe_active = ? AND status = 'completed' AND finished_at IS NOT NULL \
+           AND finished_at + INTERVAL dedupe_window_us MICROSECOND <= UTC_TIMESTAMP(6)",
+    )
+    .bind(key)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// `job_dedupe_replace`: the "replace" mode of a taken dedupe key (debounce): when the holder
+/// is still `pending` and of the same kind, its payload, run time and priority become the new
+/// job's (and its meta, when the new job has one); its attempts and queue stay. Returns the
+/// holder's id (read back through `LAST_INSERT_ID(id)`, so no second statement can see another
+/// row), `None` when the holder is running, completed or of another kind.
+pub(crate) async fn job_dedupe_replace(
+    conn: &mut MySqlConnection,
+    row: &InsertRow,
+) -> Result<Option<JobId>, Error> {
+    let done = sqlx::query(
+        "/* mysqlq:job_dedupe_replace */ UPDATE job_queue SET payload = ?, priority = ?, \
+         available_at = IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, \
+           UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), \
+         meta = IFNULL(?, meta), id = LAST_INSERT_ID(id) \
+         WHERE dedupe_active = ? AND status = 'pending' AND kind <=> ?",
+    )
+    .bind(&row.payload)
+    .bind(row.priority)
+    .bind(row.run_at.as_deref())
+    .bind(row.delay_us)
+    .bind(row.meta.as_deref())
+    .bind(row.dedupe_key.as_deref())
+    .bind(&row.kind)
+    .execute(&mut *conn)
+    .await?;
+    Ok((done.rows_affected() > 0).then(|| JobId(done.last_insert_id())))
 }
 
 /// `job_dedupe_holder`: the job holding a dedupe key. A plain read first (it takes no lock, so
@@ -324,6 +405,9 @@ mod tests {
             ordering_key: None,
             concurrency_key: None,
             concurrency_limit: None,
+            meta: None,
+            dedupe_window_us: None,
+            dedupe_replace: false,
         }
     }
 
