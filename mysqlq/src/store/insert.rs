@@ -55,13 +55,12 @@ pub struct InsertRow {
 macro_rules! insert_columns {
     () => {
         "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
-         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta, dedupe_window_us, \
-         status, created_at) VALUES "
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, status, created_at) VALUES "
     };
 }
 macro_rules! insert_values {
     () => {
-        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, 'pending', \
+        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, 'pending', \
          UTC_TIMESTAMP(6))"
     };
 }
@@ -73,6 +72,28 @@ const INSERT_ONE_SQL: &str = concat!(
     "/* mysqlq:job_insert */ ",
     insert_columns!(),
     insert_values!()
+);
+// Rows with meta or a dedupe window (migration 5) name those columns too; other rows leave them
+// out, so an application whose database is not migrated yet keeps enqueueing what it did.
+macro_rules! insert_meta_columns {
+    () => {
+        "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta, dedupe_window_us, \
+         status, created_at) VALUES "
+    };
+}
+macro_rules! insert_meta_values {
+    () => {
+        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, 'pending', \
+         UTC_TIMESTAMP(6))"
+    };
+}
+const INSERT_META_COLUMNS: &str = insert_meta_columns!();
+const INSERT_META_VALUES: &str = insert_meta_values!();
+const INSERT_ONE_META_SQL: &str = concat!(
+    "/* mysqlq:job_insert */ ",
+    insert_meta_columns!(),
+    insert_meta_values!()
 );
 
 fn bind_row<'q>(
@@ -95,6 +116,14 @@ fn bind_row<'q>(
         .bind(r.ordering_key.as_deref())
         .bind(r.concurrency_key.as_deref())
         .bind(r.concurrency_limit)
+}
+
+/// [`bind_row`] and the migration-5 columns.
+fn bind_meta_row<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    r: &'q InsertRow,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    bind_row(q, r)
         .bind(r.meta.as_deref())
         .bind(r.dedupe_window_us)
 }
@@ -111,8 +140,13 @@ impl InsertRow {
             + opt(&self.ordering_key)
             + opt(&self.concurrency_key)
             + opt(&self.meta)
-            + INSERT_VALUES.len()
+            + INSERT_META_VALUES.len()
             + ROW_OVERHEAD_BYTES
+    }
+
+    /// `true` when the row sets a column of migration 5 (`meta`, `dedupe_window_us`).
+    fn has_meta_columns(&self) -> bool {
+        self.meta.is_some() || self.dedupe_window_us.is_some()
     }
 
     /// `true` when the row sets nothing beyond queue, kind, payload, priority and attempts.
@@ -157,9 +191,12 @@ pub async fn job_insert_one(
     }
     // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
     for _ in 0..5 {
-        match bind_row(sqlx::query(INSERT_ONE_SQL), row)
-            .execute(&mut *conn)
-            .await
+        let insert = if row.has_meta_columns() {
+            bind_meta_row(sqlx::query(INSERT_ONE_META_SQL), row)
+        } else {
+            bind_row(sqlx::query(INSERT_ONE_SQL), row)
+        };
+        match insert.execute(&mut *conn).await
         {
             Ok(done) => return Ok(Enqueued::Inserted(JobId(done.last_insert_id()))),
             Err(e)
@@ -169,24 +206,9 @@ pub async fn job_insert_one(
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
             }
             Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
-                let key = row.dedupe_key.as_deref().unwrap_or_default();
-                match job_dedupe_release_expired(conn, key).await {
-                    // The holder's window after completion is over: the key is free now.
-                    Ok(true) => continue,
-                    Ok(false) => {}
-                    Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => continue,
-                    Err(e) => return Err(e),
-                }
-                if row.dedupe_replace {
-                    match job_dedupe_replace(conn, row).await {
-                        Ok(Some(id)) => return Ok(Enqueued::Replaced(id)),
-                        Ok(None) => {}
-                        Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                match job_dedupe_holder(conn, key).await {
-                    Ok(Some(id)) => return Ok(Enqueued::Duplicate(id)),
+                match on_duplicate(conn, row).await {
+                    Ok(Some(out)) => return Ok(out),
+                    // The key is free now (the holder finished, or its window is over).
                     Ok(None) => {}
                     Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => {}
                     Err(e) => return Err(e),
@@ -201,6 +223,70 @@ pub async fn job_insert_one(
     ))
 }
 
+/// After the INSERT of `row` hit a held dedupe key: frees the key when its holder is a completed
+/// job whose window is over (`None`: insert again), replaces a pending holder in replace mode,
+/// else names the holder. The new columns of migration 5 are touched only when the holder is a
+/// completed job (which holds a key only under that migration) or in replace mode.
+async fn on_duplicate(
+    conn: &mut MySqlConnection,
+    row: &InsertRow,
+) -> Result<Option<Enqueued>, Error> {
+    let key = row.dedupe_key.as_deref().unwrap_or_default();
+    let mut holder = job_dedupe_holder_state(conn, key, false).await?;
+    if let Some((_, status)) = &holder
+        && status == "completed"
+    {
+        if job_dedupe_release_expired(conn, key).await? {
+            return Ok(None);
+        }
+        // The window is not over, or another enqueuer freed the key after the snapshot our
+        // plain read saw: read the latest committed holder.
+        holder = job_dedupe_holder_state(conn, key, true).await?;
+    }
+    let Some((id, status)) = holder else {
+        return Ok(None);
+    };
+    if row.dedupe_replace
+        && status == "pending"
+        && let Some(id) = job_dedupe_replace(conn, row).await?
+    {
+        return Ok(Some(Enqueued::Replaced(id)));
+    }
+    Ok(Some(Enqueued::Duplicate(id)))
+}
+
+/// `job_dedupe_holder`: the id and status of the job holding `key`. A plain read first (no lock,
+/// so no deadlock with a worker claiming the holder); inside the caller's transaction, whose
+/// snapshot may predate the holder, or when `latest` is asked for, a locking read (which sees the
+/// latest committed row) if the plain read found nothing.
+async fn job_dedupe_holder_state(
+    conn: &mut MySqlConnection,
+    key: &str,
+    latest: bool,
+) -> Result<Option<(JobId, String)>, Error> {
+    let in_tx = conn.is_in_transaction();
+    if !(latest && in_tx) {
+        let found: Option<(u64, String)> = sqlx::query_as(
+            "/* mysqlq:job_dedupe_holder */ SELECT id, CAST(status AS CHAR) FROM job_queue \
+             WHERE dedupe_active = ?",
+        )
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if found.is_some() || !in_tx {
+            return Ok(found.map(|(id, s)| (JobId(id), s)));
+        }
+    }
+    let found: Option<(u64, String)> = sqlx::query_as(
+        "/* mysqlq:job_dedupe_holder */ SELECT id, CAST(status AS CHAR) FROM job_queue \
+         WHERE dedupe_active = ? LOCK IN SHARE MODE",
+    )
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(found.map(|(id, s)| (JobId(id), s)))
+}
+
 /// The holder of `key` by a non-locking read, when that read is known to see the latest
 /// committed rows: the caller's session runs READ COMMITTED. Under REPEATABLE READ the read
 /// sees the transaction's snapshot, whose holder may have finished since; `None` then, and the
@@ -209,10 +295,11 @@ async fn job_dedupe_holder_current(
     conn: &mut MySqlConnection,
     key: &str,
 ) -> Result<Option<JobId>, Error> {
+    // A completed holder (a window after completion) may be past its window: the INSERT and
+    // `on_duplicate` decide then.
     let id: Option<u64> = sqlx::query_scalar(
         "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ? \
-         AND NOT (status = 'completed' AND finished_at IS NOT NULL \
-                  AND finished_at + INTERVAL dedupe_window_us MICROSECOND <= UTC_TIMESTAMP(6))",
+         AND status <> 'completed'",
     )
     .bind(key)
     .fetch_optional(&mut *conn)
@@ -347,8 +434,11 @@ pub async fn job_insert_many(
         // Rows that only set what every job has (no delay, run-at or keys) bind 5 values
         // instead of 12: a third of the bytes for large bulk enqueues.
         let narrow = chunk.iter().all(|&i| rows[i].is_plain());
+        let with_meta = !narrow && chunk.iter().any(|&i| rows[i].has_meta_columns());
         let (columns, values) = if narrow {
             (INSERT_NARROW_COLUMNS, INSERT_NARROW_VALUES)
+        } else if with_meta {
+            (INSERT_META_COLUMNS, INSERT_META_VALUES)
         } else {
             (INSERT_COLUMNS, INSERT_VALUES)
         };
@@ -370,6 +460,8 @@ pub async fn job_insert_many(
                     .bind(&r.payload)
                     .bind(r.priority)
                     .bind(r.max_attempts)
+            } else if with_meta {
+                bind_meta_row(q, r)
             } else {
                 bind_row(q, r)
             };
