@@ -51,11 +51,12 @@ async fn in_transaction(pool: &sqlx::MySqlPool, job: Noop, opts: &EnqueueOptions
 }
 
 async fn payload(db: &TestDb, id: JobId) -> serde_json::Value {
-    let text: String = sqlx::query_scalar("SELECT CAST(payload AS CHAR) FROM job_queue WHERE id = ?")
-        .bind(id.0)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let text: String =
+        sqlx::query_scalar("SELECT CAST(payload AS CHAR) FROM job_queue WHERE id = ?")
+            .bind(id.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -123,12 +124,9 @@ async fn concurrent_enqueuers_after_the_window_make_one_job() {
             match n % 3 {
                 0 => Noop { n }.enqueue_with(&pool, &opts).await.unwrap(),
                 1 => in_transaction(&pool, Noop { n }, &opts).await,
-                _ => mysqlq::enqueue_many(
-                    &pool,
-                    [NewJob::from_job(&Noop { n }, &opts).unwrap()],
-                )
-                .await
-                .unwrap()[0],
+                _ => mysqlq::enqueue_many(&pool, [NewJob::from_job(&Noop { n }, &opts).unwrap()])
+                    .await
+                    .unwrap()[0],
             }
         }));
     }
@@ -182,7 +180,11 @@ async fn enqueue_many_holds_window_keys_too() {
     )
     .await
     .unwrap();
-    assert_eq!(again[0], Enqueued::Duplicate(out[0].id()), "completed, in the window");
+    assert_eq!(
+        again[0],
+        Enqueued::Duplicate(out[0].id()),
+        "completed, in the window"
+    );
     assert!(matches!(again[1], Enqueued::Inserted(_)));
 }
 
@@ -198,9 +200,15 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
         .priority(-5)
         .meta("source", serde_json::json!("edit"));
     let first = Noop { n: 1 }.enqueue_with(&db.pool, &later).await.unwrap();
-    let replaced = Noop { n: 2 }.enqueue_with(&db.pool, &replace).await.unwrap();
+    let replaced = Noop { n: 2 }
+        .enqueue_with(&db.pool, &replace)
+        .await
+        .unwrap();
     assert_eq!(replaced, Enqueued::Replaced(first.id()));
-    assert_eq!(payload(&db, first.id()).await, serde_json::json!({ "n": 2 }));
+    assert_eq!(
+        payload(&db, first.id()).await,
+        serde_json::json!({ "n": 2 })
+    );
     let (runnable, priority): (i64, i16) = sqlx::query_as(
         "SELECT available_at <= UTC_TIMESTAMP(6), priority FROM job_queue WHERE id = ?",
     )
@@ -208,18 +216,31 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!((runnable, priority), (1, -5), "run time and priority replaced");
+    assert_eq!(
+        (runnable, priority),
+        (1, -5),
+        "run time and priority replaced"
+    );
     let mut tx = db.pool.begin().await.unwrap();
     let in_tx = Noop { n: 3 }.enqueue_with(&mut tx, &replace).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(in_tx, Enqueued::Replaced(first.id()));
-    assert_eq!(payload(&db, first.id()).await, serde_json::json!({ "n": 3 }));
+    assert_eq!(
+        payload(&db, first.id()).await,
+        serde_json::json!({ "n": 3 })
+    );
     assert_eq!(db.count("pending").await, 1, "one row for the key");
 
     // A holder of another kind is not replaced.
-    let other = Sleepy { ms: 1 }.enqueue_with(&db.pool, &replace).await.unwrap();
+    let other = Sleepy { ms: 1 }
+        .enqueue_with(&db.pool, &replace)
+        .await
+        .unwrap();
     assert_eq!(other, Enqueued::Duplicate(first.id()));
-    assert_eq!(payload(&db, first.id()).await, serde_json::json!({ "n": 3 }));
+    assert_eq!(
+        payload(&db, first.id()).await,
+        serde_json::json!({ "n": 3 })
+    );
 
     // A running holder is not replaced.
     sqlx::query("UPDATE job_queue SET status = 'processing', claim_token = 't' WHERE id = ?")
@@ -227,9 +248,15 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let running = Noop { n: 4 }.enqueue_with(&db.pool, &replace).await.unwrap();
+    let running = Noop { n: 4 }
+        .enqueue_with(&db.pool, &replace)
+        .await
+        .unwrap();
     assert_eq!(running, Enqueued::Duplicate(first.id()));
-    assert_eq!(payload(&db, first.id()).await, serde_json::json!({ "n": 3 }));
+    assert_eq!(
+        payload(&db, first.id()).await,
+        serde_json::json!({ "n": 3 })
+    );
 
     // Without a holder, replace mode inserts.
     let fresh = Noop { n: 5 }

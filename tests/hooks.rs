@@ -92,13 +92,17 @@ impl Hook for Report {
                 Ok(()) => "ok".to_owned(),
                 Err(e) => format!("err {e}"),
             };
-            let _ = self.tx.send((job.id(), format!("{} end {shown}", self.name)));
+            let _ = self
+                .tx
+                .send((job.id(), format!("{} end {shown}", self.name)));
             result
         })
     }
 
     fn on_dead<'a>(&'a self, job: &'a JobRun, error: &'a str) -> BoxFuture<'a, ()> {
-        let _ = self.tx.send((job.id(), format!("{} dead {error}", self.name)));
+        let _ = self
+            .tx
+            .send((job.id(), format!("{} dead {error}", self.name)));
         Box::pin(async {})
     }
 
@@ -166,7 +170,11 @@ async fn enqueue_hooks_stamp_single_and_bulk_enqueues_and_can_refuse_a_job() {
 
     // A refusing hook fails the enqueue, single or bulk, and writes nothing.
     let err = RefusedByHook {}.enqueue(&db.pool).await.unwrap_err();
-    assert!(err.to_string().contains("refused by the test's enqueue hook"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("refused by the test's enqueue hook"),
+        "{err}"
+    );
     let before = db.count("pending").await;
     let err = mysqlq::enqueue_many(
         &db.pool,
@@ -234,7 +242,10 @@ async fn run_hooks_wrap_each_attempt_in_order_and_dead_and_cancelled_hooks_follo
         p[2], "inner end err handler panicked: boom in the handler",
         "{p:?}"
     );
-    assert!(p[4].starts_with("outer dead handler panicked: boom"), "{p:?}");
+    assert!(
+        p[4].starts_with("outer dead handler panicked: boom"),
+        "{p:?}"
+    );
     let c = &seen[&cancels];
     assert_eq!(c[4], "outer cancelled order was deleted", "{c:?}");
     assert_eq!(c[5], "inner cancelled order was deleted", "{c:?}");

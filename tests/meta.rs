@@ -15,9 +15,10 @@ use tokio::sync::{Mutex, Notify, mpsc};
 
 /// Lets a running [`reports_progress`] go on past its first progress report.
 static GO_ON: LazyLock<Notify> = LazyLock::new(Notify::new);
+/// Where [`reports_progress`] sends the result of its second meta write.
+type Reports = mpsc::UnboundedSender<Result<(), String>>;
 /// What [`reports_progress`] reports back: the result of its second meta write.
-static REPORTS: LazyLock<Mutex<Option<mpsc::UnboundedSender<Result<(), String>>>>> =
-    LazyLock::new(|| Mutex::new(None));
+static REPORTS: LazyLock<Mutex<Option<Reports>>> = LazyLock::new(|| Mutex::new(None));
 
 /// Reports 50 %, waits for the test, then writes a checkpoint and reports 100 %.
 #[mysqlq::job(queue = "meta", retries = 0)]
@@ -143,11 +144,13 @@ async fn a_running_handler_updates_its_meta_and_a_lost_claim_writes_nothing() {
         Duration::from_secs(30),
     )
     .await;
-    sqlx::query("UPDATE job_queue SET claim_token = 'another-claim-0000000000000000000000' WHERE id = ?")
-        .bind(id.0)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE job_queue SET claim_token = 'another-claim-0000000000000000000000' WHERE id = ?",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
     GO_ON.notify_one();
     let refused = rx.recv().await.expect("the handler reports").unwrap_err();
     assert!(refused.contains("no longer owned"), "{refused}");
@@ -184,10 +187,20 @@ async fn the_meta_write_is_guarded_by_the_claim_token_and_the_state() {
         id,
         token: "token-b-0000000000000000000000000000".into(),
     };
-    assert!(!job_set_meta(&mut conn, &stranger, Some(r#"{"x":1}"#)).await.unwrap());
-    assert!(job_set_meta(&mut conn, &owner, Some(r#"{"x":2}"#)).await.unwrap());
     assert!(
-        job_set_meta(&mut conn, &owner, Some(r#"{"x":2}"#)).await.unwrap(),
+        !job_set_meta(&mut conn, &stranger, Some(r#"{"x":1}"#))
+            .await
+            .unwrap()
+    );
+    assert!(
+        job_set_meta(&mut conn, &owner, Some(r#"{"x":2}"#))
+            .await
+            .unwrap()
+    );
+    assert!(
+        job_set_meta(&mut conn, &owner, Some(r#"{"x":2}"#))
+            .await
+            .unwrap(),
         "an unchanged value is still a successful write"
     );
     sqlx::query("UPDATE job_queue SET status = 'completed' WHERE id = ?")
@@ -196,7 +209,9 @@ async fn the_meta_write_is_guarded_by_the_claim_token_and_the_state() {
         .await
         .unwrap();
     assert!(
-        !job_set_meta(&mut conn, &owner, Some(r#"{"x":3}"#)).await.unwrap(),
+        !job_set_meta(&mut conn, &owner, Some(r#"{"x":3}"#))
+            .await
+            .unwrap(),
         "a finished job's meta is not the old claim's to write"
     );
     assert_eq!(meta_of(&db, id).await, json!({ "x": 2 }));
@@ -210,7 +225,16 @@ async fn oversized_meta_is_refused_at_enqueue_and_in_the_handler() {
         .enqueue_with(&db.pool, &big)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Invalid { what: "job meta", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Invalid {
+                what: "job meta",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let text = err.to_string();
     assert!(text.contains(&MAX_META_BYTES.to_string()), "{text}");
     assert!(text.contains("reports_progress"), "names the job: {text}");

@@ -249,7 +249,11 @@ impl NewJob {
     }
 
     /// Sets `key` of the job's meta to `value` (checked against [`MAX_META_BYTES`]).
-    pub fn set_meta(&mut self, key: impl Into<String>, value: serde_json::Value) -> Result<(), Error> {
+    pub fn set_meta(
+        &mut self,
+        key: impl Into<String>,
+        value: serde_json::Value,
+    ) -> Result<(), Error> {
         self.meta.insert(key.into(), value);
         self.row.meta = meta_json(&self.row.kind, &self.meta)?;
         Ok(())

@@ -265,7 +265,10 @@ impl JobRun {
 
     /// The W3C `traceparent` stored at enqueue, when there is a valid one.
     pub fn traceparent(&self) -> Option<&str> {
-        let tp = self.meta.get(crate::traceparent::TRACEPARENT_KEY)?.as_str()?;
+        let tp = self
+            .meta
+            .get(crate::traceparent::TRACEPARENT_KEY)?
+            .as_str()?;
         Traceparent::parse(tp).is_ok().then_some(tp)
     }
 }

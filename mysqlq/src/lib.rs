@@ -68,13 +68,13 @@ mod migrate;
 mod periodic;
 mod queue;
 mod registry;
-mod traceparent;
 /// Every SQL statement mysqlq runs. **Internal**: public only so that mysqlq's own test suite
 /// can drive the guarded writes directly; hidden from the docs and not covered by semver. The
 /// operator API is [`admin`].
 #[doc(hidden)]
 pub mod store;
 pub mod testing;
+mod traceparent;
 mod wake;
 mod worker;
 
@@ -180,8 +180,8 @@ pub use mysqlq_macros::job;
 pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use registry::{JobRegistration, PayloadError, Registry};
-pub use traceparent::{TRACEPARENT_KEY, Traceparent};
 pub use store::server::{ServerFlavor, ServerInfo};
+pub use traceparent::{TRACEPARENT_KEY, Traceparent};
 pub use worker::{
     Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,
     WorkerEvent, WorkerHandle,

@@ -32,16 +32,22 @@ impl Traceparent {
             return Err(bad("does not have 4 dash-separated fields"));
         };
         let hex = |s: &str, len: usize| {
-            s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            s.len() == len
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         };
         if *version != "00" {
             return Err(bad("has a version other than `00`"));
         }
         if !hex(trace, 32) || trace.bytes().all(|b| b == b'0') {
-            return Err(bad("has no valid trace id (32 lowercase hex digits, not all zero)"));
+            return Err(bad(
+                "has no valid trace id (32 lowercase hex digits, not all zero)",
+            ));
         }
         if !hex(parent, 16) || parent.bytes().all(|b| b == b'0') {
-            return Err(bad("has no valid parent id (16 lowercase hex digits, not all zero)"));
+            return Err(bad(
+                "has no valid parent id (16 lowercase hex digits, not all zero)",
+            ));
         }
         if !hex(flags, 2) {
             return Err(bad("has no valid flags (2 lowercase hex digits)"));
@@ -82,7 +88,8 @@ mod tests {
 
     #[test]
     fn valid_values_parse_and_expose_their_fields() {
-        let tp = Traceparent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let tp =
+            Traceparent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
         assert_eq!(tp.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(tp.parent_id(), "00f067aa0ba902b7");
         assert!(tp.sampled());
@@ -95,11 +102,26 @@ mod tests {
     fn malformed_values_are_refused_with_the_reason() {
         for (value, why) in [
             ("", "4 dash-separated"),
-            ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "version"),
-            ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", "trace id"),
-            ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "trace id"),
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", "parent id"),
-            ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1", "flags"),
+            (
+                "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "version",
+            ),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                "trace id",
+            ),
+            (
+                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+                "trace id",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "parent id",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+                "flags",
+            ),
         ] {
             let e = Traceparent::parse(value).unwrap_err().to_string();
             assert!(e.contains(why), "{value}: {e}");

@@ -196,8 +196,7 @@ pub async fn job_insert_one(
         } else {
             bind_row(sqlx::query(INSERT_ONE_SQL), row)
         };
-        match insert.execute(&mut *conn).await
-        {
+        match insert.execute(&mut *conn).await {
             Ok(done) => return Ok(Enqueued::Inserted(JobId(done.last_insert_id()))),
             Err(e)
                 if !conn.is_in_transaction()
