@@ -229,6 +229,17 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
         payload(&db, first.id()).await,
         serde_json::json!({ "n": 3 })
     );
+    let bulk = mysqlq::enqueue_many(
+        &db.pool,
+        [NewJob::from_job(&Noop { n: 4 }, &replace).unwrap()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(bulk, [Enqueued::Replaced(first.id())], "in enqueue_many too");
+    assert_eq!(
+        payload(&db, first.id()).await,
+        serde_json::json!({ "n": 4 })
+    );
     assert_eq!(db.count("pending").await, 1, "one row for the key");
 
     // A holder of another kind is not replaced.
@@ -239,7 +250,7 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
     assert_eq!(other, Enqueued::Duplicate(first.id()));
     assert_eq!(
         payload(&db, first.id()).await,
-        serde_json::json!({ "n": 3 })
+        serde_json::json!({ "n": 4 })
     );
 
     // A running holder is not replaced.
@@ -248,14 +259,14 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let running = Noop { n: 4 }
+    let running = Noop { n: 9 }
         .enqueue_with(&db.pool, &replace)
         .await
         .unwrap();
     assert_eq!(running, Enqueued::Duplicate(first.id()));
     assert_eq!(
         payload(&db, first.id()).await,
-        serde_json::json!({ "n": 3 })
+        serde_json::json!({ "n": 4 })
     );
 
     // Without a holder, replace mode inserts.
