@@ -235,7 +235,11 @@ async fn replace_updates_a_pending_holder_and_leaves_others_alone() {
     )
     .await
     .unwrap();
-    assert_eq!(bulk, [Enqueued::Replaced(first.id())], "in enqueue_many too");
+    assert_eq!(
+        bulk,
+        [Enqueued::Replaced(first.id())],
+        "in enqueue_many too"
+    );
     assert_eq!(
         payload(&db, first.id()).await,
         serde_json::json!({ "n": 4 })

@@ -3,7 +3,7 @@
 //! dead and cancelled hooks after the outcome is recorded.
 
 use std::collections::HashMap;
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use mysqlq::hooks::{BoxFuture, Hook, Hooks, JobRun, Next, set_global_hooks};
@@ -11,6 +11,9 @@ use mysqlq::{EnqueueOptions, Error, JobError, JobId, NewJob};
 use mysqlq_tests::TestDb;
 use serde_json::json;
 use tokio::sync::mpsc;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, SubscriberExt as _};
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -253,4 +256,88 @@ async fn run_hooks_wrap_each_attempt_in_order_and_dead_and_cancelled_hooks_follo
     assert_eq!(db.count("cancelled").await, 1);
     assert_eq!(db.count("completed").await, 1);
     assert_eq!(panics_counted, 1);
+}
+
+/// The `traceparent` fields recorded on `job` spans, by job id.
+static JOB_SPANS: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
+
+/// A tracing layer keeping the `id` and `traceparent` fields of every `job` span.
+struct JobSpans;
+
+#[derive(Default)]
+struct Fields {
+    id: Option<u64>,
+    traceparent: Option<String>,
+}
+
+impl Visit for Fields {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "id" {
+            self.id = Some(value);
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "traceparent" {
+            self.traceparent = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, _field: &Field, _value: &dyn std::fmt::Debug) {}
+}
+
+impl<S> tracing_subscriber::Layer<S> for JobSpans
+where
+    S: tracing::Subscriber + for<'l> tracing_subscriber::registry::LookupSpan<'l>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if attrs.metadata().name() == "job" {
+            let mut fields = Fields::default();
+            attrs.record(&mut fields);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(fields);
+            }
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        let Some(fields) = ext.get_mut::<Fields>() else {
+            return;
+        };
+        values.record(fields);
+        if let (Some(job), Some(tp)) = (fields.id, fields.traceparent.clone()) {
+            JOB_SPANS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((job, tp));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_span_records_the_enqueuing_traceparent() {
+    install_global_hooks();
+    // Process-wide, for the worker's tasks on every thread; it only records.
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(JobSpans));
+    let db = TestDb::new().await;
+    let id = HookedOk { n: 5 }.enqueue(&db.pool).await.unwrap().id();
+    // No hooks on this worker: the span records the trace context all the same.
+    let w = db.worker().queues(["hooked"]).start().await.unwrap();
+    db.wait_for(
+        "completed",
+        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {id} AND status = 'completed'"),
+        Duration::from_secs(30),
+    )
+    .await;
+    w.shutdown().await.unwrap();
+    let seen = JOB_SPANS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    assert!(
+        seen.contains(&(id.0, TRACEPARENT.to_owned())),
+        "job {id}'s span records its traceparent: {seen:?}"
+    );
 }

@@ -265,12 +265,14 @@ impl JobRun {
 
     /// The W3C `traceparent` stored at enqueue, when there is a valid one.
     pub fn traceparent(&self) -> Option<&str> {
-        let tp = self
-            .meta
-            .get(crate::traceparent::TRACEPARENT_KEY)?
-            .as_str()?;
-        Traceparent::parse(tp).is_ok().then_some(tp)
+        traceparent_of(&self.meta)
     }
+}
+
+/// The valid W3C `traceparent` of a job's meta, if it has one.
+pub(crate) fn traceparent_of(meta: &crate::Meta) -> Option<&str> {
+    let tp = meta.get(crate::traceparent::TRACEPARENT_KEY)?.as_str()?;
+    Traceparent::parse(tp).is_ok().then_some(tp)
 }
 
 impl fmt::Debug for JobRun {

@@ -150,10 +150,12 @@ async fn supervise(
         attempt = job.attempt,
         traceparent = tracing::field::Empty
     );
-    let run = Arc::new(JobRun::new(ctx.clone(), span.clone(), ctx.meta()));
-    if let Some(tp) = run.traceparent() {
+    let meta = ctx.meta();
+    if let Some(tp) = crate::hooks::traceparent_of(&meta) {
         span.record("traceparent", tp);
     }
+    // Only built when there are hooks to hand it to: the hot path stays as it was.
+    let run = (!s.hooks.is_empty()).then(|| Arc::new(JobRun::new(ctx.clone(), span.clone(), meta)));
     let started = Instant::now();
     s.metrics.job_started();
     s.emit(WorkerEvent::Started { id: job.id });
@@ -182,10 +184,9 @@ async fn supervise(
             Ok(fut) => {
                 let timeout = r.timeout().unwrap_or(s.config.job_timeout);
                 let handler = Box::pin(fut.instrument(span));
-                let fut = if s.hooks.is_empty() {
-                    handler
-                } else {
-                    s.hooks.wrap_run(run.clone(), catch_panic(&s, handler))
+                let fut = match &run {
+                    None => handler,
+                    Some(run) => s.hooks.wrap_run(run.clone(), catch_panic(&s, handler)),
                 };
                 run_handler(&s, &key, &ctx, fut, timeout).await
             }
@@ -233,9 +234,9 @@ async fn supervise(
     }
     let written = record(&s, &key, &outcome, &message).await;
     s.forget(&key);
-    match written {
-        Some(Outcome::Fail) => s.hooks.dead(&run, &message).await,
-        Some(Outcome::Cancel) => s.hooks.cancelled(&run, &message).await,
+    match (written, &run) {
+        (Some(Outcome::Fail), Some(run)) => s.hooks.dead(run, &message).await,
+        (Some(Outcome::Cancel), Some(run)) => s.hooks.cancelled(run, &message).await,
         _ => {}
     }
 }
