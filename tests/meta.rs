@@ -287,3 +287,34 @@ async fn migration_5_can_run_again_after_an_interrupted_run() {
     .unwrap();
     assert_eq!(columns, 2);
 }
+
+#[tokio::test]
+async fn failed_show_prints_the_meta() {
+    let db = TestDb::new().await;
+    let id = ReportsProgress { steps: 1 }
+        .enqueue_with(
+            &db.pool,
+            &EnqueueOptions::new().meta("request_id", json!("req-cli-9")),
+        )
+        .await
+        .unwrap()
+        .id();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mysqlq-test-worker"))
+        .args(["failed", "show", &id.to_string()])
+        .env("DATABASE_URL", db.url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("spawn mysqlq-test-worker");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("meta:"), "{text}");
+    assert!(text.contains("req-cli-9"), "{text}");
+    let json = std::process::Command::new(env!("CARGO_BIN_EXE_mysqlq-test-worker"))
+        .args(["failed", "show", &id.to_string(), "--json"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("spawn mysqlq-test-worker");
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["meta"], json!({ "request_id": "req-cli-9" }));
+}
