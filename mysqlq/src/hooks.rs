@@ -14,6 +14,33 @@
 //! object. A worker runs the global hooks first, then its own ([`WorkerBuilder::hooks`]). Hooks
 //! run in registration order; the first `around_run` is the outermost.
 //!
+//! ```
+//! use mysqlq::hooks::{BoxFuture, Hook, Hooks, JobRun, Next, set_global_hooks};
+//!
+//! struct RequestIdAndTiming;
+//!
+//! impl Hook for RequestIdAndTiming {
+//!     fn on_enqueue<'a>(
+//!         &'a self,
+//!         job: &'a mut mysqlq::NewJob,
+//!     ) -> BoxFuture<'a, Result<(), mysqlq::Error>> {
+//!         Box::pin(async move { job.set_meta("request_id", serde_json::json!("req-42")) })
+//!     }
+//!
+//!     fn around_run<'a>(&'a self, job: &'a JobRun, next: Next<'a>) -> Next<'a> {
+//!         Box::pin(async move {
+//!             let started = std::time::Instant::now();
+//!             let result = next.await;
+//!             let secs = started.elapsed().as_secs_f64();
+//!             tracing::info!(kind = job.kind(), secs, ok = result.is_ok(), "attempt");
+//!             result
+//!         })
+//!     }
+//! }
+//!
+//! set_global_hooks(Hooks::new().with(RequestIdAndTiming));
+//! ```
+//!
 //! # Propagating a trace from the request to the job
 //! An enqueue hook stores the enqueuing span's W3C `traceparent` in the job's meta
 //! ([`NewJob::set_traceparent`]); on the worker, [`JobRun::traceparent`] returns it and the job's

@@ -41,6 +41,14 @@
 //!   ([`DedupeScope::UntilStarted`]); a second enqueue returns [`Enqueued::Duplicate`] with the
 //!   holder's id. Enforced by a unique index on a generated column, also in [`enqueue_many`] and
 //!   under concurrent enqueuers.
+//!   [`EnqueueOptions::dedupe_window`] keeps the key taken for a window after the job completes;
+//!   [`EnqueueOptions::dedupe_replace`] rewrites a pending holder instead of refusing (debounce,
+//!   [`Enqueued::Replaced`]).
+//! - **Job meta**: a small JSON object on the row ([`EnqueueOptions::meta`], at most
+//!   [`MAX_META_BYTES`]) that the running handler updates with [`JobContext::set_meta`] and
+//!   [`JobContext::progress`] (token-guarded writes), shown by [`admin`] and the dashboard.
+//! - **Hooks** ([`hooks`]): around enqueueing and each attempt, on dead and cancelled jobs; the
+//!   enqueuing span's W3C `traceparent` travels in the meta to the job's span.
 //! - **Ordering keys**: jobs sharing a key run one at a time in enqueue order; other keys go on
 //!   (no head-of-line blocking). A job waiting for its retry keeps its key until it completes or
 //!   fails for good. Also `#[job(ordering_key = argument)]`.
