@@ -336,22 +336,38 @@ pub(crate) async fn job_dedupe_replace(
     conn: &mut MySqlConnection,
     row: &InsertRow,
 ) -> Result<Option<JobId>, Error> {
-    let done = sqlx::query(
-        "/* mysqlq:job_dedupe_replace */ UPDATE job_queue SET payload = ?, priority = ?, \
-         available_at = IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, \
-           UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), \
-         meta = IFNULL(?, meta), id = LAST_INSERT_ID(id) \
-         WHERE dedupe_active = ? AND status = 'pending' AND kind <=> ?",
-    )
+    // Two statements rather than `meta = IFNULL(?, meta)`: a string parameter and a JSON
+    // column in one expression is a type MySQL may refuse to store as JSON.
+    macro_rules! replace_sql {
+        ($meta:literal) => {
+            concat!(
+                "/* mysqlq:job_dedupe_replace */ UPDATE job_queue SET payload = ?, priority = ?, \
+                 available_at = IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, \
+                   UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ",
+                $meta,
+                "id = LAST_INSERT_ID(id) \
+                 WHERE dedupe_active = ? AND status = 'pending' AND kind <=> ?"
+            )
+        };
+    }
+    let q = sqlx::query(if row.meta.is_some() {
+        replace_sql!("meta = ?, ")
+    } else {
+        replace_sql!("")
+    })
     .bind(&row.payload)
     .bind(row.priority)
     .bind(row.run_at.as_deref())
-    .bind(row.delay_us)
-    .bind(row.meta.as_deref())
-    .bind(row.dedupe_key.as_deref())
-    .bind(&row.kind)
-    .execute(&mut *conn)
-    .await?;
+    .bind(row.delay_us);
+    let q = match row.meta.as_deref() {
+        Some(meta) => q.bind(meta),
+        None => q,
+    };
+    let done = q
+        .bind(row.dedupe_key.as_deref())
+        .bind(&row.kind)
+        .execute(&mut *conn)
+        .await?;
     Ok((done.rows_affected() > 0).then(|| JobId(done.last_insert_id())))
 }
 
