@@ -436,7 +436,9 @@ async fn deadlock_pressure_bulk_dedupe_enqueue_claims_and_purge() {
                                 for o in out {
                                     match o {
                                         Enqueued::Inserted(id) => inserted.push(id),
-                                        Enqueued::Duplicate(_) => duplicates += 1,
+                                        Enqueued::Duplicate(_) | Enqueued::Replaced(_) => {
+                                            duplicates += 1;
+                                        }
                                     }
                                 }
                                 break;

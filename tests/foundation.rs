@@ -87,9 +87,17 @@ async fn migrate_is_idempotent_and_creates_the_articles_table() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
+    // Versions need not be contiguous (branches add migrations side by side): one row per file.
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"))
+        .expect("the migrations directory")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
+        })
+        .count();
     assert_eq!(
         applied,
-        i64::from(mysqlq::SCHEMA_VERSION),
+        i64::try_from(files).unwrap(),
         "each migration is recorded once"
     );
     let indexes: Vec<String> = sqlx::query_scalar(

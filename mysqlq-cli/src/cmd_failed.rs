@@ -98,6 +98,13 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 out::printable(job.last_error.as_deref().unwrap_or("-"), true)
             );
             println!("payload:\n{}", out::printable(&payload, true));
+            if let Some(meta) = job
+                .meta
+                .as_ref()
+                .and_then(|m| serde_json::to_string_pretty(m).ok())
+            {
+                println!("meta:\n{}", out::printable(&meta, true));
+            }
             if job.state != JobState::Failed {
                 out::warn(&format!("job {} is {}, not failed", job.id, job.state));
             }

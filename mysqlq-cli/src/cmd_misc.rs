@@ -156,6 +156,7 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
     match result.first() {
         Some(Enqueued::Inserted(id)) => println!("{id}"),
         Some(Enqueued::Duplicate(id)) => println!("duplicate of id {id}"),
+        Some(Enqueued::Replaced(id)) => println!("replaced pending job {id}"),
         None => return Err(CliError::new("the enqueue returned no id", "try again")),
     }
     Ok(())

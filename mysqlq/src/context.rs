@@ -89,6 +89,14 @@ struct Inner {
     pool: Option<MySqlPool>,
     extensions: Arc<Extensions>,
     heartbeat: Option<Arc<dyn Heartbeat>>,
+    meta: MetaState,
+}
+
+/// The job's meta as this attempt knows it, and the gate that keeps its writes in order.
+#[derive(Default)]
+struct MetaState {
+    current: std::sync::Mutex<crate::Meta>,
+    write: tokio::sync::Mutex<()>,
 }
 
 /// Parts of a context, filled in by the worker.
@@ -102,6 +110,7 @@ pub(crate) struct ContextParts {
     pub(crate) pool: Option<MySqlPool>,
     pub(crate) extensions: Arc<Extensions>,
     pub(crate) heartbeat: Option<Arc<dyn Heartbeat>>,
+    pub(crate) meta: crate::Meta,
 }
 
 impl JobContext {
@@ -119,6 +128,10 @@ impl JobContext {
                 pool: p.pool,
                 extensions: p.extensions,
                 heartbeat: p.heartbeat,
+                meta: MetaState {
+                    current: std::sync::Mutex::new(p.meta),
+                    write: tokio::sync::Mutex::new(()),
+                },
             }),
         }
     }
@@ -136,6 +149,7 @@ impl JobContext {
             pool: None,
             extensions: Arc::default(),
             heartbeat: None,
+            meta: crate::Meta::new(),
         })
     }
 
@@ -220,6 +234,73 @@ impl JobContext {
             }
             None => Ok(true),
         }
+    }
+
+    /// The job's meta: what the enqueue set, with this attempt's own updates.
+    pub fn meta(&self) -> crate::Meta {
+        self.inner
+            .meta
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets `key` of the job's meta to `value` and writes it to the job's row now, guarded by
+    /// this attempt's claim token: shown on the dashboard and by `mysqlq::admin` while the job
+    /// runs, and kept for later attempts (a checkpoint). Refused when the meta would exceed
+    /// [`MAX_META_BYTES`](crate::MAX_META_BYTES). When the claim was lost (another worker may
+    /// own the job) nothing is written, the context is cancelled and an error says so. Without
+    /// a worker ([`JobContext::detached`]) only the in-memory meta changes.
+    pub async fn set_meta(
+        &self,
+        key: &str,
+        value: impl serde::Serialize,
+    ) -> Result<(), crate::Error> {
+        let value = serde_json::to_value(value).map_err(|source| crate::Error::Serialize {
+            kind: self.inner.kind.clone(),
+            source,
+        })?;
+        let _gate = self.inner.meta.write.lock().await;
+        let mut next = self.meta();
+        next.insert(key.to_owned(), value);
+        let text = crate::enqueue::meta_json(&self.inner.kind, &next)?;
+        if let Some(pool) = &self.inner.pool {
+            let owned = crate::store::Owned {
+                id: self.inner.id,
+                token: self.inner.claim_token.clone(),
+            };
+            let mut conn = pool.acquire().await?;
+            if !crate::store::job_set_meta(&mut conn, &owned, text.as_deref()).await? {
+                drop(conn);
+                self.cancel(CancelReason::LeaseLost);
+                return Err(crate::Error::invalid(
+                    "job meta write",
+                    format!(
+                        "job {} is no longer owned by this attempt (lease lost, or the job ended);                          nothing was written: stop the handler",
+                        self.inner.id
+                    ),
+                ));
+            }
+        }
+        *self
+            .inner
+            .meta
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        Ok(())
+    }
+
+    /// Records progress under the meta key `progress` (a percentage, clamped to 0–100), as
+    /// [`set_meta`](Self::set_meta) does.
+    pub async fn progress(&self, percent: f64) -> Result<(), crate::Error> {
+        let p = if percent.is_nan() {
+            0.0
+        } else {
+            percent.clamp(0.0, 100.0)
+        };
+        self.set_meta("progress", p).await
     }
 
     pub(crate) fn cancel(&self, reason: CancelReason) {

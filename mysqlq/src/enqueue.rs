@@ -13,6 +13,31 @@ use crate::{Enqueued, Error};
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 /// Longest dedupe or ordering key (`VARCHAR(191)`).
 pub const MAX_KEY_LEN: usize = 191;
+/// Largest accepted job meta (the serialised JSON object), 16 KiB: progress, checkpoints, a
+/// request id, a trace context. Larger data belongs in your own table.
+pub const MAX_META_BYTES: usize = 16 * 1024;
+
+/// A job's meta: a JSON object.
+pub type Meta = serde_json::Map<String, serde_json::Value>;
+
+/// Serialises `meta` for the row (`None` when empty), refusing more than [`MAX_META_BYTES`].
+pub(crate) fn meta_json(kind: &str, meta: &Meta) -> Result<Option<String>, Error> {
+    if meta.is_empty() {
+        return Ok(None);
+    }
+    let text = serde_json::Value::Object(meta.clone()).to_string();
+    if text.len() > MAX_META_BYTES {
+        return Err(Error::invalid(
+            "job meta",
+            format!(
+                "the meta of job `{kind}` is {} bytes of JSON, over the limit of {MAX_META_BYTES} \
+                 bytes; keep progress and checkpoints small and store large data in your own table",
+                text.len()
+            ),
+        ));
+    }
+    Ok(Some(text))
+}
 
 /// When a job becomes runnable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +72,9 @@ pub struct EnqueueOptions {
     dedupe_scope: DedupeScope,
     ordering_key: Option<String>,
     concurrency: Option<(String, u16)>,
+    meta: Option<Meta>,
+    dedupe_window: Option<Duration>,
+    dedupe_replace: bool,
 }
 
 impl Default for EnqueueOptions {
@@ -67,6 +95,9 @@ impl EnqueueOptions {
             dedupe_scope: DedupeScope::UntilFinished,
             ordering_key: None,
             concurrency: None,
+            meta: None,
+            dedupe_window: None,
+            dedupe_replace: false,
         }
     }
 
@@ -113,6 +144,37 @@ impl EnqueueOptions {
         self
     }
 
+    /// Keeps the dedupe key taken for `window` after the job completes ("unique for 10
+    /// minutes"): an enqueue with the key during that time returns [`Enqueued::Duplicate`] with
+    /// the completed job's id. The first enqueue after the window takes the key again. Only
+    /// with [`DedupeScope::UntilFinished`]; a job that fails or is cancelled frees the key at
+    /// once. The pruner deleting the completed row also frees it: keep `completed_retention`
+    /// longer than the window.
+    pub fn dedupe_window(mut self, window: Duration) -> Self {
+        self.dedupe_window = Some(window);
+        self
+    }
+
+    /// On a taken dedupe key, updates the holder instead of refusing when it is still
+    /// `pending` and of the same kind (debounce): its payload, run time and priority become
+    /// this job's (its meta too, when this job has one), and the enqueue returns
+    /// [`Enqueued::Replaced`] with its id. A holder that is running or completed is left alone
+    /// ([`Enqueued::Duplicate`]).
+    pub fn dedupe_replace(mut self) -> Self {
+        self.dedupe_replace = true;
+        self
+    }
+
+    /// Sets `key` of the job's meta (a small JSON object, at most [`MAX_META_BYTES`]) to
+    /// `value`: shown by `mysqlq::admin` and the dashboard, read by hooks, updated by the
+    /// handler ([`JobContext::set_meta`](crate::JobContext::set_meta)).
+    pub fn meta(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.meta
+            .get_or_insert_with(Meta::new)
+            .insert(key.into(), value);
+        self
+    }
+
     /// Jobs sharing this key run one at a time, in enqueue order.
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
@@ -134,6 +196,7 @@ impl EnqueueOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
     pub(crate) row: InsertRow,
+    meta: Meta,
 }
 
 impl NewJob {
@@ -163,6 +226,57 @@ impl NewJob {
     pub fn without_ordering_key(mut self) -> Self {
         self.row.ordering_key = None;
         self
+    }
+
+    /// The job's kind name.
+    pub fn kind(&self) -> &str {
+        &self.row.kind
+    }
+
+    /// The queue the job goes to.
+    pub fn queue(&self) -> &str {
+        &self.row.queue
+    }
+
+    /// The job's JSON payload.
+    pub fn payload(&self) -> &str {
+        &self.row.payload
+    }
+
+    /// The job's meta so far.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// Sets `key` of the job's meta to `value` (checked against [`MAX_META_BYTES`]).
+    pub fn set_meta(
+        &mut self,
+        key: impl Into<String>,
+        value: serde_json::Value,
+    ) -> Result<(), Error> {
+        self.meta.insert(key.into(), value);
+        self.row.meta = meta_json(&self.row.kind, &self.meta)?;
+        Ok(())
+    }
+
+    /// Stores a W3C `traceparent` (checked) under the meta key `traceparent`, so the job's span
+    /// on the worker can continue the enqueuing trace ([`crate::hooks`]).
+    pub fn set_traceparent(&mut self, traceparent: &str) -> Result<(), Error> {
+        let tp = crate::Traceparent::parse(traceparent)?;
+        self.set_meta(
+            crate::traceparent::TRACEPARENT_KEY,
+            serde_json::Value::String(tp.as_str().to_owned()),
+        )
+    }
+
+    /// Runs the global enqueue hooks over this job.
+    pub(crate) async fn run_hooks(&mut self, hooks: &crate::hooks::Hooks) -> Result<(), Error> {
+        if hooks.is_empty() {
+            return Ok(());
+        }
+        hooks.enqueue(self).await?;
+        self.row.meta = meta_json(&self.row.kind, &self.meta)?;
+        Ok(())
     }
 
     pub(crate) fn build(
@@ -209,6 +323,21 @@ impl NewJob {
                 ));
             }
         }
+        if o.dedupe_window.is_some() && o.dedupe_scope == DedupeScope::UntilStarted {
+            return Err(Error::invalid(
+                "dedupe window",
+                "a window after completion needs DedupeScope::UntilFinished (the key must stay \
+                 taken while the job runs); drop `dedupe_window` or `dedupe_scope`",
+            ));
+        }
+        if (o.dedupe_window.is_some() || o.dedupe_replace) && o.dedupe_key.is_none() {
+            return Err(Error::invalid(
+                "dedupe options",
+                "`dedupe_window` and `dedupe_replace` need a `dedupe_key`",
+            ));
+        }
+        let meta_map = o.meta.clone().unwrap_or_default();
+        let meta = meta_json(kind, &meta_map)?;
         let (delay_us, run_at) = match o.run_at {
             RunAt::Now => (0, None),
             RunAt::Delay(d) => (i64::try_from(d.as_micros()).unwrap_or(i64::MAX), None),
@@ -228,7 +357,13 @@ impl NewJob {
                 ordering_key,
                 concurrency_key,
                 concurrency_limit: o.concurrency.as_ref().map(|(_, n)| *n),
+                meta,
+                dedupe_window_us: o
+                    .dedupe_window
+                    .map(|w| u64::try_from(w.as_micros()).unwrap_or(u64::MAX)),
+                dedupe_replace: o.dedupe_replace,
             },
+            meta: meta_map,
         })
     }
 }
@@ -237,6 +372,8 @@ pub(crate) async fn enqueue_one<'c, A>(target: A, job: NewJob) -> Result<Enqueue
 where
     A: Acquire<'c, Database = MySql> + Send + 'c,
 {
+    let mut job = job;
+    job.run_hooks(&crate::hooks::global_hooks()).await?;
     let mut conn = target.acquire().await?;
     let out = store::job_insert_one(&mut conn, &job.row).await?;
     crate::wake::wake_local();
@@ -256,10 +393,16 @@ where
     A: Acquire<'c, Database = MySql> + Send + 'c,
     I: IntoIterator<Item = NewJob>,
 {
-    let rows: Vec<InsertRow> = jobs.into_iter().map(|j| j.row).collect();
+    let jobs: Vec<NewJob> = jobs.into_iter().collect();
     Box::pin(async move {
-        if rows.is_empty() {
+        if jobs.is_empty() {
             return Ok(Vec::new());
+        }
+        let hooks = crate::hooks::global_hooks();
+        let mut rows: Vec<InsertRow> = Vec::with_capacity(jobs.len());
+        for mut job in jobs {
+            job.run_hooks(&hooks).await?;
+            rows.push(job.row);
         }
         let mut conn = target.acquire().await?;
         let owned = !conn.is_in_transaction();

@@ -23,13 +23,17 @@ pub enum Enqueued {
     Inserted(JobId),
     /// A job holding the same dedupe key already exists; nothing was written.
     Duplicate(JobId),
+    /// The dedupe key's holder was still pending and was updated instead (the "replace" mode,
+    /// [`EnqueueOptions::dedupe_replace`](crate::EnqueueOptions::dedupe_replace)): its payload,
+    /// run time and priority are the new job's.
+    Replaced(JobId),
 }
 
 impl Enqueued {
-    /// The id of the new job, or of the job that already holds the dedupe key.
+    /// The id of the new job, or of the job that already holds the dedupe key (replaced or not).
     pub fn id(self) -> JobId {
         match self {
-            Self::Inserted(id) | Self::Duplicate(id) => id,
+            Self::Inserted(id) | Self::Duplicate(id) | Self::Replaced(id) => id,
         }
     }
 

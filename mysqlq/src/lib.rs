@@ -41,6 +41,14 @@
 //!   ([`DedupeScope::UntilStarted`]); a second enqueue returns [`Enqueued::Duplicate`] with the
 //!   holder's id. Enforced by a unique index on a generated column, also in [`enqueue_many`] and
 //!   under concurrent enqueuers.
+//!   [`EnqueueOptions::dedupe_window`] keeps the key taken for a window after the job completes;
+//!   [`EnqueueOptions::dedupe_replace`] rewrites a pending holder instead of refusing (debounce,
+//!   [`Enqueued::Replaced`]).
+//! - **Job meta**: a small JSON object on the row ([`EnqueueOptions::meta`], at most
+//!   [`MAX_META_BYTES`]) that the running handler updates with [`JobContext::set_meta`] and
+//!   [`JobContext::progress`] (token-guarded writes), shown by [`admin`] and the dashboard.
+//! - **Hooks** ([`hooks`]): around enqueueing and each attempt, on dead and cancelled jobs; the
+//!   enqueuing span's W3C `traceparent` travels in the meta to the job's span.
 //! - **Ordering keys**: jobs sharing a key run one at a time in enqueue order; other keys go on
 //!   (no head-of-line blocking). A job waiting for its retry keeps its key until it completes or
 //!   fails for good. Also `#[job(ordering_key = argument)]`.
@@ -60,6 +68,7 @@ mod context;
 mod enqueue;
 mod error;
 mod error_chain;
+pub mod hooks;
 mod job;
 mod job_id;
 mod metrics;
@@ -73,6 +82,7 @@ mod registry;
 #[doc(hidden)]
 pub mod store;
 pub mod testing;
+mod traceparent;
 mod wake;
 mod worker;
 
@@ -82,7 +92,8 @@ pub mod __private;
 pub use backoff::{Backoff, RetryPolicy};
 pub use context::{CancelReason, Extensions, JobContext};
 pub use enqueue::{
-    DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob, enqueue_many,
+    DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_META_BYTES, MAX_PAYLOAD_BYTES, Meta, NewJob,
+    enqueue_many,
 };
 pub use error::{Classify, Error, ErrorClass, JobError};
 #[doc(hidden)]
@@ -178,6 +189,7 @@ pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use registry::{JobRegistration, PayloadError, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};
+pub use traceparent::{TRACEPARENT_KEY, Traceparent};
 pub use worker::{
     Config as WorkerConfig, RESERVED_CONNECTIONS, ShutdownReport, Worker, WorkerBuilder,
     WorkerEvent, WorkerHandle,

@@ -30,10 +30,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0003_binary_keys_utc_defaults",
         sql: include_str!("../../migrations/0003_binary_keys_utc_defaults.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_meta_hooks_dedupe",
+        sql: include_str!("../../migrations/0005_meta_hooks_dedupe.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

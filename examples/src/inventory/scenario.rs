@@ -762,7 +762,7 @@ async fn notice(
                 );
             }
         }
-        Enqueued::Duplicate(_) => {}
+        Enqueued::Duplicate(_) | Enqueued::Replaced(_) => {}
     }
     Ok(())
 }

@@ -214,6 +214,15 @@ pub(super) async fn job(
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or_else(|| j.payload.clone());
+    let progress = j
+        .meta
+        .as_ref()
+        .and_then(|m| m.get("progress"))
+        .and_then(serde_json::Value::as_f64);
+    let meta = j
+        .meta
+        .as_ref()
+        .and_then(|m| serde_json::to_string_pretty(m).ok());
     let mut timeline: Vec<(&str, Timestamp)> = vec![("created", j.created_at)];
     if let Some(t) = j.first_claimed_at {
         timeline.push(("first claimed", t));
@@ -248,6 +257,11 @@ pub(super) async fn job(
         }
         h2 { "Payload" }
         pre #payload { (payload) }
+        @if let Some(meta) = &meta {
+            h2 { "Meta" }
+            @if let Some(p) = progress { p #progress { "progress " (format!("{p:.0}")) " %" } }
+            pre #meta { (meta) }
+        }
         h2 { "Last error" }
         pre #last-error { (j.last_error.as_deref().unwrap_or("–")) }
         @if j.state == JobState::Failed && !state.read_only {

@@ -147,6 +147,9 @@ pub struct Job {
     pub updated_at: Timestamp,
     /// The database's clock when the row was read (to show ages without the host's clock).
     pub read_at: Timestamp,
+    /// The job's meta (a JSON object: set at enqueue and by hooks, updated by the running
+    /// handler: progress, checkpoints), `None` when empty.
+    pub meta: Option<serde_json::Value>,
 }
 
 /// A failed job in a listing.
@@ -493,6 +496,12 @@ impl TryFrom<sql::JobDetail> for Job {
             finished_at: opt_time(d.finished_at.as_deref())?,
             updated_at: time(&d.updated_at)?,
             read_at: time(&d.now)?,
+            meta: d
+                .meta
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| Error::invalid("job meta", format!("not valid JSON: {e}")))?,
         })
     }
 }

@@ -21,6 +21,8 @@ pub struct ClaimedJob {
     pub attempt: u32,
     /// `max_attempts`.
     pub max_attempts: u32,
+    /// `meta` as JSON text (NULL: none).
+    pub meta: Option<String>,
 }
 
 /// Parameters of [`job_claim`].
@@ -44,7 +46,7 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit \
+                j.concurrency_key, j.concurrency_limit, CAST(j.meta AS CHAR) AS meta \
          FROM job_queue j \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
@@ -143,6 +145,7 @@ pub async fn job_claim_tracked(
             payload: r.try_get("payload")?,
             attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
             max_attempts: r.try_get("max_attempts")?,
+            meta: r.try_get("meta")?,
         });
     }
     if !limited.is_empty() {

@@ -52,7 +52,9 @@ pub async fn cron_enqueue_tick(
 ) -> Result<Option<JobId>, Error> {
     let mut tx = conn.begin().await?;
     let id = match super::job_insert_one(&mut tx, job).await? {
-        crate::Enqueued::Inserted(id) | crate::Enqueued::Duplicate(id) => id,
+        crate::Enqueued::Inserted(id)
+        | crate::Enqueued::Duplicate(id)
+        | crate::Enqueued::Replaced(id) => id,
     };
     let ledger = sqlx::query("/* mysqlq:cron_enqueue_tick */ INSERT INTO mysqlq_cron (name, tick, job_id) VALUES (?, ?, ?)")
         .bind(name)

@@ -43,6 +43,13 @@ pub struct InsertRow {
     pub concurrency_key: Option<String>,
     /// `concurrency_limit`.
     pub concurrency_limit: Option<u16>,
+    /// `meta`, serialised JSON (an object), `None` when empty.
+    pub meta: Option<String>,
+    /// `dedupe_window_us`: how long the dedupe key stays taken after completion.
+    pub dedupe_window_us: Option<u64>,
+    /// On a taken dedupe key, update the holder when it is still `pending` (same kind) instead
+    /// of refusing: its payload, run time, priority and (when given) meta.
+    pub dedupe_replace: bool,
 }
 
 macro_rules! insert_columns {
@@ -65,6 +72,28 @@ const INSERT_ONE_SQL: &str = concat!(
     "/* mysqlq:job_insert */ ",
     insert_columns!(),
     insert_values!()
+);
+// Rows with meta or a dedupe window (migration 5) name those columns too; other rows leave them
+// out, so an application whose database is not migrated yet keeps enqueueing what it did.
+macro_rules! insert_meta_columns {
+    () => {
+        "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta, dedupe_window_us, \
+         status, created_at) VALUES "
+    };
+}
+macro_rules! insert_meta_values {
+    () => {
+        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, 'pending', \
+         UTC_TIMESTAMP(6))"
+    };
+}
+const INSERT_META_COLUMNS: &str = insert_meta_columns!();
+const INSERT_META_VALUES: &str = insert_meta_values!();
+const INSERT_ONE_META_SQL: &str = concat!(
+    "/* mysqlq:job_insert */ ",
+    insert_meta_columns!(),
+    insert_meta_values!()
 );
 
 fn bind_row<'q>(
@@ -89,6 +118,16 @@ fn bind_row<'q>(
         .bind(r.concurrency_limit)
 }
 
+/// [`bind_row`] and the migration-5 columns.
+fn bind_meta_row<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    r: &'q InsertRow,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    bind_row(q, r)
+        .bind(r.meta.as_deref())
+        .bind(r.dedupe_window_us)
+}
+
 impl InsertRow {
     /// About how many bytes the row adds to a multi-row INSERT (values and overhead).
     fn statement_bytes(&self) -> usize {
@@ -100,8 +139,14 @@ impl InsertRow {
             + opt(&self.dedupe_key)
             + opt(&self.ordering_key)
             + opt(&self.concurrency_key)
-            + INSERT_VALUES.len()
+            + opt(&self.meta)
+            + INSERT_META_VALUES.len()
             + ROW_OVERHEAD_BYTES
+    }
+
+    /// `true` when the row sets a column of migration 5 (`meta`, `dedupe_window_us`).
+    fn has_meta_columns(&self) -> bool {
+        self.meta.is_some() || self.dedupe_window_us.is_some()
     }
 
     /// `true` when the row sets nothing beyond queue, kind, payload, priority and attempts.
@@ -113,6 +158,7 @@ impl InsertRow {
             && self.ordering_key.is_none()
             && self.concurrency_key.is_none()
             && self.concurrency_limit.is_none()
+            && self.meta.is_none()
     }
 }
 
@@ -136,14 +182,21 @@ pub async fn job_insert_one(
         && conn.is_in_transaction()
         && let Some(id) = job_dedupe_holder_current(conn, key).await?
     {
+        if row.dedupe_replace
+            && let Some(id) = job_dedupe_replace(conn, row).await?
+        {
+            return Ok(Enqueued::Replaced(id));
+        }
         return Ok(Enqueued::Duplicate(id));
     }
     // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
     for _ in 0..5 {
-        match bind_row(sqlx::query(INSERT_ONE_SQL), row)
-            .execute(&mut *conn)
-            .await
-        {
+        let insert = if row.has_meta_columns() {
+            bind_meta_row(sqlx::query(INSERT_ONE_META_SQL), row)
+        } else {
+            bind_row(sqlx::query(INSERT_ONE_SQL), row)
+        };
+        match insert.execute(&mut *conn).await {
             Ok(done) => return Ok(Enqueued::Inserted(JobId(done.last_insert_id()))),
             Err(e)
                 if !conn.is_in_transaction()
@@ -152,9 +205,9 @@ pub async fn job_insert_one(
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(1..20))).await;
             }
             Err(e) if is_duplicate_key(&e) && row.dedupe_key.is_some() => {
-                let key = row.dedupe_key.as_deref().unwrap_or_default();
-                match job_dedupe_holder(conn, key).await {
-                    Ok(Some(id)) => return Ok(Enqueued::Duplicate(id)),
+                match on_duplicate(conn, row).await {
+                    Ok(Some(out)) => return Ok(out),
+                    // The key is free now (the holder finished, or its window is over).
                     Ok(None) => {}
                     Err(e) if !conn.is_in_transaction() && is_lock_error(&e) => {}
                     Err(e) => return Err(e),
@@ -169,6 +222,70 @@ pub async fn job_insert_one(
     ))
 }
 
+/// After the INSERT of `row` hit a held dedupe key: frees the key when its holder is a completed
+/// job whose window is over (`None`: insert again), replaces a pending holder in replace mode,
+/// else names the holder. The new columns of migration 5 are touched only when the holder is a
+/// completed job (which holds a key only under that migration) or in replace mode.
+async fn on_duplicate(
+    conn: &mut MySqlConnection,
+    row: &InsertRow,
+) -> Result<Option<Enqueued>, Error> {
+    let key = row.dedupe_key.as_deref().unwrap_or_default();
+    let mut holder = job_dedupe_holder_state(conn, key, false).await?;
+    if let Some((_, status)) = &holder
+        && status == "completed"
+    {
+        if job_dedupe_release_expired(conn, key).await? {
+            return Ok(None);
+        }
+        // The window is not over, or another enqueuer freed the key after the snapshot our
+        // plain read saw: read the latest committed holder.
+        holder = job_dedupe_holder_state(conn, key, true).await?;
+    }
+    let Some((id, status)) = holder else {
+        return Ok(None);
+    };
+    if row.dedupe_replace
+        && status == "pending"
+        && let Some(id) = job_dedupe_replace(conn, row).await?
+    {
+        return Ok(Some(Enqueued::Replaced(id)));
+    }
+    Ok(Some(Enqueued::Duplicate(id)))
+}
+
+/// `job_dedupe_holder`: the id and status of the job holding `key`. A plain read first (no lock,
+/// so no deadlock with a worker claiming the holder); inside the caller's transaction, whose
+/// snapshot may predate the holder, or when `latest` is asked for, a locking read (which sees the
+/// latest committed row) if the plain read found nothing.
+async fn job_dedupe_holder_state(
+    conn: &mut MySqlConnection,
+    key: &str,
+    latest: bool,
+) -> Result<Option<(JobId, String)>, Error> {
+    let in_tx = conn.is_in_transaction();
+    if !(latest && in_tx) {
+        let found: Option<(u64, String)> = sqlx::query_as(
+            "/* mysqlq:job_dedupe_holder */ SELECT id, CAST(status AS CHAR) FROM job_queue \
+             WHERE dedupe_active = ?",
+        )
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if found.is_some() || !in_tx {
+            return Ok(found.map(|(id, s)| (JobId(id), s)));
+        }
+    }
+    let found: Option<(u64, String)> = sqlx::query_as(
+        "/* mysqlq:job_dedupe_holder */ SELECT id, CAST(status AS CHAR) FROM job_queue \
+         WHERE dedupe_active = ? LOCK IN SHARE MODE",
+    )
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(found.map(|(id, s)| (JobId(id), s)))
+}
+
 /// The holder of `key` by a non-locking read, when that read is known to see the latest
 /// committed rows: the caller's session runs READ COMMITTED. Under REPEATABLE READ the read
 /// sees the transaction's snapshot, whose holder may have finished since; `None` then, and the
@@ -177,8 +294,11 @@ async fn job_dedupe_holder_current(
     conn: &mut MySqlConnection,
     key: &str,
 ) -> Result<Option<JobId>, Error> {
+    // A completed holder (a window after completion) may be past its window: the INSERT and
+    // `on_duplicate` decide then.
     let id: Option<u64> = sqlx::query_scalar(
-        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ?",
+        "/* mysqlq:job_dedupe_holder */ SELECT id FROM job_queue WHERE dedupe_active = ? \
+         AND status <> 'completed'",
     )
     .bind(key)
     .fetch_optional(&mut *conn)
@@ -186,6 +306,69 @@ async fn job_dedupe_holder_current(
     let Some(id) = id else { return Ok(None) };
     let isolation = super::server::session_isolation(conn).await?;
     Ok((isolation.as_deref() == Some("READ-COMMITTED")).then_some(JobId(id)))
+}
+
+/// `job_dedupe_release_expired`: frees `key` when its holder is a completed job whose window
+/// after completion (`dedupe_window_us`) is over, by clearing the holder's window (its
+/// `dedupe_active` becomes NULL). `true` when it did: insert again. A completed row is written
+/// by nobody else but the pruner, so the row lock this takes is short-lived.
+pub(crate) async fn job_dedupe_release_expired(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<bool, Error> {
+    let done = sqlx::query(
+        "/* mysqlq:job_dedupe_release_expired */ UPDATE job_queue SET dedupe_window_us = NULL \
+         WHERE dedupe_active = ? AND status = 'completed' AND finished_at IS NOT NULL \
+           AND finished_at + INTERVAL dedupe_window_us MICROSECOND <= UTC_TIMESTAMP(6)",
+    )
+    .bind(key)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// `job_dedupe_replace`: the "replace" mode of a taken dedupe key (debounce): when the holder
+/// is still `pending` and of the same kind, its payload, run time and priority become the new
+/// job's (and its meta, when the new job has one); its attempts and queue stay. Returns the
+/// holder's id (read back through `LAST_INSERT_ID(id)`, so no second statement can see another
+/// row), `None` when the holder is running, completed or of another kind.
+pub(crate) async fn job_dedupe_replace(
+    conn: &mut MySqlConnection,
+    row: &InsertRow,
+) -> Result<Option<JobId>, Error> {
+    // Two statements rather than `meta = IFNULL(?, meta)`: a string parameter and a JSON
+    // column in one expression is a type MySQL may refuse to store as JSON.
+    macro_rules! replace_sql {
+        ($meta:literal) => {
+            concat!(
+                "/* mysqlq:job_dedupe_replace */ UPDATE job_queue SET payload = ?, priority = ?, \
+                 available_at = IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, \
+                   UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ",
+                $meta,
+                "id = LAST_INSERT_ID(id) \
+                 WHERE dedupe_active = ? AND status = 'pending' AND kind <=> ?"
+            )
+        };
+    }
+    let q = sqlx::query(if row.meta.is_some() {
+        replace_sql!("meta = ?, ")
+    } else {
+        replace_sql!("")
+    })
+    .bind(&row.payload)
+    .bind(row.priority)
+    .bind(row.run_at.as_deref())
+    .bind(row.delay_us);
+    let q = match row.meta.as_deref() {
+        Some(meta) => q.bind(meta),
+        None => q,
+    };
+    let done = q
+        .bind(row.dedupe_key.as_deref())
+        .bind(&row.kind)
+        .execute(&mut *conn)
+        .await?;
+    Ok((done.rows_affected() > 0).then(|| JobId(done.last_insert_id())))
 }
 
 /// `job_dedupe_holder`: the job holding a dedupe key. A plain read first (it takes no lock, so
@@ -266,8 +449,11 @@ pub async fn job_insert_many(
         // Rows that only set what every job has (no delay, run-at or keys) bind 5 values
         // instead of 12: a third of the bytes for large bulk enqueues.
         let narrow = chunk.iter().all(|&i| rows[i].is_plain());
+        let with_meta = !narrow && chunk.iter().any(|&i| rows[i].has_meta_columns());
         let (columns, values) = if narrow {
             (INSERT_NARROW_COLUMNS, INSERT_NARROW_VALUES)
+        } else if with_meta {
+            (INSERT_META_COLUMNS, INSERT_META_VALUES)
         } else {
             (INSERT_COLUMNS, INSERT_VALUES)
         };
@@ -289,6 +475,8 @@ pub async fn job_insert_many(
                     .bind(&r.payload)
                     .bind(r.priority)
                     .bind(r.max_attempts)
+            } else if with_meta {
+                bind_meta_row(q, r)
             } else {
                 bind_row(q, r)
             };
@@ -324,6 +512,9 @@ mod tests {
             ordering_key: None,
             concurrency_key: None,
             concurrency_limit: None,
+            meta: None,
+            dedupe_window_us: None,
+            dedupe_replace: false,
         }
     }
 

@@ -53,9 +53,19 @@ pub async fn migration_apply(
     statements: Vec<String>,
 ) -> Result<(), Error> {
     for statement in statements {
-        sqlx::raw_sql(AssertSqlSafe(statement))
+        match sqlx::raw_sql(AssertSqlSafe(statement))
             .execute(&mut *conn)
-            .await?;
+            .await
+        {
+            // `ADD COLUMN` of a column that exists (1060) or `ADD KEY` of a key that exists
+            // (1061): a run that stopped before recording the migration applied it already.
+            // MySQL 8 has no `ADD COLUMN IF NOT EXISTS`; each such ALTER adds one thing, so the
+            // error means exactly that thing is there.
+            Err(e) if matches!(super::sqlx_error_number(&e), Some(1060 | 1061)) => {}
+            other => {
+                other?;
+            }
+        }
     }
     sqlx::query("/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)")
         .bind(version)

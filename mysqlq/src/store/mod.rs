@@ -19,6 +19,7 @@ mod errors;
 mod guarded;
 mod insert;
 mod maintenance;
+mod meta;
 pub mod migrations;
 mod queues;
 pub mod server;
@@ -42,6 +43,7 @@ pub use insert::{INSERT_CHUNK_ROWS, InsertRow, job_insert_many, job_insert_one};
 pub use maintenance::{
     PruneStatus, ReapReport, job_prune, job_reap_expired, leader_elect, leader_resign,
 };
+pub use meta::job_set_meta;
 pub use queues::queue_set_paused;
 pub use sql::{MAX_ERROR_BYTES, datetime_utc, micros, truncate_error};
 pub use testing::job_list_pending_of_kind;

@@ -34,6 +34,7 @@ impl Worker {
             extensions: Extensions::default(),
             worker_id: None,
             periodic: Vec::new(),
+            hooks: crate::hooks::Hooks::new(),
         }
     }
 
@@ -58,12 +59,20 @@ pub struct WorkerBuilder {
     extensions: Extensions,
     worker_id: Option<String>,
     periodic: Vec<crate::Periodic>,
+    hooks: crate::hooks::Hooks,
 }
 
 impl WorkerBuilder {
     /// The jobs this worker can run (default: [`Registry::from_inventory`]).
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// Hooks around this worker's jobs ([`crate::hooks`]), run after the global hooks
+    /// ([`crate::hooks::set_global_hooks`]). Replaces hooks given earlier.
+    pub fn hooks(mut self, hooks: crate::hooks::Hooks) -> Self {
+        self.hooks = hooks;
         self
     }
 
@@ -225,6 +234,7 @@ impl WorkerBuilder {
             lease_unconfirmed: AtomicBool::new(false),
             completer: completer::Completer::new(),
             periodic,
+            hooks: crate::hooks::global_hooks().then(&self.hooks),
             events,
         });
         stats::register_worker(&shared).await?;

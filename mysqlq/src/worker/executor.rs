@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use crate::context::{ContextParts, Heartbeat};
+use crate::hooks::JobRun;
 use crate::store::{self, ClaimedJob, Outcome, Written};
 use crate::worker::release::release_one;
 use crate::worker::write::{WriteFailed, error_chain, write_retrying};
@@ -70,6 +71,7 @@ pub(crate) fn spawn(
             shared: Arc::downgrade(s),
             key: key.clone(),
         })),
+        meta: parse_meta(job.id, job.meta.as_deref()),
     });
     s.in_flight().insert(
         key.clone(),
@@ -140,6 +142,20 @@ async fn supervise(
         |r| r.kind().to_owned(),
     );
     let policy = registration.map(|r| r.retry_policy()).unwrap_or_default();
+    let span = tracing::info_span!(
+        "job",
+        kind = %kind_label,
+        id = job.id.0,
+        queue = %queue,
+        attempt = job.attempt,
+        traceparent = tracing::field::Empty
+    );
+    let meta = ctx.meta();
+    if let Some(tp) = crate::hooks::traceparent_of(&meta) {
+        span.record("traceparent", tp);
+    }
+    // Only built when there are hooks to hand it to: the hot path stays as it was.
+    let run = (!s.hooks.is_empty()).then(|| Arc::new(JobRun::new(ctx.clone(), span.clone(), meta)));
     let started = Instant::now();
     s.metrics.job_started();
     s.emit(WorkerEvent::Started { id: job.id });
@@ -167,8 +183,12 @@ async fn supervise(
             ))),
             Ok(fut) => {
                 let timeout = r.timeout().unwrap_or(s.config.job_timeout);
-                let span = tracing::info_span!("job", kind = r.kind(), id = job.id.0, queue = %queue, attempt = job.attempt);
-                run_handler(&s, &key, &ctx, fut.instrument(span), timeout).await
+                let handler = Box::pin(fut.instrument(span));
+                let fut = match &run {
+                    None => handler,
+                    Some(run) => s.hooks.wrap_run(run.clone(), catch_panic(&s, handler)),
+                };
+                run_handler(&s, &key, &ctx, fut, timeout).await
             }
         },
     };
@@ -212,8 +232,57 @@ async fn supervise(
     } else {
         tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
     }
-    record(&s, &key, &outcome, &message).await;
+    let written = record(&s, &key, &outcome, &message).await;
     s.forget(&key);
+    match (written, &run) {
+        (Some(Outcome::Fail), Some(run)) => s.hooks.dead(run, &message).await,
+        (Some(Outcome::Cancel), Some(run)) => s.hooks.cancelled(run, &message).await,
+        _ => {}
+    }
+}
+
+/// The claimed row's meta as an object; anything else (a plain-SQL producer's mistake) is
+/// logged and read as empty.
+fn parse_meta(id: JobId, meta: Option<&str>) -> crate::Meta {
+    match meta.map(serde_json::from_str::<serde_json::Value>) {
+        None => crate::Meta::new(),
+        Some(Ok(serde_json::Value::Object(m))) => m,
+        Some(Ok(serde_json::Value::Null)) => crate::Meta::new(),
+        Some(other) => {
+            tracing::warn!(id = id.0, meta = ?other, "job meta is not a JSON object; ignored");
+            crate::Meta::new()
+        }
+    }
+}
+
+/// The handler with its panic turned into an error result, so `around_run` hooks see it.
+fn catch_panic(
+    s: &Arc<Shared>,
+    handler: BoxFuture<'static, Result<(), JobError>>,
+) -> BoxFuture<'static, Result<(), JobError>> {
+    use futures_util::FutureExt as _;
+    let metrics = s.metrics.clone();
+    Box::pin(async move {
+        match std::panic::AssertUnwindSafe(handler).catch_unwind().await {
+            Ok(r) => r,
+            Err(payload) => {
+                metrics.add(&metrics.counters.panics, 1);
+                Err(JobError::retry(format!(
+                    "handler panicked: {}",
+                    panic_message(payload.as_ref())
+                )))
+            }
+        }
+    })
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
 /// Moves this claim's entry to `Finishing`; `false` when it is gone (lease lost, released).
@@ -269,12 +338,7 @@ async fn run_handler(
         Ok(Err(e)) => Ran::Err(e),
         Err(e) if e.is_panic() => {
             s.metrics.add(&s.metrics.counters.panics, 1);
-            let payload = e.into_panic();
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            let msg = panic_message(e.into_panic().as_ref());
             Ran::Err(JobError::retry(format!("handler panicked: {msg}")))
         }
         Err(_) => Ran::Stopped(ctx.cancel_reason().unwrap_or(CancelReason::Shutdown)),
@@ -335,8 +399,8 @@ fn outcome_name(o: &Outcome) -> &'static str {
 
 /// Writes a non-completion outcome, retrying on deadlocks and connection errors. A write the
 /// server refuses for good records the attempt as failed (with both errors) instead of retrying
-/// forever while heartbeats keep the job alive.
-async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
+/// forever while heartbeats keep the job alive. Returns the outcome written, if one was.
+async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) -> Option<Outcome> {
     let m = &s.metrics;
     let owned = key.owned();
     let write = |outcome: Outcome, message: String| {
@@ -374,6 +438,7 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
                 id: key.id,
                 outcome: outcome_name(&outcome),
             });
+            Some(outcome)
         }
         Ok(Written::Lost) => {
             m.add(&m.counters.lost, 1);
@@ -381,9 +446,11 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
                 id = key.id.0,
                 "lost ownership before the outcome was written: another worker owns the job now"
             );
+            None
         }
         Err(e) => {
             tracing::error!(id = key.id.0, error = %e, "outcome not written; the lease will bring the job back");
+            None
         }
     }
 }

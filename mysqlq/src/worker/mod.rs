@@ -105,6 +105,8 @@ pub(crate) struct Shared {
     pub(crate) lease_unconfirmed: AtomicBool,
     pub(crate) completer: completer::Completer,
     pub(crate) periodic: Vec<crate::Periodic>,
+    /// The global hooks at start, then the builder's.
+    pub(crate) hooks: crate::hooks::Hooks,
     pub(crate) events: broadcast::Sender<WorkerEvent>,
 }
 

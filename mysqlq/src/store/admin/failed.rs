@@ -99,7 +99,8 @@ pub(crate) const JOB_GET_SQL: &str = "/* mysqlq:job_get */ SELECT j.id, \
     DATE_FORMAT(j.lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
     DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
     DATE_FORMAT(j.updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
-    DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now \
+    DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now, \
+    CAST(j.meta AS CHAR) AS meta \
     FROM job_queue j WHERE j.id = ?";
 
 /// Every column of one job the dashboard shows, with the database's clock.
@@ -145,6 +146,8 @@ pub struct JobDetail {
     pub updated_at: String,
     /// `UTC_TIMESTAMP(6)` when read.
     pub now: String,
+    /// `meta` as JSON text.
+    pub meta: Option<String>,
 }
 
 /// `job_get`: one job by id, any state (`failed show`, the dashboard's job page).
@@ -177,6 +180,7 @@ pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<Job
         finished_at: r.try_get("finished_at")?,
         updated_at: r.try_get("updated_at")?,
         now: r.try_get("now")?,
+        meta: r.try_get("meta")?,
     }))
 }
 
