@@ -71,6 +71,7 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
 /// unfinished job, or a running one, is skipped without blocking the jobs behind it.
 ///
 /// [`is_lock_error`]: super::is_lock_error
+#[cfg(feature = "__internal-store")]
 pub async fn job_claim(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,

@@ -4,8 +4,11 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, MySqlConnection, Row};
+#[cfg(feature = "__internal-store")]
+use sqlx::AssertSqlSafe;
+use sqlx::{MySqlConnection, Row};
 
+#[cfg(feature = "__internal-store")]
 use super::failed::{FAILED_LIST_SQL, FAILED_PAGE_NULL_SQL, FAILED_PAGE_SQL, FIRST_FINISHED};
 use super::non_negative;
 use crate::Error;
@@ -380,7 +383,8 @@ pub async fn stats_table(conn: &mut MySqlConnection) -> Result<TableStats, Error
     })
 }
 
-/// One row of an `EXPLAIN`, with the access type.
+/// One row of an `EXPLAIN`, with the access type (the test suite's plan checks).
+#[cfg(feature = "__internal-store")]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlanRow {
     /// `table` (an alias, `<derivedN>`, or none).
@@ -395,6 +399,7 @@ pub struct PlanRow {
 
 /// `EXPLAIN`s every statement `stats` and the failed-job commands run against `job_queue`,
 /// with the text and binds they run with. Returns `(statement tag, plan)` pairs.
+#[cfg(feature = "__internal-store")]
 pub async fn stats_explain(
     conn: &mut MySqlConnection,
 ) -> Result<Vec<(&'static str, Vec<PlanRow>)>, Error> {
@@ -457,6 +462,7 @@ pub async fn stats_explain(
     Ok(out)
 }
 
+#[cfg(feature = "__internal-store")]
 enum Bind {
     I(i64),
     U(u64),
