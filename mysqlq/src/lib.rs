@@ -100,7 +100,7 @@ pub use error::{Classify, Error, ErrorClass, JobError};
 pub use error_chain::error_chain;
 pub use job::Job;
 pub use job_id::{Enqueued, JobId};
-pub use metrics::{CounterSnapshot, Counters, KindStats, Metrics};
+pub use metrics::{CounterSnapshot, Counters, HISTOGRAM_BUCKETS, KindStats, Metrics, QueueGauges};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_version};
 /// Turns an `async fn` into a job: a struct holding its arguments, a [`Job`] implementation, and
 /// a registration that [`Registry::from_inventory`] finds.

@@ -21,6 +21,9 @@ pub struct ClaimedJob {
     pub attempt: u32,
     /// `max_attempts`.
     pub max_attempts: u32,
+    /// How long it had been ready when claimed: the claim's `UTC_TIMESTAMP(6)` minus the later
+    /// of `available_at` and `created_at` (the pickup latency), on the database's clock.
+    pub waited: Duration,
 }
 
 /// Parameters of [`job_claim`].
@@ -44,7 +47,8 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit \
+                j.concurrency_key, j.concurrency_limit, \
+                TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
          FROM job_queue j \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
@@ -144,6 +148,9 @@ pub async fn job_claim_tracked(
             payload: r.try_get("payload")?,
             attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
             max_attempts: r.try_get("max_attempts")?,
+            waited: Duration::from_micros(
+                u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
+            ),
         });
     }
     if !limited.is_empty() {

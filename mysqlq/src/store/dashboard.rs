@@ -337,14 +337,5 @@ pub async fn dashboard_explain(
 #[cfg(feature = "__internal-store")]
 async fn plan(conn: &mut MySqlConnection, q: Query<'_>) -> Result<Vec<PlanRow>, Error> {
     let rows = q.fetch_all(&mut *conn).await?;
-    let mut plan = Vec::with_capacity(rows.len());
-    for r in rows {
-        plan.push(PlanRow {
-            table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
-            access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
-            key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
-            extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-        });
-    }
-    Ok(plan)
+    Ok(rows.iter().map(PlanRow::read).collect())
 }

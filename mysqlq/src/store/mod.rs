@@ -16,6 +16,7 @@ mod claim;
 mod cron;
 pub mod dashboard;
 mod errors;
+mod gauges;
 mod guarded;
 mod insert;
 mod maintenance;
@@ -34,6 +35,9 @@ pub use claim::{
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
 pub use errors::is_lock_error;
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
+#[cfg(feature = "__internal-store")]
+pub use gauges::gauges_explain;
+pub use gauges::queue_gauges;
 pub use guarded::{
     GuardedReport, Outcome, Owned, Written, job_complete_many, job_finish_attempt, job_heartbeat,
     job_release,

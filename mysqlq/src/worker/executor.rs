@@ -142,6 +142,7 @@ async fn supervise(
     let policy = registration.map(|r| r.retry_policy()).unwrap_or_default();
     let started = Instant::now();
     s.metrics.job_started();
+    s.metrics.job_picked_up(&kind_label, job.waited);
     s.emit(WorkerEvent::Started { id: job.id });
 
     let ran = match registration {

@@ -393,8 +393,41 @@ pub struct PlanRow {
     pub access: Option<String>,
     /// `key`: the index used.
     pub key: Option<String>,
+    /// `rows`: the rows the server expects to examine.
+    pub rows: Option<u64>,
     /// `Extra`.
     pub extra: Option<String>,
+}
+
+#[cfg(feature = "__internal-store")]
+impl PlanRow {
+    /// Reads one row of an `EXPLAIN`'s result.
+    pub(crate) fn read(r: &sqlx::mysql::MySqlRow) -> Self {
+        // An integer on MySQL; MariaDB sends the column as text.
+        let rows = r
+            .try_get::<Option<u64>, _>("rows")
+            .ok()
+            .flatten()
+            .or_else(|| {
+                r.try_get::<Option<i64>, _>("rows")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| u64::try_from(v).ok())
+            })
+            .or_else(|| {
+                r.try_get::<Option<String>, _>("rows")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.parse().ok())
+            });
+        Self {
+            table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
+            access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
+            key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
+            rows,
+            extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
+        }
+    }
 }
 
 /// `EXPLAIN`s every statement `stats` and the failed-job commands run against `job_queue`,
@@ -448,16 +481,7 @@ pub async fn stats_explain(
             };
         }
         let rows = q.fetch_all(&mut *conn).await?;
-        let mut plan = Vec::new();
-        for r in rows {
-            plan.push(PlanRow {
-                table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
-                access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
-                key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
-                extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-            });
-        }
-        out.push((tag, plan));
+        out.push((tag, rows.iter().map(PlanRow::read).collect()));
     }
     Ok(out)
 }
