@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use mysqlq::admin::JobState;
 use mysqlq::{DedupeScope, EnqueueOptions, Enqueued, JobId, NewJob};
 use mysqlq_tests::jobs::{Forever, Noop, Panicker, Sleepy};
 use mysqlq_tests::{PrivateServer, Proc, TestDb};
@@ -393,17 +394,13 @@ async fn deadlock_pressure_bulk_dedupe_enqueue_claims_and_purge() {
         tokio::spawn(async move {
             let mut deleted = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let mut conn = pool.acquire().await.unwrap();
-                match mysqlq::store::job_prune(
-                    &mut conn,
-                    mysqlq::store::PruneStatus::Completed,
-                    Duration::ZERO,
-                    200,
-                )
-                .await
+                let admin = mysqlq::admin::Admin::new(pool.clone());
+                match admin
+                    .purge(JobState::Completed, Duration::ZERO, 200, |_| {})
+                    .await
                 {
                     Ok(n) => deleted += n,
-                    Err(e) if mysqlq::store::is_lock_error(&e) => {}
+                    Err(e) if mysqlq_tests::is_lock_error(&e) => {}
                     Err(e) => panic!("purge failed: {e}"),
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -445,7 +442,7 @@ async fn deadlock_pressure_bulk_dedupe_enqueue_claims_and_purge() {
                             }
                             Err(e) => panic!("commit failed: {e}"),
                         },
-                        Err(err) if mysqlq::store::is_lock_error(&err) => {
+                        Err(err) if mysqlq_tests::is_lock_error(&err) => {
                             deadlocks += 1;
                             let _ = tx.rollback().await;
                             tokio::time::sleep(Duration::from_millis(fastrand::u64(5..50))).await;

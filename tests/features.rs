@@ -397,10 +397,8 @@ async fn high_priority_overtakes_a_low_priority_backlog() {
 #[tokio::test]
 async fn a_paused_queue_is_not_claimed_until_resumed() {
     let db = TestDb::new().await;
-    let mut conn = db.connect().await;
-    mysqlq::store::queue_set_paused(&mut conn, "test", true)
-        .await
-        .unwrap();
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    admin.pause("test").await.unwrap();
     Noop { n: 1 }.enqueue(&db.pool).await.unwrap();
     let worker = db.worker().start().await.unwrap();
     let mut events = worker.events();
@@ -417,9 +415,7 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
     }
     assert_eq!(db.count("pending").await, 1, "nothing claimed while paused");
     assert!(worker.metrics().counters.snapshot().empty_polls > 0);
-    mysqlq::store::queue_set_paused(&mut conn, "test", false)
-        .await
-        .unwrap();
+    admin.resume("test").await.unwrap();
     db.wait_for(
         "completed after resume",
         "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",

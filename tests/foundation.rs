@@ -384,7 +384,7 @@ async fn concurrent_claimers_claim_every_job_exactly_once() {
                 match store::job_claim(&mut conn, &params).await {
                     Ok(batch) if batch.is_empty() => break,
                     Ok(batch) => mine.extend(batch.into_iter().map(|j| j.id)),
-                    Err(e) if store::is_lock_error(&e) => continue,
+                    Err(e) if mysqlq_tests::is_lock_error(&e) => continue,
                     Err(e) => panic!("claim failed: {e:?}"),
                 }
             }
@@ -666,15 +666,11 @@ async fn priority_orders_claims_and_pause_stops_them() {
         .await
         .unwrap()
         .id();
-    let mut conn = db.connect().await;
-    store::queue_set_paused(&mut conn, "test", true)
-        .await
-        .unwrap();
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    admin.pause("test").await.unwrap();
     let (_t, none) = claim(&db, "test", 1, Duration::from_secs(60)).await;
     assert!(none.is_empty(), "a paused queue hands out nothing");
-    store::queue_set_paused(&mut conn, "test", false)
-        .await
-        .unwrap();
+    admin.resume("test").await.unwrap();
     let (_t, first) = claim(&db, "test", 1, Duration::from_secs(60)).await;
     assert_eq!(first[0].id, urgent, "lower priority value runs first");
 }
@@ -734,7 +730,7 @@ async fn complete_with_short_lock_wait(db: &TestDb, id: JobId) -> Result<u64, Op
     .execute(&mut conn)
     .await
     .map(|r| r.rows_affected())
-    .map_err(|e| mysqlq::store::db_error_number(&mysqlq::Error::Database(e)))
+    .map_err(|e| mysqlq::Error::Database(e).server_code())
 }
 
 #[tokio::test]

@@ -477,7 +477,7 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
         loop {
             match mysqlq::enqueue_many(&db.pool, wave.clone()).await {
                 Ok(_) => break,
-                Err(e) if mysqlq::store::is_lock_error(&e) => {}
+                Err(e) if mysqlq_tests::is_lock_error(&e) => {}
                 Err(e) => panic!("enqueue a wave: {e}"),
             }
         }

@@ -382,7 +382,7 @@ where
 
 /// Enqueues many jobs through `target` in one transaction: all of them are written or none.
 ///
-/// Rows go in multi-row INSERTs of up to [`store::INSERT_CHUNK_ROWS`] rows and at most half the
+/// Rows go in multi-row INSERTs of up to 500 rows and at most half the
 /// server's `max_allowed_packet` bytes. Inside the caller's transaction the rows commit or roll
 /// back with it (a savepoint undoes this call's rows if it fails); on a pool or a bare
 /// connection the call runs its own transaction, retried from the top on a deadlock or lock

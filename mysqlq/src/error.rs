@@ -132,14 +132,44 @@ impl Error {
 
     /// The server's error number (`1146`, `1213`, …) when the server refused a statement.
     pub fn server_code(&self) -> Option<u16> {
-        crate::store::db_error_number(self)
+        match self {
+            Self::Database(e) => sqlx_error_number(e),
+            _ => None,
+        }
     }
 
     /// `true` when trying again later may succeed: the connection broke or timed out, the
     /// server is restarting or read-only during a failover, a Galera node is not ready, or a
     /// deadlock / lock wait timeout rolled the transaction back.
+    ///
+    /// In numbers: I/O, a closed or timed-out pool, server gone (2006, 2013), can't connect
+    /// (2002, 2003), Galera node not ready (1047), server shutdown in progress (1053), read-only
+    /// during failover (1290, 1836), deadlock (1213), lock wait timeout (1205).
     pub fn is_transient(&self) -> bool {
-        crate::store::is_transient(self)
+        match self {
+            Self::Database(
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::Tls(_),
+            ) => true,
+            _ => matches!(
+                self.server_code(),
+                Some(1047 | 1053 | 1205 | 1213 | 1290 | 1836 | 2002 | 2003 | 2006 | 2013)
+            ),
+        }
+    }
+}
+
+/// The server's error number, when `e` is a server error.
+pub(crate) fn sqlx_error_number(e: &sqlx::Error) -> Option<u16> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(sqlx::mysql::MySqlDatabaseError::number),
+        _ => None,
     }
 }
 

@@ -1,15 +1,17 @@
 //! Worker counters: in memory, cumulative, rendered for Prometheus, and flushed as per-minute
-//! deltas to `mysqlq_stats_minute` / `mysqlq_kind_minute` for `mysqlq-cli stats`.
+//! deltas to `mysqlq_stats_minute` / `mysqlq_kind_minute` for `mysqlq-cli stats`; per-kind
+//! histograms of run time and pickup latency; and the leader's queue gauges.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 macro_rules! counters {
@@ -83,6 +85,45 @@ pub struct KindStats {
     pub max_us: u64,
 }
 
+/// One queue's gauges, read by the leader from the database (`mysqlq_queue_*` in
+/// [`Metrics::render_prometheus`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueGauges {
+    /// The queue.
+    pub queue: String,
+    /// Jobs `pending` whose `available_at` has passed.
+    pub ready: u64,
+    /// Jobs `pending` with a future `available_at` (delayed, or waiting for a retry).
+    pub scheduled: u64,
+    /// Jobs `processing` (claimed by a worker).
+    pub running: u64,
+    /// Jobs `failed` (kept until pruned).
+    pub failed: u64,
+    /// How long the oldest ready job has been ready (since its `available_at`); `None` when
+    /// none is ready.
+    pub oldest_ready_age: Option<Duration>,
+}
+
+/// Bucket bounds, in seconds, of the run-time and pickup-latency histograms: 5 ms to 30 min.
+pub const HISTOGRAM_BUCKETS: [f64; 16] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0,
+];
+
+type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn new_histogram() -> Histogram {
+    Histogram::new(HISTOGRAM_BUCKETS)
+}
+
+/// The leader's last reading of the queue gauges, and until when it may be shown.
+#[derive(Debug)]
+struct GaugeReading {
+    queues: Vec<QueueGauges>,
+    taken_at: Instant,
+    valid_until: Instant,
+}
+
 /// A worker's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -91,6 +132,10 @@ pub struct Metrics {
     pub counters: Counters,
     running: AtomicU64,
     kinds: Mutex<HashMap<String, KindStats>>,
+    run_seconds: Histograms,
+    pickup_seconds: Histograms,
+    leader: std::sync::atomic::AtomicBool,
+    gauges: Mutex<Option<GaugeReading>>,
 }
 
 impl Metrics {
@@ -100,7 +145,72 @@ impl Metrics {
             counters: Counters::default(),
             running: AtomicU64::new(0),
             kinds: Mutex::new(HashMap::new()),
+            run_seconds: Family::new_with_constructor(new_histogram),
+            pickup_seconds: Family::new_with_constructor(new_histogram),
+            leader: std::sync::atomic::AtomicBool::new(false),
+            gauges: Mutex::new(None),
         }
+    }
+
+    /// `true` while this worker holds the leader lease (as of its last maintenance round).
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::Relaxed)
+    }
+
+    /// Records the outcome of a leader election; a worker that is not the leader shows no queue
+    /// gauges (the new leader reports them).
+    pub(crate) fn set_leader(&self, leader: bool) {
+        self.leader.store(leader, Ordering::Relaxed);
+        if !leader {
+            *self.gauge_reading() = None;
+        }
+    }
+
+    /// The leader's queue gauges, as last read; `None` on a worker that is not the leader, or
+    /// when the last reading is older than its validity (the leader could not read them).
+    pub fn queue_gauges(&self) -> Option<Vec<QueueGauges>> {
+        self.gauge_reading()
+            .as_ref()
+            .filter(|g| Instant::now() < g.valid_until)
+            .map(|g| g.queues.clone())
+    }
+
+    /// Stores a reading of the queue gauges, shown for `valid_for`.
+    pub(crate) fn set_queue_gauges(&self, queues: Vec<QueueGauges>, valid_for: Duration) {
+        let now = Instant::now();
+        *self.gauge_reading() = Some(GaugeReading {
+            queues,
+            taken_at: now,
+            valid_until: now + valid_for,
+        });
+    }
+
+    /// `true` when no reading of the queue gauges is younger than `every`.
+    pub(crate) fn queue_gauges_due(&self, every: Duration) -> bool {
+        self.gauge_reading()
+            .as_ref()
+            .is_none_or(|g| g.taken_at.elapsed() >= every)
+    }
+
+    fn gauge_reading(&self) -> std::sync::MutexGuard<'_, Option<GaugeReading>> {
+        self.gauges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records how long a job of `kind` waited from ready (`max(available_at, created_at)`) to
+    /// its claim.
+    pub(crate) fn job_picked_up(&self, kind: &str, waited: Duration) {
+        self.pickup_seconds
+            .get_or_create(&self.kind_labels(kind))
+            .observe(waited.as_secs_f64());
+    }
+
+    fn kind_labels(&self, kind: &str) -> Labels {
+        vec![
+            ("worker".to_owned(), escape_label(&self.worker_id)),
+            ("kind".to_owned(), escape_label(kind)),
+        ]
     }
 
     /// Jobs whose handlers are running now.
@@ -118,6 +228,9 @@ impl Metrics {
 
     pub(crate) fn job_finished(&self, kind: &str, took: Duration, error: bool) {
         self.running.fetch_sub(1, Ordering::Relaxed);
+        self.run_seconds
+            .get_or_create(&self.kind_labels(kind))
+            .observe(took.as_secs_f64());
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let mut kinds = self
             .kinds
@@ -139,8 +252,11 @@ impl Metrics {
     }
 
     /// The exposition of every metric in the OpenMetrics text format (which Prometheus reads):
-    /// counters as `mysqlq_<name>_total{worker}`, `mysqlq_running{worker}`, and per kind
-    /// `mysqlq_job_{runs,errors,seconds}_total{worker,kind}`.
+    /// counters as `mysqlq_<name>_total{worker}`, `mysqlq_running{worker}`,
+    /// `mysqlq_leader{worker}`; per kind `mysqlq_job_{runs,errors,seconds}_total{worker,kind}`
+    /// and the histograms `mysqlq_job_run_seconds` and `mysqlq_job_pickup_seconds`
+    /// (`{worker,kind}`); on the leader only, the queue gauges
+    /// `mysqlq_queue_{ready,scheduled,running,failed,oldest_ready_age_seconds}{queue}`.
     pub fn render_prometheus(&self) -> String {
         let mut registry = Registry::default();
         let worker: Labels = vec![("worker".to_owned(), escape_label(&self.worker_id))];
@@ -179,6 +295,30 @@ impl Metrics {
             help("Handler time, by kind."),
             seconds,
         );
+        registry.register(
+            "mysqlq_job_run_seconds",
+            help("Handler time of each attempt, by kind."),
+            self.run_seconds.clone(),
+        );
+        registry.register(
+            "mysqlq_job_pickup_seconds",
+            help(
+                "Time from ready (the later of available_at and created_at) to the claim, by kind.",
+            ),
+            self.pickup_seconds.clone(),
+        );
+        let leader = Family::<Labels, Gauge>::default();
+        leader
+            .get_or_create(&worker)
+            .set(i64::from(self.is_leader()));
+        registry.register(
+            "mysqlq_leader",
+            help("1 while this worker is the leader, which reports the queue gauges."),
+            leader,
+        );
+        if let Some(queues) = self.queue_gauges() {
+            register_queue_gauges(&mut registry, &queues);
+        }
 
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -187,8 +327,57 @@ impl Metrics {
     }
 }
 
-/// The label set of every metric: `worker`, and `kind` for the per-kind ones.
+/// The label set of every metric: `worker`, and `kind` for the per-kind ones (`queue` alone for
+/// the queue gauges, which describe the database, not a worker).
 type Labels = Vec<(String, String)>;
+
+fn register_queue_gauges(registry: &mut Registry, queues: &[QueueGauges]) {
+    type Read = fn(&QueueGauges) -> u64;
+    let counts: [(&str, &str, Read); 4] = [
+        (
+            "mysqlq_queue_ready",
+            "Jobs ready to run (pending, available_at passed).",
+            |g| g.ready,
+        ),
+        (
+            "mysqlq_queue_scheduled",
+            "Jobs pending with a future available_at.",
+            |g| g.scheduled,
+        ),
+        (
+            "mysqlq_queue_running",
+            "Jobs processing (claimed by a worker).",
+            |g| g.running,
+        ),
+        (
+            "mysqlq_queue_failed",
+            "Jobs failed and not yet pruned.",
+            |g| g.failed,
+        ),
+    ];
+    for (name, text, read) in counts {
+        let family = Family::<Labels, Gauge>::default();
+        for g in queues {
+            let n = i64::try_from(read(g)).unwrap_or(i64::MAX);
+            family.get_or_create(&queue_labels(g)).set(n);
+        }
+        registry.register(name, help(text), family);
+    }
+    let age = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    for g in queues {
+        let secs = g.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
+        age.get_or_create(&queue_labels(g)).set(secs);
+    }
+    registry.register(
+        "mysqlq_queue_oldest_ready_age_seconds",
+        help("How long the oldest ready job has waited (0 when none is ready)."),
+        age,
+    );
+}
+
+fn queue_labels(g: &QueueGauges) -> Labels {
+    vec![("queue".to_owned(), escape_label(&g.queue))]
+}
 
 /// A help text as the registry wants it: it adds the closing period itself.
 fn help(text: &str) -> &str {
@@ -229,5 +418,51 @@ mod tests {
         let before = m.counters.snapshot();
         m.add(&m.counters.claims, 2);
         assert_eq!(m.counters.snapshot().delta(&before).claims, 2);
+        assert!(
+            text.contains("mysqlq_job_run_seconds_count{worker=\"w\\\"1\",kind=\"send_email\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mysqlq_leader{worker=\"w\\\"1\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn queue_gauges_show_only_while_leader_and_fresh() {
+        let m = Metrics::new("w");
+        let alpha = QueueGauges {
+            queue: "alpha".into(),
+            ready: 3,
+            scheduled: 2,
+            running: 1,
+            failed: 4,
+            oldest_ready_age: Some(Duration::from_millis(2500)),
+        };
+        m.set_leader(true);
+        assert!(m.queue_gauges_due(Duration::from_secs(15)), "never read");
+        m.set_queue_gauges(vec![alpha.clone()], Duration::from_secs(60));
+        assert!(!m.queue_gauges_due(Duration::from_secs(15)));
+        let text = m.render_prometheus();
+        for line in [
+            "mysqlq_queue_ready{queue=\"alpha\"} 3",
+            "mysqlq_queue_scheduled{queue=\"alpha\"} 2",
+            "mysqlq_queue_running{queue=\"alpha\"} 1",
+            "mysqlq_queue_failed{queue=\"alpha\"} 4",
+            "mysqlq_queue_oldest_ready_age_seconds{queue=\"alpha\"} 2.5",
+            "mysqlq_leader{worker=\"w\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        m.set_leader(false);
+        assert_eq!(m.queue_gauges(), None, "not the leader: no gauges");
+        assert!(!m.render_prometheus().contains("mysqlq_queue_"));
+        m.set_leader(true);
+        m.set_queue_gauges(vec![alpha], Duration::ZERO);
+        assert_eq!(
+            m.queue_gauges(),
+            None,
+            "a reading past its validity is not shown"
+        );
     }
 }

@@ -22,6 +22,12 @@ use std::time::Duration;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 
+/// `true` for a deadlock (1213) or lock wait timeout (1205): the caller redoes its whole
+/// transaction (docs/guarantees.md).
+pub fn is_lock_error(e: &mysqlq::Error) -> bool {
+    matches!(e.server_code(), Some(1213 | 1205))
+}
+
 /// The server URL tests use: `DATABASE_URL`, else `mysql://root@127.0.0.1:3306`.
 pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())

@@ -23,6 +23,9 @@ pub struct ClaimedJob {
     pub max_attempts: u32,
     /// `meta` as JSON text (NULL: none).
     pub meta: Option<String>,
+    /// How long it had been ready when claimed: the claim's `UTC_TIMESTAMP(6)` minus the later
+    /// of `available_at` and `created_at` (the pickup latency), on the database's clock.
+    pub waited: Duration,
 }
 
 /// Parameters of [`job_claim`].
@@ -46,7 +49,8 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit, CAST(j.meta AS CHAR) AS meta \
+                j.concurrency_key, j.concurrency_limit, CAST(j.meta AS CHAR) AS meta, \
+                TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
          FROM job_queue j \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
@@ -73,6 +77,7 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
 /// unfinished job, or a running one, is skipped without blocking the jobs behind it.
 ///
 /// [`is_lock_error`]: super::is_lock_error
+#[cfg(feature = "__internal-store")]
 pub async fn job_claim(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
@@ -146,6 +151,9 @@ pub async fn job_claim_tracked(
             attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
             max_attempts: r.try_get("max_attempts")?,
             meta: r.try_get("meta")?,
+            waited: Duration::from_micros(
+                u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
+            ),
         });
     }
     if !limited.is_empty() {

@@ -21,10 +21,12 @@
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
+#[cfg(feature = "__internal-store")]
 use super::admin::PlanRow;
 use crate::{Error, JobId};
 
-/// Most index entries one [`job_page`] reads when filtering by queue or kind.
+/// Most index entries one page of [`Admin::jobs`](crate::admin::Admin::jobs) reads when
+/// filtering by queue or kind.
 pub const SCAN_WINDOW: u32 = 2000;
 
 /// Most jobs on one page.
@@ -39,10 +41,11 @@ const JOB_COLUMNS: &str = "j.id, CAST(j.queue_name AS CHAR) AS queue_name, \
     DATE_FORMAT(j.available_at, '%Y-%m-%d %H:%i:%s') AS available_at, \
     DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s') AS finished_at";
 
-/// Parameters of [`job_page`].
+/// Parameters of [`Admin::jobs`](crate::admin::Admin::jobs).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JobPageParams<'a> {
-    /// Only jobs in this state (one of [`STATES`]).
+    /// Only jobs in this state (a [`JobState`](crate::admin::JobState)'s name, such as
+    /// `"failed"`).
     pub state: Option<&'a str>,
     /// Only this queue.
     pub queue: Option<&'a str>,
@@ -279,6 +282,7 @@ pub async fn dashboard_chart(conn: &mut MySqlConnection) -> Result<Vec<MinutePoi
 
 /// `EXPLAIN`s every statement of this module (each `job_page` variant) with the text and binds
 /// it runs with. Returns `(name, plan)` pairs.
+#[cfg(feature = "__internal-store")]
 pub async fn dashboard_explain(
     conn: &mut MySqlConnection,
 ) -> Result<Vec<(String, Vec<PlanRow>)>, Error> {
@@ -330,16 +334,8 @@ pub async fn dashboard_explain(
     Ok(out)
 }
 
+#[cfg(feature = "__internal-store")]
 async fn plan(conn: &mut MySqlConnection, q: Query<'_>) -> Result<Vec<PlanRow>, Error> {
     let rows = q.fetch_all(&mut *conn).await?;
-    let mut plan = Vec::with_capacity(rows.len());
-    for r in rows {
-        plan.push(PlanRow {
-            table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
-            access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
-            key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
-            extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-        });
-    }
-    Ok(plan)
+    Ok(rows.iter().map(PlanRow::read).collect())
 }

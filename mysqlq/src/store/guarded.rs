@@ -79,7 +79,7 @@ async fn guarded_update(
 
 /// Where a set of jobs stands with respect to the tokens their holder has.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Ownership {
+pub(super) struct Ownership {
     /// Still `processing` under the holder's token.
     pub owned: Vec<JobId>,
     /// Moved out of `processing` by a write under the holder's token (the token stays on the
@@ -91,7 +91,10 @@ pub struct Ownership {
 
 /// `job_ownership`: classifies `jobs` by their row's current status and token. A plain read:
 /// call it after a guarded write, whose row locks mean the rows it saw are committed.
-pub async fn job_ownership(conn: &mut MySqlConnection, jobs: &[Owned]) -> Result<Ownership, Error> {
+pub(super) async fn job_ownership(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<Ownership, Error> {
     let mut out = Ownership::default();
     if jobs.is_empty() {
         return Ok(out);
@@ -194,13 +197,6 @@ pub enum Written {
     Already,
     /// Ownership was lost: another claim owns the job, or the reaper took it back.
     Lost,
-}
-
-impl Written {
-    /// `true` unless ownership was lost.
-    pub fn is_ok(self) -> bool {
-        !matches!(self, Self::Lost)
-    }
 }
 
 /// `available_at` for "now + ? microseconds", clamped to the largest `DATETIME` so that an

@@ -16,6 +16,7 @@ mod claim;
 mod cron;
 pub mod dashboard;
 mod errors;
+mod gauges;
 mod guarded;
 mod insert;
 mod maintenance;
@@ -27,27 +28,30 @@ mod sql;
 mod testing;
 mod workers;
 
+#[cfg(feature = "__internal-store")]
+pub use claim::job_claim;
 pub use claim::{
-    ClaimFailed, ClaimParams, ClaimedJob, ExplainRow, job_claim, job_claim_explain,
-    job_claim_resolve, job_claim_tracked,
+    ClaimFailed, ClaimParams, ClaimedJob, job_claim_explain, job_claim_resolve, job_claim_tracked,
 };
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
-pub use errors::{db_error_number, is_lock_error, is_transient};
+pub use errors::is_lock_error;
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
+#[cfg(feature = "__internal-store")]
+pub use gauges::gauges_explain;
+pub use gauges::queue_gauges;
 pub use guarded::{
-    GuardedReport, Outcome, Owned, Ownership, Written, job_complete_many, job_finish_attempt,
-    job_heartbeat, job_ownership, job_release,
+    GuardedReport, Outcome, Owned, Written, job_complete_many, job_finish_attempt, job_heartbeat,
+    job_release,
 };
+#[cfg(feature = "__internal-store")]
+pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
-pub use insert::{INSERT_CHUNK_ROWS, InsertRow, job_insert_many, job_insert_one};
-pub use maintenance::{
-    PruneStatus, ReapReport, job_prune, job_reap_expired, leader_elect, leader_resign,
-};
+pub use insert::{InsertRow, job_insert_many, job_insert_one};
+pub use maintenance::{PruneStatus, job_prune, job_reap_expired, leader_elect, leader_resign};
 pub use meta::job_set_meta;
 pub use queues::queue_set_paused;
-pub use sql::{MAX_ERROR_BYTES, datetime_utc, micros, truncate_error};
+pub use sql::{datetime_utc, micros};
 pub use testing::job_list_pending_of_kind;
 pub use workers::{
-    WorkerRow, stats_add, stats_flush, stats_prune, worker_register, worker_seen,
-    worker_session_setup, worker_stopped,
+    WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup, worker_stopped,
 };

@@ -8,10 +8,10 @@ use chrono::{DateTime, Datelike as _};
 use crate::{Error, JobId};
 
 /// Longest `last_error` stored, in bytes (longer messages are cut at a character boundary).
-pub const MAX_ERROR_BYTES: usize = 4096;
+pub(super) const MAX_ERROR_BYTES: usize = 4096;
 
 /// Cuts an error message to [`MAX_ERROR_BYTES`] at a character boundary.
-pub fn truncate_error(s: &str) -> &str {
+pub(super) fn truncate_error(s: &str) -> &str {
     if s.len() <= MAX_ERROR_BYTES {
         return s;
     }

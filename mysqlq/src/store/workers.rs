@@ -43,7 +43,7 @@ pub async fn worker_register(conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> R
 }
 
 /// `worker_seen`: the worker is alive with `running` jobs.
-pub async fn worker_seen(
+pub(super) async fn worker_seen(
     conn: &mut MySqlConnection,
     worker_id: &str,
     running: u64,
@@ -72,7 +72,7 @@ pub async fn worker_stopped(conn: &mut MySqlConnection, worker_id: &str) -> Resu
 }
 
 /// `stats_add`: adds counter deltas to the current minute's rows (one statement per table).
-pub async fn stats_add(
+pub(super) async fn stats_add(
     conn: &mut MySqlConnection,
     worker_id: &str,
     d: &CounterSnapshot,

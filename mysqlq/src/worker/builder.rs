@@ -142,6 +142,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the leader reads the queue gauges (default
+    /// [`WorkerConfig::DEFAULT_GAUGE_INTERVAL`](crate::WorkerConfig::DEFAULT_GAUGE_INTERVAL)).
+    pub fn gauge_interval(mut self, interval: Duration) -> Self {
+        self.config.gauge_interval = interval;
+        self
+    }
+
     /// Retention of completed/cancelled and of failed rows.
     pub fn retention(mut self, completed: Duration, failed: Duration) -> Self {
         self.config.completed_retention = completed;

@@ -53,6 +53,10 @@ pub struct Config {
     /// How often counters are flushed to the statistics tables. Default
     /// [`Config::DEFAULT_STATS_INTERVAL`].
     pub stats_interval: Duration,
+    /// How often the leader reads the queue gauges (`mysqlq_queue_*`) from the database: at the
+    /// first maintenance round at least this long after the previous reading. Default
+    /// [`Config::DEFAULT_GAUGE_INTERVAL`].
+    pub gauge_interval: Duration,
     /// `innodb_lock_wait_timeout` of the worker's own sessions (whole seconds, at least 1): a
     /// completion or heartbeat blocked by an application transaction that holds a lock on a job
     /// row gives up after this long and is retried for that job alone, so one blocked row never
@@ -88,6 +92,8 @@ impl Config {
     pub const DEFAULT_FAILED_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
     /// Statistics flushed every 5 s.
     pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(5);
+    /// Queue gauges read every 15 s (by the leader only).
+    pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
     /// Worker sessions wait at most 5 s for a row lock.
     pub const DEFAULT_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -122,6 +128,7 @@ impl Default for Config {
             completed_retention: Self::DEFAULT_COMPLETED_RETENTION,
             failed_retention: Self::DEFAULT_FAILED_RETENTION,
             stats_interval: Self::DEFAULT_STATS_INTERVAL,
+            gauge_interval: Self::DEFAULT_GAUGE_INTERVAL,
             lock_wait_timeout: Self::DEFAULT_LOCK_WAIT_TIMEOUT,
         }
     }

@@ -158,6 +158,7 @@ async fn supervise(
     let run = (!s.hooks.is_empty()).then(|| Arc::new(JobRun::new(ctx.clone(), span.clone(), meta)));
     let started = Instant::now();
     s.metrics.job_started();
+    s.metrics.job_picked_up(&kind_label, job.waited);
     s.emit(WorkerEvent::Started { id: job.id });
 
     let ran = match registration {

@@ -114,7 +114,7 @@ async fn ping(s: &Shared) -> Result<(), ()> {
 
 fn count_error(s: &Shared, e: &crate::Error) {
     let m = &s.metrics;
-    match store::db_error_number(e) {
+    match e.server_code() {
         Some(1213) => m.add(&m.counters.deadlocks, 1),
         Some(1205) => m.add(&m.counters.lock_waits, 1),
         _ => m.add(&m.counters.db_errors, 1),

@@ -7,7 +7,11 @@
 //! 2. the **leader lease** (a row in `mysqlq_leader`), held under a per-process identity;
 //! 3. the **scheduler** for periodic jobs, on every worker that declares schedules (the ledger
 //!    makes each tick exactly-once), each schedule on its own;
-//! 4. on the leader only, the **pruner**: batched deletes of old finished rows and statistics.
+//! 4. on the leader only, the **pruner**: batched deletes of old finished rows and statistics;
+//! 5. on the leader only, the **queue gauges** (`mysqlq_queue_*` in `/metrics`), read at most
+//!    every `gauge_interval` with index-backed statements (`store/gauges.rs`). A worker that is
+//!    not the leader, or stops being it, shows none, so exactly one worker reports them; a
+//!    reading the leader could not renew disappears after two intervals instead of going stale.
 //!
 //! When the leader dies its lease expires and another worker takes over within `leader_ttl`;
 //! a clean shutdown resigns at once.
@@ -54,6 +58,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
     if was_leader && let Ok(mut conn) = s.db.acquire().await {
         let _ = store::leader_resign(&mut conn, LEADER_NAME, &s.instance).await;
     }
+    s.metrics.set_leader(false);
 }
 
 /// One round; a step that fails is logged and counted, and the next steps still run.
@@ -74,6 +79,7 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
         Ok(leader) => report.leader = leader,
         Err(e) => failed(s, "leader election", &e),
     }
+    s.metrics.set_leader(report.leader);
     // Every worker that declares schedules runs the scheduler (not only the leader, which may
     // declare none): the ledger's primary key makes each tick exactly-once anyway.
     report.scheduled = super::scheduler::run_once(s, &mut conn).await;
@@ -81,6 +87,9 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
         match prune(s, &mut conn).await {
             Ok(n) => report.pruned = n,
             Err(e) => failed(s, "pruner", &e),
+        }
+        if let Err(e) = gauges(s, &mut conn).await {
+            failed(s, "queue gauges", &e);
         }
     }
     report
@@ -138,4 +147,16 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crat
     m.add(&m.counters.pruned, pruned);
     store::stats_prune(conn, STATS_RETENTION).await?;
     Ok(pruned)
+}
+
+/// Reads the queue gauges when the last reading is `gauge_interval` old (the leader only).
+async fn gauges(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(), crate::Error> {
+    let every = s.config.gauge_interval;
+    if s.metrics.queue_gauges_due(every) {
+        let queues = store::queue_gauges(conn).await?;
+        // A reading is renewed within `every` + one round; one missed renewal is tolerated.
+        let valid_for = (every + s.config.maintenance_interval) * 2;
+        s.metrics.set_queue_gauges(queues, valid_for);
+    }
+    Ok(())
 }

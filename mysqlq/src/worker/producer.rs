@@ -263,7 +263,7 @@ struct Conflicts {
 impl Conflicts {
     fn count(&mut self, s: &Shared, e: &crate::Error) {
         let m = &s.metrics;
-        match store::db_error_number(e) {
+        match e.server_code() {
             Some(1213) => m.add(&m.counters.deadlocks, 1),
             _ => m.add(&m.counters.lock_waits, 1),
         }

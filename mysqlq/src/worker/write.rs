@@ -53,7 +53,7 @@ where
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        match store::db_error_number(&e) {
+        match e.server_code() {
             Some(1213) => m.add(&m.counters.deadlocks, 1),
             Some(1205) => m.add(&m.counters.lock_waits, 1),
             _ => m.add(&m.counters.db_errors, 1),
@@ -61,7 +61,7 @@ where
         if fail_fast_on_lock && store::is_lock_error(&e) {
             return Err(WriteFailed::Locked(e));
         }
-        if !store::is_transient(&e) {
+        if !e.is_transient() {
             refused += 1;
             if refused >= REFUSED_TRIES {
                 return Err(WriteFailed::Refused(e));

@@ -3,6 +3,11 @@
 
 use mysqlq::JobContext;
 
+// CI's API-line probe (`.ci/run`): built with `--cfg mysqlq_probe_store`, this must fail with
+// E0603, since `mysqlq::store` is private to mysqlq.
+#[cfg(mysqlq_probe_store)]
+use mysqlq::store as _;
+
 /// Why an order email could not be sent.
 #[derive(Debug, thiserror::Error)]
 pub enum EmailError {

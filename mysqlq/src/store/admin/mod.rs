@@ -18,18 +18,20 @@ mod failed;
 mod settings;
 mod stats;
 
+#[cfg(feature = "__internal-store")]
 pub(crate) use failed::JOB_GET_SQL;
 pub use failed::{
-    DedupeConflict, DiscardReport, FailedCursor, FailedJob, FailedListParams, FailedPageParams,
-    JobDetail, RetryReport, job_discard_failed, job_failed_count, job_failed_list, job_failed_page,
-    job_get, job_retry_failed,
+    DedupeConflict, FailedCursor, FailedListParams, FailedPageParams, JobDetail,
+    job_discard_failed, job_failed_count, job_failed_list, job_failed_page, job_get,
+    job_retry_failed,
 };
-pub use settings::{ServerSettings, server_settings, table_indexes};
+pub use settings::{server_settings, table_indexes};
 pub use stats::{
-    ActivityStats, KindStats, LeaseStats, PlanRow, QueueStats, TableStats, WorkerStats,
-    stats_activity, stats_explain, stats_kinds, stats_leases, stats_queues, stats_table,
-    stats_workers,
+    ActivityStats, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats, stats_activity,
+    stats_kinds, stats_leases, stats_queues, stats_table, stats_workers,
 };
+#[cfg(feature = "__internal-store")]
+pub use stats::{PlanRow, stats_explain};
 
 pub use super::queues::queue_has_jobs;
 

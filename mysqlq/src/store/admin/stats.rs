@@ -4,8 +4,11 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, MySqlConnection, Row};
+#[cfg(feature = "__internal-store")]
+use sqlx::AssertSqlSafe;
+use sqlx::{MySqlConnection, Row};
 
+#[cfg(feature = "__internal-store")]
 use super::failed::{FAILED_LIST_SQL, FAILED_PAGE_NULL_SQL, FAILED_PAGE_SQL, FIRST_FINISHED};
 use super::non_negative;
 use crate::Error;
@@ -380,7 +383,8 @@ pub async fn stats_table(conn: &mut MySqlConnection) -> Result<TableStats, Error
     })
 }
 
-/// One row of an `EXPLAIN`, with the access type.
+/// One row of an `EXPLAIN`, with the access type (the test suite's plan checks).
+#[cfg(feature = "__internal-store")]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlanRow {
     /// `table` (an alias, `<derivedN>`, or none).
@@ -389,12 +393,46 @@ pub struct PlanRow {
     pub access: Option<String>,
     /// `key`: the index used.
     pub key: Option<String>,
+    /// `rows`: the rows the server expects to examine.
+    pub rows: Option<u64>,
     /// `Extra`.
     pub extra: Option<String>,
 }
 
+#[cfg(feature = "__internal-store")]
+impl PlanRow {
+    /// Reads one row of an `EXPLAIN`'s result.
+    pub(crate) fn read(r: &sqlx::mysql::MySqlRow) -> Self {
+        // An integer on MySQL; MariaDB sends the column as text.
+        let rows = r
+            .try_get::<Option<u64>, _>("rows")
+            .ok()
+            .flatten()
+            .or_else(|| {
+                r.try_get::<Option<i64>, _>("rows")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| u64::try_from(v).ok())
+            })
+            .or_else(|| {
+                r.try_get::<Option<String>, _>("rows")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.parse().ok())
+            });
+        Self {
+            table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
+            access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
+            key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
+            rows,
+            extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
+        }
+    }
+}
+
 /// `EXPLAIN`s every statement `stats` and the failed-job commands run against `job_queue`,
 /// with the text and binds they run with. Returns `(statement tag, plan)` pairs.
+#[cfg(feature = "__internal-store")]
 pub async fn stats_explain(
     conn: &mut MySqlConnection,
 ) -> Result<Vec<(&'static str, Vec<PlanRow>)>, Error> {
@@ -443,20 +481,12 @@ pub async fn stats_explain(
             };
         }
         let rows = q.fetch_all(&mut *conn).await?;
-        let mut plan = Vec::new();
-        for r in rows {
-            plan.push(PlanRow {
-                table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
-                access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
-                key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
-                extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-            });
-        }
-        out.push((tag, plan));
+        out.push((tag, rows.iter().map(PlanRow::read).collect()));
     }
     Ok(out)
 }
 
+#[cfg(feature = "__internal-store")]
 enum Bind {
     I(i64),
     U(u64),
