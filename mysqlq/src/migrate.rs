@@ -30,10 +30,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0003_binary_keys_utc_defaults",
         sql: include_str!("../../migrations/0003_binary_keys_utc_defaults.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_cancel_and_attempts",
+        sql: include_str!("../../migrations/0004_cancel_and_attempts.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

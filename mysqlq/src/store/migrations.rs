@@ -45,7 +45,10 @@ pub async fn migrations_applied(conn: &mut MySqlConnection) -> Result<Vec<u32>, 
 }
 
 /// `migration_apply`: runs one statement of a migration file (DDL; the files are ours and
-/// contain no values) and, after the last, records the migration.
+/// contain no values) and, after the last, records the migration. A statement refused with
+/// "duplicate column name" (1060) or "duplicate key name" (1061) was applied by an earlier run
+/// that stopped before recording the migration: MySQL has no `ADD COLUMN IF NOT EXISTS`, so this
+/// is what makes a file of `ALTER TABLE … ADD` statements (one change each) idempotent.
 pub async fn migration_apply(
     conn: &mut MySqlConnection,
     version: u32,
@@ -53,9 +56,14 @@ pub async fn migration_apply(
     statements: Vec<String>,
 ) -> Result<(), Error> {
     for statement in statements {
-        sqlx::raw_sql(AssertSqlSafe(statement))
+        match sqlx::raw_sql(AssertSqlSafe(statement))
             .execute(&mut *conn)
-            .await?;
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if matches!(super::sqlx_error_number(&e), Some(1060 | 1061)) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     sqlx::query("/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)")
         .bind(version)

@@ -12,6 +12,7 @@
 //! statement shapes instead of one per batch size.
 
 pub mod admin;
+mod attempts;
 mod claim;
 mod cron;
 pub mod dashboard;
@@ -33,9 +34,13 @@ pub use claim::{
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
 pub use errors::{db_error_number, is_lock_error, is_transient};
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
+pub use attempts::{
+    AttemptRecord, AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record,
+    job_attempts, truncate_attempt_error,
+};
 pub use guarded::{
     GuardedReport, Outcome, Owned, Ownership, Written, job_complete_many, job_finish_attempt,
-    job_heartbeat, job_ownership, job_release,
+    job_finish_attempt_logged, job_heartbeat, job_ownership, job_release,
 };
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{INSERT_CHUNK_ROWS, InsertRow, job_insert_many, job_insert_one};

@@ -212,7 +212,11 @@ async fn supervise(
     } else {
         tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
     }
-    record(&s, &key, &outcome, &message).await;
+    let attempt = Attempt {
+        number: job.attempt,
+        ran_for: took,
+    };
+    record(&s, &key, &outcome, &message, attempt).await;
     s.forget(&key);
 }
 
@@ -333,20 +337,38 @@ fn outcome_name(o: &Outcome) -> &'static str {
     }
 }
 
-/// Writes a non-completion outcome, retrying on deadlocks and connection errors. A write the
-/// server refuses for good records the attempt as failed (with both errors) instead of retrying
-/// forever while heartbeats keep the job alive.
-async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
+/// The attempt whose outcome [`record`] writes, for the job's attempt history.
+#[derive(Clone, Copy)]
+struct Attempt {
+    number: u32,
+    ran_for: Duration,
+}
+
+/// Writes a non-completion outcome, retrying on deadlocks and connection errors, with the
+/// attempt's row in the job's history (same transaction; unless `attempt_history` is 0). A
+/// write the server refuses for good records the attempt as failed (with both errors) instead
+/// of retrying forever while heartbeats keep the job alive.
+async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str, attempt: Attempt) {
     let m = &s.metrics;
     let owned = key.owned();
+    let keep = s.config.attempt_history;
     let write = |outcome: Outcome, message: String| {
         let owned = owned.clone();
         write_retrying(s, "record outcome", false, move || {
             let (owned, outcome, message) = (owned.clone(), outcome.clone(), message.clone());
             let db = s.db.clone();
+            let worker = s.worker_id.clone();
             async move {
                 let mut conn = db.acquire().await?;
-                store::job_finish_attempt(&mut conn, &owned, &outcome, &message).await
+                let log = store::AttemptRecord {
+                    attempt: attempt.number,
+                    outcome: outcome_name(&outcome),
+                    worker: &worker,
+                    ran_for: attempt.ran_for,
+                    keep,
+                };
+                let log = (keep > 0).then_some(&log);
+                store::job_finish_attempt_logged(&mut conn, &owned, &outcome, &message, log).await
             }
         })
     };
@@ -374,6 +396,12 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) {
                 id: key.id,
                 outcome: outcome_name(&outcome),
             });
+        }
+        Ok(Written::Cancelled) => {
+            tracing::info!(
+                id = key.id.0,
+                "cancelled by an operator before the outcome was written: nothing written"
+            );
         }
         Ok(Written::Lost) => {
             m.add(&m.counters.lost, 1);
