@@ -133,9 +133,13 @@ async fn cancel_by_id_moves_waiting_jobs_and_records_who_when_why() {
     let db = TestDb::new().await;
     let admin = Admin::new(db.pool.clone());
     let ready = enqueue_id(&db, "q").await;
-    let scheduled = enqueue(&db, "q", &EnqueueOptions::new().delay(Duration::from_secs(3600)))
-        .await
-        .id();
+    let scheduled = enqueue(
+        &db,
+        "q",
+        &EnqueueOptions::new().delay(Duration::from_secs(3600)),
+    )
+    .await
+    .id();
     // A job waiting for its retry: claimed, failed once, runnable in an hour.
     let retrying = enqueue_id(&db, "r").await;
     let owned = claim(&db, "r", 1).await;
@@ -159,7 +163,11 @@ async fn cancel_by_id_moves_waiting_jobs_and_records_who_when_why() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("name who cancels"), "{err}");
-    assert_eq!(status_of(&db, ready).await, "pending", "a refused cancel changes nothing");
+    assert_eq!(
+        status_of(&db, ready).await,
+        "pending",
+        "a refused cancel changes nothing"
+    );
 
     let ids = [ready, scheduled, retrying, done, unknown];
     let r = admin
@@ -179,7 +187,11 @@ async fn cancel_by_id_moves_waiting_jobs_and_records_who_when_why() {
         assert!(at <= j.read_at);
         assert!(j.lease_expires_at.is_none());
     }
-    assert_eq!(status_of(&db, done).await, "completed", "a final job is left alone");
+    assert_eq!(
+        status_of(&db, done).await,
+        "completed",
+        "a final job is left alone"
+    );
     // Cancelled is final: a second cancel reports it.
     let again = admin
         .cancel(JobSelection::Ids(&[ready]), "bob", None, |_| {})
@@ -187,7 +199,11 @@ async fn cancel_by_id_moves_waiting_jobs_and_records_who_when_why() {
         .unwrap();
     assert_eq!((again.cancelled, again.not_cancellable), (0, vec![ready]));
     let j = admin.job(ready).await.unwrap().unwrap();
-    assert_eq!(j.cancelled_by.as_deref(), Some("alice"), "the first cancel stands");
+    assert_eq!(
+        j.cancelled_by.as_deref(),
+        Some("alice"),
+        "the first cancel stands"
+    );
     // A handler's own cancel decision is `cancelled` without an operator.
     let own = enqueue_id(&db, "h").await;
     let h = claim(&db, "h", 1).await;
@@ -239,7 +255,8 @@ async fn cancel_by_queue_and_kind_walks_every_page() {
         }
     };
     assert_eq!(
-        count("SELECT COUNT(*) FROM job_queue WHERE status = 'cancelled' AND cancelled_by = 'ops'").await,
+        count("SELECT COUNT(*) FROM job_queue WHERE status = 'cancelled' AND cancelled_by = 'ops'")
+            .await,
         1100
     );
     assert_eq!(
@@ -387,12 +404,18 @@ async fn cancelling_the_holder_frees_its_dedupe_key() {
     // A running holder too.
     let owned = claim(&db, "d", 1).await;
     assert_eq!(owned[0].id, next);
-    assert!(matches!(enqueue(&db, "d", &opts).await, Enqueued::Duplicate(_)));
+    assert!(matches!(
+        enqueue(&db, "d", &opts).await,
+        Enqueued::Duplicate(_)
+    ));
     admin
         .cancel(JobSelection::Ids(&[next]), "ops", None, |_| {})
         .await
         .unwrap();
-    assert!(matches!(enqueue(&db, "d", &opts).await, Enqueued::Inserted(_)));
+    assert!(matches!(
+        enqueue(&db, "d", &opts).await,
+        Enqueued::Inserted(_)
+    ));
 }
 
 #[tokio::test]
@@ -446,13 +469,21 @@ async fn cancelling_a_running_job_frees_its_concurrency_slot() {
 async fn delete_removes_any_job_but_a_running_one() {
     let db = TestDb::new().await;
     let admin = Admin::new(db.pool.clone());
-    let pending = enqueue(&db, "x", &EnqueueOptions::new().dedupe_key("k")).await.id();
+    let pending = enqueue(&db, "x", &EnqueueOptions::new().dedupe_key("k"))
+        .await
+        .id();
     let failed = enqueue_id(&db, "f").await;
     let f = claim(&db, "f", 1).await;
     let mut conn = db.connect().await;
-    store::job_finish_attempt_logged(&mut conn, &f[0], &Outcome::Fail, "bad", Some(&log(1, "fail", 20)))
-        .await
-        .unwrap();
+    store::job_finish_attempt_logged(
+        &mut conn,
+        &f[0],
+        &Outcome::Fail,
+        "bad",
+        Some(&log(1, "fail", 20)),
+    )
+    .await
+    .unwrap();
     assert_eq!(attempt_rows(&db, failed).await, 1);
     let running = enqueue_id(&db, "p").await;
     let p = claim(&db, "p", 1).await;
@@ -467,10 +498,17 @@ async fn delete_removes_any_job_but_a_running_one() {
     assert_eq!(r.unknown, vec![unknown]);
     assert!(admin.job(pending).await.unwrap().is_none());
     assert!(admin.job(failed).await.unwrap().is_none());
-    assert_eq!(attempt_rows(&db, failed).await, 0, "the history goes with its job");
+    assert_eq!(
+        attempt_rows(&db, failed).await,
+        0,
+        "the history goes with its job"
+    );
     assert_eq!(status_of(&db, running).await, "processing");
     assert!(
-        matches!(enqueue(&db, "x", &EnqueueOptions::new().dedupe_key("k")).await, Enqueued::Inserted(_)),
+        matches!(
+            enqueue(&db, "x", &EnqueueOptions::new().dedupe_key("k")).await,
+            Enqueued::Inserted(_)
+        ),
         "a deleted job's key is free"
     );
     // Cancel, then delete: the worker's late write is then "lost" (the row is gone).
@@ -501,7 +539,10 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
     let mut events = worker.events();
     let id = FailsFast {}.enqueue(&db.pool).await.unwrap().id();
     wait_event(&mut events, "the job to fail for good", |e| {
-        *e == WorkerEvent::Recorded { id, outcome: "fail" }
+        *e == WorkerEvent::Recorded {
+            id,
+            outcome: "fail",
+        }
     })
     .await;
     worker.shutdown().await.unwrap();
@@ -523,7 +564,11 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
         assert_eq!(a.worker.as_deref(), Some("attempts-worker"));
         assert!(a.started_at <= a.finished_at, "{a:?}");
     }
-    assert!(attempts[0].error.starts_with("boom 5"), "{}", attempts[0].error);
+    assert!(
+        attempts[0].error.starts_with("boom 5"),
+        "{}",
+        attempts[0].error
+    );
     assert!(!attempts[0].truncated);
     assert!(attempts[2].error.starts_with("boom 3"));
     let long = &attempts[1];
@@ -557,19 +602,41 @@ async fn an_attempt_is_recorded_only_with_its_outcome() {
     let retry = Outcome::Retry {
         delay: Duration::from_secs(60),
     };
-    let w = store::job_finish_attempt_logged(&mut conn, &stale, &retry, "x", Some(&log(1, "retry", 20)))
-        .await
-        .unwrap();
+    let w = store::job_finish_attempt_logged(
+        &mut conn,
+        &stale,
+        &retry,
+        "x",
+        Some(&log(1, "retry", 20)),
+    )
+    .await
+    .unwrap();
     assert_eq!(w, Written::Lost);
-    assert_eq!(attempt_rows(&db, id).await, 0, "a lost write records nothing");
-    let w = store::job_finish_attempt_logged(&mut conn, &owned[0], &retry, "503", Some(&log(1, "retry", 20)))
-        .await
-        .unwrap();
+    assert_eq!(
+        attempt_rows(&db, id).await,
+        0,
+        "a lost write records nothing"
+    );
+    let w = store::job_finish_attempt_logged(
+        &mut conn,
+        &owned[0],
+        &retry,
+        "503",
+        Some(&log(1, "retry", 20)),
+    )
+    .await
+    .unwrap();
     assert_eq!(w, Written::Now);
     // The same write again (its COMMIT reply lost): recognised, not recorded twice.
-    let w = store::job_finish_attempt_logged(&mut conn, &owned[0], &retry, "503", Some(&log(1, "retry", 20)))
-        .await
-        .unwrap();
+    let w = store::job_finish_attempt_logged(
+        &mut conn,
+        &owned[0],
+        &retry,
+        "503",
+        Some(&log(1, "retry", 20)),
+    )
+    .await
+    .unwrap();
     assert_eq!(w, Written::Already);
     assert_eq!(attempt_rows(&db, id).await, 1);
 }
@@ -581,7 +648,10 @@ async fn migration_4_runs_again_without_error() {
         .execute(&db.pool)
         .await
         .unwrap();
-    assert_eq!(mysqlq::migrate(&db.pool).await.unwrap(), mysqlq::SCHEMA_VERSION);
+    assert_eq!(
+        mysqlq::migrate(&db.pool).await.unwrap(),
+        mysqlq::SCHEMA_VERSION
+    );
     let mut conn = db.connect().await;
     assert_eq!(mysqlq::schema_version(&mut conn).await.unwrap(), 4);
 }
@@ -633,11 +703,25 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
     let b = enqueue_id(&db, "cli").await;
     let other = enqueue_id(&db, "keep").await;
 
-    let out = ok(&url, &["cancel", &a.to_string(), "--reason", "typo in payload", "--by", "ops"]);
+    let out = ok(
+        &url,
+        &[
+            "cancel",
+            &a.to_string(),
+            "--reason",
+            "typo in payload",
+            "--by",
+            "ops",
+        ],
+    );
     assert!(out.contains("cancelled 1 jobs"), "{out}");
     let j = Admin::new(db.pool.clone()).job(a).await.unwrap().unwrap();
     assert_eq!(
-        (j.state, j.cancelled_by.as_deref(), j.cancel_reason.as_deref()),
+        (
+            j.state,
+            j.cancelled_by.as_deref(),
+            j.cancel_reason.as_deref()
+        ),
         (JobState::Cancelled, Some("ops"), Some("typo in payload"))
     );
     let out = ok(&url, &["cancel", "--queue", "cli", "--kind", "noop"]);
@@ -670,7 +754,10 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
     assert!(out.contains("attempts (newest first):"), "{out}");
     assert!(out.contains("#1 fail at "), "{out}");
     assert!(out.contains("on test-worker"), "{out}");
-    assert!(out.contains("    smtp said 550\n    mailbox unavailable"), "{out}");
+    assert!(
+        out.contains("    smtp said 550\n    mailbox unavailable"),
+        "{out}"
+    );
     let out = ok(&url, &["failed", "show", &a.to_string()]);
     assert!(out.contains("cancelled by: ops"), "{out}");
     assert!(out.contains("attempts: none recorded"), "{out}");
@@ -737,7 +824,12 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
         }
     };
     // Without the token: refused, nothing changes.
-    let r = post("/jobs/cancel", format!("only={a}&mysqlq_csrf=forged"), cookie.clone()).await;
+    let r = post(
+        "/jobs/cancel",
+        format!("only={a}&mysqlq_csrf=forged"),
+        cookie.clone(),
+    )
+    .await;
     assert_eq!(r.status, 403);
     assert_eq!(status_of(&db, a).await, "pending");
     // From the job page, with a reason.
@@ -749,7 +841,10 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
     .await;
     assert_eq!(r.status, 303, "{}", r.body);
     let to = r.header("location").unwrap().to_owned();
-    assert!(to.starts_with(&format!("/jobs/{a}?msg=cancelled+1")), "{to}");
+    assert!(
+        to.starts_with(&format!("/jobs/{a}?msg=cancelled+1")),
+        "{to}"
+    );
     let j = Admin::new(db.pool.clone()).job(a).await.unwrap().unwrap();
     assert_eq!(
         (j.cancelled_by.as_deref(), j.cancel_reason.as_deref()),
@@ -757,26 +852,56 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
     );
     let page = get(format!("/jobs/{a}"), Some(cookie.clone())).await;
     assert!(page.body.contains("wrong customer"));
-    assert!(!page.body.contains(r#"id="cancel""#), "a cancelled job has no cancel button");
+    assert!(
+        !page.body.contains(r#"id="cancel""#),
+        "a cancelled job has no cancel button"
+    );
     // From the jobs list: the ticked rows.
     let list = get("/jobs?state=pending".to_owned(), Some(cookie.clone())).await;
-    assert!(list.body.contains(&format!(r#"name="id" value="{b}""#)), "{}", list.body);
-    let r = post("/jobs/cancel", format!("id={b}&mysqlq_csrf={token}"), cookie.clone()).await;
+    assert!(
+        list.body.contains(&format!(r#"name="id" value="{b}""#)),
+        "{}",
+        list.body
+    );
+    let r = post(
+        "/jobs/cancel",
+        format!("id={b}&mysqlq_csrf={token}"),
+        cookie.clone(),
+    )
+    .await;
     assert_eq!(r.status, 303);
-    assert!(r.header("location").unwrap().starts_with("/jobs?msg=cancelled+1"));
+    assert!(
+        r.header("location")
+            .unwrap()
+            .starts_with("/jobs?msg=cancelled+1")
+    );
     assert_eq!(status_of(&db, b).await, "cancelled");
     // Delete from the job page; a running job is refused.
-    let r = post("/jobs/delete", format!("only={a}&mysqlq_csrf={token}"), cookie.clone()).await;
+    let r = post(
+        "/jobs/delete",
+        format!("only={a}&mysqlq_csrf={token}"),
+        cookie.clone(),
+    )
+    .await;
     assert_eq!(r.status, 303);
     assert!(Admin::new(db.pool.clone()).job(a).await.unwrap().is_none());
     let running = enqueue_id(&db, "web-run").await;
     claim(&db, "web-run", 1).await;
-    let r = post("/jobs/delete", format!("only={running}&mysqlq_csrf={token}"), cookie.clone()).await;
+    let r = post(
+        "/jobs/delete",
+        format!("only={running}&mysqlq_csrf={token}"),
+        cookie.clone(),
+    )
+    .await;
     assert_eq!(r.status, 409, "{}", r.body);
     assert!(r.body.contains("cancel it first"));
     // Read-only: no buttons, and the POST is refused.
     let ro = router(db.pool.clone(), DashboardOptions::new().read_only(true));
-    let page = send(&ro, request(addr, "GET", &format!("/jobs/{running}"), &[], None)).await;
+    let page = send(
+        &ro,
+        request(addr, "GET", &format!("/jobs/{running}"), &[], None),
+    )
+    .await;
     assert!(!page.body.contains(r#"id="cancel""#));
     let r = send(
         &ro,
@@ -785,7 +910,10 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
             "POST",
             "/jobs/cancel",
             &[],
-            Some(("application/x-www-form-urlencoded", &format!("only={running}"))),
+            Some((
+                "application/x-www-form-urlencoded",
+                &format!("only={running}"),
+            )),
         ),
     )
     .await;

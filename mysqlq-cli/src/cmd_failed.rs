@@ -130,9 +130,11 @@ fn print_attempts(attempts: &[Attempt]) {
     for a in attempts {
         let took = (a.finished_at - a.started_at)
             .to_std()
-            .map(|d| humantime::format_duration(std::time::Duration::from_millis(
-                u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-            )))
+            .map(|d| {
+                humantime::format_duration(std::time::Duration::from_millis(
+                    u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+                ))
+            })
             .map_or_else(|_| "?".to_owned(), |d| d.to_string());
         println!(
             "  #{} {} at {} (ran {took}) on {}",

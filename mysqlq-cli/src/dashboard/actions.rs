@@ -38,7 +38,10 @@ fn reason(body: &str) -> Option<String> {
 
 /// `POST /jobs/cancel`: cancels the waiting or running jobs selected (`only`, or the ticked
 /// `id`s), with an optional `reason`.
-pub(super) async fn jobs_cancel(State(state): State<Shared>, body: String) -> Result<Response, Fail> {
+pub(super) async fn jobs_cancel(
+    State(state): State<Shared>,
+    body: String,
+) -> Result<Response, Fail> {
     let (ids, from_job) = form_ids(&body)?;
     let reason = reason(&body);
     let r = admin(&state)
@@ -61,7 +64,10 @@ pub(super) async fn jobs_cancel(State(state): State<Shared>, body: String) -> Re
 }
 
 /// `POST /jobs/delete`: deletes the selected jobs that are not running.
-pub(super) async fn jobs_delete(State(state): State<Shared>, body: String) -> Result<Response, Fail> {
+pub(super) async fn jobs_delete(
+    State(state): State<Shared>,
+    body: String,
+) -> Result<Response, Fail> {
     let (ids, _) = form_ids(&body)?;
     let r = admin(&state).delete(&ids).await?;
     if r.deleted == 0 && !r.running.is_empty() {
@@ -72,7 +78,10 @@ pub(super) async fn jobs_delete(State(state): State<Shared>, body: String) -> Re
     }
     let mut msg = format!("deleted {}", r.deleted);
     if !r.running.is_empty() {
-        msg.push_str(&format!("; {} running, not deleted (cancel them first)", r.running.len()));
+        msg.push_str(&format!(
+            "; {} running, not deleted (cancel them first)",
+            r.running.len()
+        ));
     }
     if !r.unknown.is_empty() {
         msg.push_str(&format!("; {} did not exist", r.unknown.len()));

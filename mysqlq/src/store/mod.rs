@@ -27,6 +27,10 @@ mod sql;
 mod testing;
 mod workers;
 
+pub use attempts::{
+    AttemptRecord, AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record,
+    job_attempts, truncate_attempt_error,
+};
 pub use claim::{
     ClaimFailed, ClaimParams, ClaimedJob, ExplainRow, job_claim, job_claim_explain,
     job_claim_resolve, job_claim_tracked,
@@ -34,10 +38,6 @@ pub use claim::{
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
 pub use errors::{db_error_number, is_lock_error, is_transient};
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
-pub use attempts::{
-    AttemptRecord, AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record,
-    job_attempts, truncate_attempt_error,
-};
 pub use guarded::{
     GuardedReport, Outcome, Owned, Ownership, Written, job_complete_many, job_finish_attempt,
     job_finish_attempt_logged, job_heartbeat, job_ownership, job_release,

@@ -71,8 +71,7 @@ pub async fn job_active_page(
         let queue: String = r.try_get("queue_name")?;
         let kind: Option<String> = r.try_get("kind")?;
         cursor.id = id;
-        if p.queue.is_none_or(|q| q == queue) && p.kind.is_none_or(|k| kind.as_deref() == Some(k))
-        {
+        if p.queue.is_none_or(|q| q == queue) && p.kind.is_none_or(|k| kind.as_deref() == Some(k)) {
             ids.push(JobId(id));
         }
     }
@@ -158,7 +157,9 @@ async fn lock_active(
          WHERE id IN ({}) AND status IN ('pending', 'processing') FOR UPDATE",
         placeholders(padded_len(ids.len()))
     ));
-    let rows = bind_ids(sqlx::query(sql), ids).fetch_all(&mut *conn).await?;
+    let rows = bind_ids(sqlx::query(sql), ids)
+        .fetch_all(&mut *conn)
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
         let id = JobId(r.try_get("id")?);
