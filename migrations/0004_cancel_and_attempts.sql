@@ -10,10 +10,11 @@
 --    `ADD COLUMN IF NOT EXISTS`).
 -- 2. `mysqlq_job_attempt`: one row per attempt that ended in a retry, snooze, failure or
 --    cancellation (never for completions), written in the same transaction as the job's
---    outcome; only the newest N per job are kept (the worker's `attempt_history`). Rows go with
---    their job (`ON DELETE CASCADE`): pruning, `failed discard`, `delete` and hand-written
---    DELETEs remove them too. (A `TRUNCATE TABLE job_queue` now needs `foreign_key_checks = 0`,
---    or a DELETE.)
+--    outcome; only the newest N per job are kept (the worker's `attempt_history`). mysqlq deletes
+--    a job's rows with the job (pruner, `purge`, `failed discard`, `delete`). There is no
+--    foreign key on purpose: `job_queue` stays free of constraints that block `TRUNCATE`,
+--    `DROP TABLE` and online schema-change tools (gh-ost refuses tables with foreign keys).
+--    Rows of jobs deleted by hand-written SQL stay behind (docs/schema.md shows the cleanup).
 
 ALTER TABLE job_queue ADD COLUMN cancelled_at DATETIME(6) NULL;
 
@@ -32,6 +33,5 @@ CREATE TABLE IF NOT EXISTS mysqlq_job_attempt (
   error TEXT NOT NULL,
   error_bytes INT UNSIGNED NOT NULL,
   PRIMARY KEY (id),
-  KEY idx_attempt_job (job_id, id),
-  CONSTRAINT fk_attempt_job FOREIGN KEY (job_id) REFERENCES job_queue (id) ON DELETE CASCADE
+  KEY idx_attempt_job (job_id, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -373,8 +373,16 @@ async fn a_running_handler_sees_the_cancel_through_its_context() {
         CancelReason::Cancelled.to_string(),
         "cancelled by an operator"
     );
+    assert_eq!(
+        worker.metrics().counters.snapshot().lost,
+        0,
+        "an operator's cancel is not a lost lease"
+    );
     let report = worker.shutdown().await.unwrap();
-    let _ = report;
+    assert_eq!(
+        report.released, 0,
+        "nothing of the cancelled job is left to release"
+    );
     assert_eq!(status_of(&db, id).await, "cancelled");
     let j = admin.job(id).await.unwrap().unwrap();
     assert_eq!(j.cancelled_by.as_deref(), Some("alice"));
@@ -579,7 +587,7 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
     assert!(long.error_bytes as usize > store::MAX_ATTEMPT_ERROR_BYTES);
     assert!(attempts[1].finished_at <= attempts[0].started_at);
 
-    // Pruned with its job.
+    // Discarded with its job.
     let r = admin
         .discard_failed(mysqlq::admin::Selection::Ids(&[id]), |_| {})
         .await
@@ -587,6 +595,50 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
     assert_eq!(r.discarded, 1);
     assert_eq!(attempt_rows(&db, id).await, 0);
     assert!(admin.attempts(id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn purge_deletes_the_history_with_its_jobs_and_keeps_the_rest() {
+    let db = TestDb::new().await;
+    let admin = Admin::new(db.pool.clone());
+    let mut conn = db.connect().await;
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        let id = enqueue_id(&db, "pr").await;
+        let owned = claim(&db, "pr", 1).await;
+        store::job_finish_attempt_logged(
+            &mut conn,
+            &owned[0],
+            &Outcome::Fail,
+            "bad",
+            Some(&log(1, "fail", 20)),
+        )
+        .await
+        .unwrap();
+        failed.push(id);
+    }
+    // Two of them failed two days ago.
+    sqlx::query(
+        "UPDATE job_queue SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE id IN (?, ?)",
+    )
+    .bind(failed[0].0)
+    .bind(failed[1].0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let n = admin
+        .purge(JobState::Failed, Duration::from_secs(86_400), 1, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(n, 2, "batches of one, until none is left");
+    assert_eq!(attempt_rows(&db, failed[0]).await, 0);
+    assert_eq!(attempt_rows(&db, failed[1]).await, 0);
+    assert_eq!(
+        attempt_rows(&db, failed[2]).await,
+        1,
+        "a younger job keeps its history"
+    );
+    assert_eq!(status_of(&db, failed[2]).await, "failed");
 }
 
 #[tokio::test]

@@ -276,7 +276,10 @@ async fn migration_3_upgrades_a_version_2_database_in_place() {
         mysqlq::migrate(&db.pool).await.unwrap(),
         mysqlq::SCHEMA_VERSION
     );
-    assert_eq!(mysqlq::schema_version(&mut conn).await.unwrap(), 3);
+    assert_eq!(
+        mysqlq::schema_version(&mut conn).await.unwrap(),
+        mysqlq::SCHEMA_VERSION
+    );
     assert_eq!(
         all_rows(&mut conn).await,
         rows_before,

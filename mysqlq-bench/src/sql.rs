@@ -67,22 +67,10 @@ pub(crate) async fn bench_drop_database(
 }
 
 /// `bench_reset`: empties `job_queue` between two measured runs (scratch database only).
-/// `mysqlq_job_attempt` references `job_queue` (ON DELETE CASCADE), and a table referenced by
-/// a foreign key can only be truncated with `foreign_key_checks` off: both are emptied.
 pub(crate) async fn bench_reset(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("/* mysqlq:bench_reset */ TRUNCATE TABLE mysqlq_job_attempt")
+    sqlx::query("/* mysqlq:bench_reset */ TRUNCATE TABLE job_queue")
         .execute(&mut *conn)
         .await?;
-    sqlx::query("/* mysqlq:bench_reset */ SET SESSION foreign_key_checks = 0")
-        .execute(&mut *conn)
-        .await?;
-    let truncated = sqlx::query("/* mysqlq:bench_reset */ TRUNCATE TABLE job_queue")
-        .execute(&mut *conn)
-        .await;
-    sqlx::query("/* mysqlq:bench_reset */ SET SESSION foreign_key_checks = 1")
-        .execute(&mut *conn)
-        .await?;
-    truncated?;
     Ok(())
 }
 

@@ -1,14 +1,15 @@
 //! The history of a job's attempts (`mysqlq_job_attempt`): one row per attempt that did not
 //! complete, written in the transaction that records the attempt's outcome
-//! ([`super::job_finish_attempt_logged`]) and trimmed to the newest N per job there. Rows go
-//! with their job (`ON DELETE CASCADE`).
+//! ([`super::job_finish_attempt_logged`]) and trimmed to the newest N per job there. Every
+//! statement of mysqlq that deletes jobs deletes their rows too (no foreign key: see migration
+//! 4).
 
 use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::{MySqlConnection, Row};
 
-use super::sql::micros;
+use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
 
 /// Longest error text kept per attempt, in bytes. Longer messages are cut at a character
@@ -81,6 +82,22 @@ pub async fn job_attempt_record(
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+/// `job_attempt_delete`: deletes the attempt history of `ids` (run it in the transaction that
+/// deletes the jobs).
+pub async fn job_attempt_delete(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<u64, Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let sql = sqlx::AssertSqlSafe(format!(
+        "/* mysqlq:job_attempt_delete */ DELETE FROM mysqlq_job_attempt WHERE job_id IN ({})",
+        placeholders(padded_len(ids.len()))
+    ));
+    Ok(bind_ids(sqlx::query(sql), ids)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected())
 }
 
 /// One recorded attempt, as stored.

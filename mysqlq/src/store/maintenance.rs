@@ -52,7 +52,9 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
 }
 
 /// `job_prune`: deletes up to `limit` jobs in `status` finished more than `older_than` ago,
-/// oldest first (the article's batched cleanup). Returns rows deleted.
+/// oldest first (the article's batched cleanup), with their attempt history. Returns rows
+/// deleted. One transaction: `job_attempt_prune` deletes the history rows of the same batch
+/// (its read of `job_queue` locks the batch's rows), then the article's DELETE.
 pub async fn job_prune(
     conn: &mut MySqlConnection,
     status: PruneStatus,
@@ -64,15 +66,28 @@ pub async fn job_prune(
         PruneStatus::Failed => "failed",
         PruneStatus::Cancelled => "cancelled",
     };
+    let history = "/* mysqlq:job_attempt_prune */ DELETE a FROM mysqlq_job_attempt a \
+        JOIN (SELECT id FROM job_queue WHERE status = ? \
+              AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+              ORDER BY finished_at LIMIT ?) p ON a.job_id = p.id";
     let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
                AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?";
-    Ok(sqlx::query(sql)
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query(history)
         .bind(status)
         .bind(micros(older_than))
         .bind(limit)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
+        .await?;
+    let n = sqlx::query(sql)
+        .bind(status)
+        .bind(micros(older_than))
+        .bind(limit)
+        .execute(&mut *tx)
         .await?
-        .rows_affected())
+        .rows_affected();
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Which finished jobs [`job_prune`] deletes.

@@ -28,8 +28,8 @@ mod testing;
 mod workers;
 
 pub use attempts::{
-    AttemptRecord, AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record,
-    job_attempts, truncate_attempt_error,
+    AttemptRecord, AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_delete,
+    job_attempt_record, job_attempts, truncate_attempt_error,
 };
 pub use claim::{
     ClaimFailed, ClaimParams, ClaimedJob, ExplainRow, job_claim, job_claim_explain,

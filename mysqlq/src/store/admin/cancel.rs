@@ -223,6 +223,7 @@ pub async fn job_delete_many(
              AND status <> 'processing'",
             placeholders(padded_len(deletable.len()))
         ));
+        crate::store::job_attempt_delete(&mut tx, &deletable).await?;
         bind_ids(sqlx::query(sql), &deletable)
             .execute(&mut *tx)
             .await?;

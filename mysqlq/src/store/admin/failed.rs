@@ -437,8 +437,8 @@ pub struct DiscardReport {
     pub skipped: Vec<JobId>,
 }
 
-/// `job_discard_failed`: deletes failed jobs, up to [`BULK_CHUNK`] ids per statement. Jobs in
-/// any other state are left alone and reported as skipped.
+/// `job_discard_failed`: deletes failed jobs and their attempt history, up to [`BULK_CHUNK`]
+/// ids per transaction. Jobs in any other state are left alone and reported as skipped.
 pub async fn job_discard_failed(
     conn: &mut MySqlConnection,
     ids: &[JobId],
@@ -456,9 +456,12 @@ pub async fn job_discard_failed(
             "/* mysqlq:job_discard_failed */ DELETE FROM job_queue WHERE id IN ({}) AND status = 'failed'",
             placeholders(padded_len(failed.len()))
         ));
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        crate::store::job_attempt_delete(&mut tx, &failed).await?;
         bind_ids(sqlx::query(sql), &failed)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         report.discarded.extend(&failed);
     }
     Ok(report)
