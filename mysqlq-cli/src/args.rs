@@ -226,7 +226,7 @@ pub(crate) struct CancelArgs {
     /// Why (stored in `cancel_reason`, shown by `failed show` and the dashboard)
     #[arg(long)]
     pub(crate) reason: Option<String>,
-    /// Who cancels (stored in `cancelled_by`) [default: cli:$USER]
+    /// Who cancels (stored in `cancelled_by`) [default: cli:$USER, or cli]
     #[arg(long, value_name = "NAME")]
     pub(crate) by: Option<String>,
     /// Print the report as JSON

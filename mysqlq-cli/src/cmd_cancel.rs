@@ -8,12 +8,13 @@ use crate::db::Target;
 use crate::error::CliError;
 use crate::out;
 
-/// `cancelled_by` when `--by` is not given: `cli:<login name>`.
+/// `cancelled_by` when `--by` is not given: `cli:<login name>` (`USER`, `LOGNAME` or
+/// `USERNAME`), or `cli` when none is set.
 fn default_by() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("USERNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    format!("cli:{user}")
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()))
+        .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"))
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<String, CliError> {

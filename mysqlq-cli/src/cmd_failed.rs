@@ -99,7 +99,7 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
             if job.cancelled_by.is_some() {
                 lines.push(("cancelled by", opt(&job.cancelled_by)));
                 lines.push(("cancelled at", at(&job.cancelled_at)));
-                lines.push(("cancel reason", opt(&job.cancel_reason)));
+                lines.push(("reason", opt(&job.cancel_reason)));
             }
             for (k, v) in lines {
                 println!("{:<14}{}", format!("{k}:"), out::printable(&v, false));
