@@ -281,6 +281,41 @@ async fn cancel_by_queue_and_kind_walks_every_page() {
 }
 
 #[tokio::test]
+async fn the_bulk_cancel_walks_an_index_in_order() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(
+        "INSERT INTO job_queue (queue_name, kind, payload, status, finished_at, lease_expires_at) \
+         SELECT CONCAT('q', seq % 4), 'noop', '{}', \
+                ELT(1 + seq % 5, 'completed', 'completed', 'pending', 'processing', 'failed'), \
+                IF(seq % 5 IN (0, 1, 4), UTC_TIMESTAMP(6) - INTERVAL seq SECOND, NULL), \
+                IF(seq % 5 = 3, UTC_TIMESTAMP(6), NULL) \
+         FROM seq_1_to_20000; ANALYZE TABLE job_queue",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut conn = db.connect().await;
+    let plans = mysqlq::store::admin::stats_explain(&mut conn)
+        .await
+        .unwrap();
+    let walks: Vec<_> = plans
+        .iter()
+        .filter(|(tag, _)| tag.starts_with("job_active_page"))
+        .collect();
+    assert_eq!(walks.len(), 2);
+    for (tag, plan) in walks {
+        assert_eq!(plan.len(), 1, "{tag}: {plan:?}");
+        assert_eq!(
+            plan[0].key.as_deref(),
+            Some("idx_job_finished"),
+            "{tag}: {plan:?}"
+        );
+        let extra = plan[0].extra.as_deref().unwrap_or("");
+        assert!(!extra.contains("filesort"), "{tag} sorts: {plan:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_cancelled_running_jobs_late_writes_change_nothing() {
     let db = TestDb::new().await;
     let admin = Admin::new(db.pool.clone());

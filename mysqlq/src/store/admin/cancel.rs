@@ -14,7 +14,7 @@ const ACTIVE: [&str; 2] = ["pending", "processing"];
 /// Keyset on `idx_job_finished (status, finished_at, id)`: waiting and running jobs have no
 /// `finished_at`, so `status = ? AND finished_at IS NULL AND id > ? ORDER BY id` reads the index
 /// in order.
-const ACTIVE_PAGE_SQL: &str = "/* mysqlq:job_active_page */ \
+pub(super) const ACTIVE_PAGE_SQL: &str = "/* mysqlq:job_active_page */ \
     SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind \
     FROM job_queue WHERE status = ? AND finished_at IS NULL AND id > ? ORDER BY id LIMIT ?";
 
