@@ -352,7 +352,9 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str, at
     let m = &s.metrics;
     let owned = key.owned();
     let keep = s.config.attempt_history;
-    let write = |outcome: Outcome, message: String| {
+    // `keep` 0: no history (also for the fallback below, so that a history the server refuses
+    // cannot keep the outcome itself from being written).
+    let write = |outcome: Outcome, message: String, keep: u32| {
         let owned = owned.clone();
         write_retrying(s, "record outcome", false, move || {
             let (owned, outcome, message) = (owned.clone(), outcome.clone(), message.clone());
@@ -372,7 +374,7 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str, at
             }
         })
     };
-    let mut written = write(outcome.clone(), message.to_owned()).await;
+    let mut written = write(outcome.clone(), message.to_owned(), keep).await;
     let mut outcome = outcome.clone();
     if let Err(WriteFailed::Refused(e)) = &written {
         let fallback = format!(
@@ -382,7 +384,7 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str, at
         );
         tracing::error!(id = key.id.0, error = %fallback, "recording the job as failed instead");
         outcome = Outcome::Fail;
-        written = write(Outcome::Fail, fallback).await;
+        written = write(Outcome::Fail, fallback, 0).await;
     }
     match written {
         Ok(Written::Now | Written::Already) => {
