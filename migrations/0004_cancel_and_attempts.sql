@@ -10,7 +10,7 @@
 --    `ADD COLUMN IF NOT EXISTS`).
 -- 2. `mysqlq_job_attempt`: one row per attempt that ended in a retry, snooze, failure or
 --    cancellation (never for completions), written in the same transaction as the job's
---    outcome; only the newest N per job are kept (the worker's `attempt_history`). mysqlq deletes
+--    outcome (by the reaper for an attempt whose worker died: `started_at` NULL, unknown); only the newest N per job are kept (the worker's `attempt_history`). mysqlq deletes
 --    a job's rows with the job (pruner, `purge`, `failed discard`, `delete`). There is no
 --    foreign key on purpose: `job_queue` stays free of constraints that block `TRUNCATE`,
 --    `DROP TABLE` and online schema-change tools (gh-ost refuses tables with foreign keys).
@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS mysqlq_job_attempt (
   attempt INT UNSIGNED NOT NULL,
   outcome ENUM('retry', 'snooze', 'fail', 'cancel') NOT NULL,
   worker VARCHAR(128) NULL,
-  started_at DATETIME(6) NOT NULL,
+  started_at DATETIME(6) NULL,
   finished_at DATETIME(6) NOT NULL,
   error TEXT NOT NULL,
   error_bytes INT UNSIGNED NOT NULL,

@@ -605,7 +605,10 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
     assert_eq!(attempt_rows(&db, id).await, 3, "older rows are trimmed");
     for a in &attempts {
         assert_eq!(a.worker.as_deref(), Some("attempts-worker"));
-        assert!(a.started_at <= a.finished_at, "{a:?}");
+        assert!(
+            a.started_at.expect("a worker's attempt has a start") <= a.finished_at,
+            "{a:?}"
+        );
     }
     assert!(
         attempts[0].error.starts_with("boom 5"),
@@ -620,7 +623,7 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
     assert!(long.error.starts_with("boom 4 é"));
     assert!(long.error.ends_with(store::TRUNCATED_MARK));
     assert!(long.error_bytes as usize > store::MAX_ATTEMPT_ERROR_BYTES);
-    assert!(attempts[1].finished_at <= attempts[0].started_at);
+    assert!(Some(attempts[1].finished_at) <= attempts[0].started_at);
 
     // Discarded with its job.
     let r = admin
@@ -674,6 +677,50 @@ async fn purge_deletes_the_history_with_its_jobs_and_keeps_the_rest() {
         "a younger job keeps its history"
     );
     assert_eq!(status_of(&db, failed[2]).await, "failed");
+}
+
+#[tokio::test]
+async fn the_reaper_records_the_attempt_of_a_dead_worker() {
+    let db = TestDb::new().await;
+    let admin = Admin::new(db.pool.clone());
+    let again = enqueue_id(&db, "reap").await;
+    let last = enqueue(&db, "reap", &EnqueueOptions::new().max_attempts(1))
+        .await
+        .id();
+    let owned = claim(&db, "reap", 10).await;
+    assert_eq!(owned.len(), 2);
+    // Both leases ran out (the worker died).
+    sqlx::query(
+        "UPDATE job_queue SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND \
+         WHERE status = 'processing'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut conn = db.connect().await;
+    let r = store::job_reap_expired(&mut conn, 100).await.unwrap();
+    assert_eq!((r.retried, r.failed), (1, 1));
+    for (id, outcome) in [(again, AttemptOutcome::Retry), (last, AttemptOutcome::Fail)] {
+        let attempts = admin.attempts(id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        let a = &attempts[0];
+        assert_eq!((a.attempt, a.outcome), (1, outcome));
+        assert_eq!(a.worker.as_deref(), Some("test-worker"));
+        assert_eq!(a.started_at, None, "the start died with the worker");
+        assert!(
+            a.error.contains("lease expired while held by test-worker"),
+            "{}",
+            a.error
+        );
+        assert!(!a.truncated);
+    }
+    // Nothing left to reap: nothing recorded twice.
+    let r = store::job_reap_expired(&mut conn, 100).await.unwrap();
+    assert_eq!((r.retried, r.failed), (0, 0));
+    assert_eq!(
+        attempt_rows(&db, again).await + attempt_rows(&db, last).await,
+        2
+    );
 }
 
 #[tokio::test]

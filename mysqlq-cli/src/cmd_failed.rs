@@ -128,19 +128,24 @@ fn print_attempts(attempts: &[Attempt]) {
     }
     println!("attempts (newest first):");
     for a in attempts {
-        let took = (a.finished_at - a.started_at)
-            .to_std()
-            .map(|d| {
-                humantime::format_duration(std::time::Duration::from_millis(
-                    u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-                ))
-            })
-            .map_or_else(|_| "?".to_owned(), |d| d.to_string());
+        let when = match a.started_at {
+            Some(start) => {
+                let took = (a.finished_at - start)
+                    .to_std()
+                    .map(|d| {
+                        humantime::format_duration(std::time::Duration::from_millis(
+                            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+                        ))
+                    })
+                    .map_or_else(|_| "?".to_owned(), |d| d.to_string());
+                format!("at {} (ran {took})", micros(&start))
+            }
+            None => format!("ended {} (lease expired)", micros(&a.finished_at)),
+        };
         println!(
-            "  #{} {} at {} (ran {took}) on {}",
+            "  #{} {} {when} on {}",
             a.attempt,
             a.outcome,
-            micros(&a.started_at),
             out::printable(a.worker.as_deref().unwrap_or("-"), false)
         );
         for line in out::printable(&a.error, true).lines() {

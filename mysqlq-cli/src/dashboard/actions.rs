@@ -147,7 +147,7 @@ pub(super) fn attempts_table(attempts: &[Attempt]) -> Markup {
                             td.num { (a.attempt) }
                             td { (a.outcome.as_str()) }
                             td { (a.worker.as_deref().unwrap_or("–")) }
-                            td { (micros(&a.started_at)) }
+                            td { (a.started_at.as_ref().map_or_else(|| "– (worker died)".to_owned(), micros)) }
                             td { (micros(&a.finished_at)) }
                             td.error {
                                 pre { (a.error) }

@@ -88,8 +88,9 @@ pub struct Attempt {
     pub outcome: AttemptOutcome,
     /// The worker that ran it.
     pub worker: Option<String>,
-    /// When it started (the database's clock minus the handler's run time).
-    pub started_at: Timestamp,
+    /// When it started (the database's clock minus the handler's run time); `None` for an
+    /// attempt whose worker died, recorded by the reaper when its lease expired.
+    pub started_at: Option<Timestamp>,
     /// When its outcome was written.
     pub finished_at: Timestamp,
     /// Its error, cut to [`crate::store::MAX_ATTEMPT_ERROR_BYTES`] at a character boundary
@@ -228,7 +229,7 @@ impl Admin {
                     attempt: r.attempt,
                     outcome,
                     worker: r.worker,
-                    started_at: time(&r.started_at)?,
+                    started_at: r.started_at.as_deref().map(time).transpose()?,
                     finished_at: time(&r.finished_at)?,
                     truncated: r.error.len() < r.error_bytes as usize,
                     error: r.error,

@@ -109,8 +109,8 @@ pub struct AttemptRow {
     pub outcome: String,
     /// The worker that ran it.
     pub worker: Option<String>,
-    /// When it started (UTC).
-    pub started_at: String,
+    /// When it started (UTC); `None` when the reaper recorded it (its worker died).
+    pub started_at: Option<String>,
     /// When its outcome was written (UTC).
     pub finished_at: String,
     /// Its error, at most [`MAX_ATTEMPT_ERROR_BYTES`].
