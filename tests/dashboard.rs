@@ -971,6 +971,31 @@ async fn polls(db: &TestDb) -> i64 {
 }
 
 #[tokio::test]
+async fn in_chromium_a_click_cancels_a_waiting_job_with_its_reason() {
+    let db = TestDb::new().await;
+    let browser = Browser::start().await;
+    let id = enqueue_noops(&db, 1).await[0];
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    browser.goto(&format!("http://{}/jobs/{id}", d.addr)).await;
+    browser
+        .find(r#"input[name="reason"]"#)
+        .await
+        .send_keys("duplicate order")
+        .await
+        .expect("type the reason");
+    browser.click("#cancel").await;
+    browser.wait_contains("p.notice", "cancelled 1").await;
+    assert_eq!(status_of(&db, id).await.as_deref(), Some("cancelled"));
+    assert_eq!(browser.text("#cancelled-by").await, "dashboard");
+    assert_eq!(browser.text("#cancel-reason").await, "duplicate order");
+    assert!(
+        browser.client.find(Locator::Css("#cancel")).await.is_err(),
+        "a cancelled job offers no cancel button"
+    );
+    browser.quit().await;
+}
+
+#[tokio::test]
 async fn in_chromium_counts_retry_pause_and_no_script_runs() {
     let db = TestDb::new().await;
     let browser = Browser::start().await;

@@ -60,6 +60,12 @@ pub(crate) enum Command {
     Resume(QueueArg),
     /// Enqueue one job by kind name and JSON payload; prints its id.
     Enqueue(EnqueueArgs),
+    /// Cancel waiting (ready, scheduled, retrying) and running jobs, by id or by queue and kind.
+    /// Running jobs are stopped by their worker at its next heartbeat; their keys are free at
+    /// once.
+    Cancel(CancelArgs),
+    /// Delete jobs that are not running (any other state), with their attempt history.
+    Delete(DeleteArgs),
     /// Serve the web dashboard: queues, jobs, failed jobs (retry/discard), pause/resume.
     #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
@@ -199,6 +205,44 @@ pub(crate) enum PurgeStatus {
     Failed,
     /// Cancelled jobs
     Cancelled,
+}
+
+/// `cancel`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).multiple(true).args(["ids", "queue", "kind", "all"]))]
+pub(crate) struct CancelArgs {
+    /// Job ids
+    #[arg(value_name = "ID")]
+    pub(crate) ids: Vec<u64>,
+    /// Every waiting and running job of this queue (with --kind: of both), in batches
+    #[arg(long, conflicts_with = "ids", value_parser = parse_queue)]
+    pub(crate) queue: Option<String>,
+    /// Every waiting and running job of this kind (with --queue: of both), in batches
+    #[arg(long, conflicts_with = "ids")]
+    pub(crate) kind: Option<String>,
+    /// Every waiting and running job of every queue, in batches
+    #[arg(long, conflicts_with_all = ["ids", "queue", "kind"])]
+    pub(crate) all: bool,
+    /// Why (stored in `cancel_reason`, shown by `failed show` and the dashboard)
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Who cancels (stored in `cancelled_by`) [default: cli:$USER, or cli]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) by: Option<String>,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `delete`.
+#[derive(Debug, Args)]
+pub(crate) struct DeleteArgs {
+    /// Job ids
+    #[arg(value_name = "ID", required = true)]
+    pub(crate) ids: Vec<u64>,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// A queue name argument.

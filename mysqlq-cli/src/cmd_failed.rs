@@ -1,7 +1,7 @@
 //! `failed list | show | retry | discard`.
 
 use mysqlq::JobId;
-use mysqlq::admin::{Admin, DedupeConflict, JobState, Selection, Timestamp};
+use mysqlq::admin::{Admin, Attempt, DedupeConflict, JobState, Selection, Timestamp};
 
 use crate::args::{FailedBulkArgs, FailedCommand};
 use crate::db::Target;
@@ -55,12 +55,18 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 .await
                 .map_err(|e| CliError::mysqlq("cannot read the job", &e))?
                 .ok_or_else(|| unknown_job(a.id))?;
+            let attempts = admin
+                .attempts(JobId(a.id))
+                .await
+                .map_err(|e| CliError::mysqlq("cannot read the job's attempts", &e))?;
             if a.json {
                 let mut v = serde_json::to_value(&job)
                     .map_err(|e| CliError::new(e.to_string(), "report this bug"))?;
                 if let Ok(p) = serde_json::from_str::<serde_json::Value>(&job.payload) {
                     v["payload"] = p;
                 }
+                v["attempt_history"] = serde_json::to_value(&attempts)
+                    .map_err(|e| CliError::new(e.to_string(), "report this bug"))?;
                 println!("{}", to_json(&v)?);
                 return Ok(0);
             }
@@ -90,6 +96,11 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 lines.push(("locked by", opt(&job.locked_by)));
                 lines.push(("lease expires", at(&job.lease_expires_at)));
             }
+            if job.cancelled_by.is_some() {
+                lines.push(("cancelled by", opt(&job.cancelled_by)));
+                lines.push(("cancelled at", at(&job.cancelled_at)));
+                lines.push(("reason", opt(&job.cancel_reason)));
+            }
             for (k, v) in lines {
                 println!("{:<14}{}", format!("{k}:"), out::printable(&v, false));
             }
@@ -105,6 +116,7 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
             {
                 println!("meta:\n{}", out::printable(&meta, true));
             }
+            print_attempts(&attempts);
             if job.state != JobState::Failed {
                 out::warn(&format!("job {} is {}, not failed", job.id, job.state));
             }
@@ -112,6 +124,43 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
         }
         FailedCommand::Retry(a) => bulk(&admin, &a, Op::Retry).await,
         FailedCommand::Discard(a) => bulk(&admin, &a, Op::Discard).await,
+    }
+}
+
+/// The attempt history, newest first: one header line per attempt, then its error.
+fn print_attempts(attempts: &[Attempt]) {
+    if attempts.is_empty() {
+        println!("attempts: none recorded");
+        return;
+    }
+    println!("attempts (newest first):");
+    for a in attempts {
+        let when = match a.started_at {
+            Some(start) => {
+                let took = (a.finished_at - start)
+                    .to_std()
+                    .map(|d| {
+                        humantime::format_duration(std::time::Duration::from_millis(
+                            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+                        ))
+                    })
+                    .map_or_else(|_| "?".to_owned(), |d| d.to_string());
+                format!("at {} (ran {took})", micros(&start))
+            }
+            None => format!("ended {} (lease expired)", micros(&a.finished_at)),
+        };
+        println!(
+            "  #{} {} {when} on {}",
+            a.attempt,
+            a.outcome,
+            out::printable(a.worker.as_deref().unwrap_or("-"), false)
+        );
+        for line in out::printable(&a.error, true).lines() {
+            println!("    {line}");
+        }
+        if a.truncated {
+            println!("    (error cut to 8 KiB of {} bytes)", a.error_bytes);
+        }
     }
 }
 

@@ -43,6 +43,8 @@ mod app;
 #[cfg(feature = "cli")]
 mod args;
 #[cfg(feature = "cli")]
+mod cmd_cancel;
+#[cfg(feature = "cli")]
 mod cmd_doctor;
 #[cfg(feature = "cli")]
 mod cmd_failed;
@@ -201,6 +203,8 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
             .await
             .map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
+        Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
+        Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
         #[cfg(feature = "dashboard")]
         Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
     }

@@ -23,6 +23,10 @@ pub enum CancelReason {
     /// No heartbeat could renew the lease in time (the database is unreachable or stalled):
     /// the worker stops the job before the lease can expire and another worker take it.
     LeaseUnconfirmed,
+    /// An operator cancelled the job ([`crate::admin::Admin::cancel`], `mysqlq-cli cancel`,
+    /// the dashboard): the worker saw it at its next heartbeat. Whatever the handler returns
+    /// now is not written; the job stays `cancelled`.
+    Cancelled,
 }
 
 impl fmt::Display for CancelReason {
@@ -32,6 +36,7 @@ impl fmt::Display for CancelReason {
             Self::Shutdown => "worker shutting down",
             Self::Timeout => "timed out",
             Self::LeaseUnconfirmed => "lease could not be renewed in time",
+            Self::Cancelled => "cancelled by an operator",
         })
     }
 }
@@ -206,7 +211,8 @@ impl JobContext {
         self.inner.extensions.get::<T>()
     }
 
-    /// Completes when the job should stop: lease lost, shutdown deadline, or timeout.
+    /// Completes when the job should stop: lease lost, cancelled by an operator, shutdown
+    /// deadline, or timeout ([`cancel_reason`](Self::cancel_reason) says which).
     pub async fn cancelled(&self) {
         self.inner.cancel.cancelled().await;
     }
@@ -222,12 +228,15 @@ impl JobContext {
     }
 
     /// Extends this job's lease now (the worker also does so periodically). Returns `false` if
-    /// the lease was already lost: the job should stop, another worker may own it.
+    /// the lease was already lost or an operator cancelled the job: the job should stop
+    /// ([`cancel_reason`](Self::cancel_reason) says which).
     pub async fn heartbeat(&self) -> Result<bool, crate::Error> {
         match &self.inner.heartbeat {
             Some(h) => {
                 let alive = h.beat(self.inner.id, &self.inner.claim_token).await?;
                 if !alive {
+                    // The lease service has already set the reason (lost or cancelled); this
+                    // only covers a beat that found the job gone without telling why.
                     self.cancel(CancelReason::LeaseLost);
                 }
                 Ok(alive)

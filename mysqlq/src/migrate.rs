@@ -31,6 +31,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0003_binary_keys_utc_defaults.sql"),
     },
     Migration {
+        version: 4,
+        name: "0004_cancel_and_attempts",
+        sql: include_str!("../../migrations/0004_cancel_and_attempts.sql"),
+    },
+    Migration {
         version: 5,
         name: "0005_meta_hooks_dedupe",
         sql: include_str!("../../migrations/0005_meta_hooks_dedupe.sql"),

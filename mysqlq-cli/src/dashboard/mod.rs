@@ -1,7 +1,8 @@
 //! The web dashboard: `mysqlq-cli dashboard`, or [`router`] mounted in your own axum server.
 //!
 //! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
-//! pages), job detail, failed jobs (retry / discard) and queues (pause / resume). Everything
+//! pages; cancel), job detail (attempt history; cancel / delete, and retry / discard when
+//! failed), failed jobs (retry / discard) and queues (pause / resume). Everything
 //! reads through the typed operator API `mysqlq::admin` (indexed statements only).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
 //! seconds from `GET /api/overview`.
@@ -26,6 +27,7 @@
 //! # }
 //! ```
 
+mod actions;
 mod guard;
 mod pages;
 mod view;
@@ -61,7 +63,7 @@ impl DashboardOptions {
         Self::default()
     }
 
-    /// Hide retry / discard / pause / resume and refuse their POSTs with 403.
+    /// Hide retry / discard / cancel / delete / pause / resume and refuse their POSTs with 403.
     #[must_use]
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
@@ -149,6 +151,8 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/", get(pages::overview))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/cancel", post(actions::jobs_cancel))
+        .route("/jobs/delete", post(actions::jobs_delete))
         .route("/failed", get(pages::failed))
         .route("/failed/retry", post(pages::failed_retry))
         .route("/failed/discard", post(pages::failed_discard))

@@ -9,6 +9,7 @@ use mysqlq::JobId;
 use mysqlq::admin::{Admin, JobPageParams, JobState, Selection, Timestamp};
 use serde::Deserialize;
 
+use super::actions::{attempts_table, cancel_facts, cancellable, job_actions};
 use super::view::{age, chart, csrf, enc, notice, page, queue_table};
 use super::{Shared, State as DashState};
 
@@ -19,7 +20,7 @@ const JOBS_PAGE: u32 = 50;
 
 /// An error answer: plain text (never HTML), so nothing in it can run.
 #[derive(Debug)]
-pub(super) struct Fail(StatusCode, String);
+pub(super) struct Fail(pub(super) StatusCode, pub(super) String);
 
 impl IntoResponse for Fail {
     fn into_response(self) -> Response {
@@ -47,7 +48,7 @@ impl From<mysqlq::Error> for Fail {
 type Res = Result<Response, Fail>;
 
 /// The operator API over the dashboard's pool.
-fn admin(state: &DashState) -> Admin {
+pub(super) fn admin(state: &DashState) -> Admin {
     Admin::new(state.pool.clone())
 }
 
@@ -57,7 +58,7 @@ fn seconds(t: &Timestamp) -> String {
 }
 
 /// `2024-05-01 10:00:00.123456` (UTC), as the pages show times.
-fn micros(t: &Timestamp) -> String {
+pub(super) fn micros(t: &Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
@@ -117,6 +118,7 @@ pub(super) struct JobsQuery {
     queue: Option<String>,
     kind: Option<String>,
     before: Option<String>,
+    msg: Option<String>,
 }
 
 /// `GET /jobs`: filtered, keyset pages (newest id first).
@@ -151,8 +153,10 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
         }
         s
     });
+    let actions = !state.read_only;
     let body = html! {
         h1 { "Jobs" }
+        (notice(q.msg.as_deref()))
         form.filters method="get" action=(state.url("/jobs")) {
             label { "state " select name="state" {
                 option value="" { "any" }
@@ -164,15 +168,24 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
             label { "kind " input name="kind" value=(params.kind.unwrap_or("")); }
             button type="submit" { "Filter" }
         }
+        form method="post" action=(state.url("/jobs/cancel")) #jobs-form {
+        @if actions { (csrf(&state)) }
         table #jobs {
             thead { tr {
+                @if actions { th { "select" } }
                 th.num { "id" } th { "queue" } th { "kind" } th { "state" } th.num { "attempts" }
                 th { "created" } th { "runnable at" } th { "finished" }
+                @if actions { th { "action" } }
             } }
             tbody {
-                @if page_.jobs.is_empty() { tr { td colspan="8" .muted { "no jobs here" } } }
+                @if page_.jobs.is_empty() { tr { td colspan="10" .muted { "no jobs here" } } }
                 @for j in &page_.jobs {
-                    tr {
+                    tr data-id=(j.id.0) {
+                        @if actions {
+                            td { @if cancellable(j.state) {
+                                input type="checkbox" name="id" value=(j.id.0) aria-label=(format!("select job {}", j.id.0));
+                            } }
+                        }
                         td.num { a href=(state.url(&format!("/jobs/{}", j.id.0))) { (j.id.0) } }
                         td { (j.queue) }
                         td { (j.kind.as_deref().unwrap_or("–")) }
@@ -181,9 +194,18 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
                         td { (seconds(&j.created_at)) }
                         td { (seconds(&j.available_at)) }
                         td { (j.finished_at.as_ref().map_or_else(|| "–".to_owned(), seconds)) }
+                        @if actions {
+                            td { @if cancellable(j.state) {
+                                button type="submit" name="only" value=(j.id.0) class="cancel-one" { "Cancel" }
+                            } }
+                        }
                     }
                 }
             }
+        }
+        @if actions && page_.jobs.iter().any(|j| cancellable(j.state)) {
+            p.actions { button type="submit" #cancel-selected { "Cancel selected" } }
+        }
         }
         @if page_.windowed {
             p.muted { "Queue and kind filters read " (mysqlq::admin::SCAN_WINDOW) " index entries per page; \
@@ -210,6 +232,7 @@ pub(super) async fn job(
     let Some(j) = admin(&state).job(JobId(id)).await? else {
         return Err(Fail(StatusCode::NOT_FOUND, format!("error: no job {id}")));
     };
+    let attempts = admin(&state).attempts(JobId(id)).await?;
     let payload = serde_json::from_str::<serde_json::Value>(&j.payload)
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
@@ -250,6 +273,7 @@ pub(super) async fn job(
             @if let Some(k) = &j.dedupe_key { dt { "dedupe key" } dd { (k) } }
             @if let Some(k) = &j.ordering_key { dt { "ordering key" } dd { (k) } }
             @if let Some(k) = &j.concurrency_key { dt { "concurrency key" } dd { (k) } }
+            (cancel_facts(&j))
         }
         h2 { "Timeline (UTC; now " (micros(&j.read_at)) ")" }
         ol.timeline {
@@ -264,6 +288,8 @@ pub(super) async fn job(
         }
         h2 { "Last error" }
         pre #last-error { (j.last_error.as_deref().unwrap_or("–")) }
+        (attempts_table(&attempts))
+        (job_actions(&state, &j))
         @if j.state == JobState::Failed && !state.read_only {
             div.actions {
                 form method="post" action=(state.url("/failed/retry")) {
@@ -339,7 +365,7 @@ pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery
 }
 
 /// The ids of a retry / discard form: `only` (one row's button) wins over the checked `id`s.
-fn form_ids(body: &str) -> Result<(Vec<JobId>, bool), Fail> {
+pub(super) fn form_ids(body: &str) -> Result<(Vec<JobId>, bool), Fail> {
     let mut only = None;
     let mut ids = Vec::new();
     let mut from_job = false;

@@ -26,9 +26,11 @@ use sqlx::MySqlPool;
 use crate::store::admin as sql;
 use crate::{Error, JobId};
 
+mod cancel;
 mod doctor;
 mod stats;
 
+pub use cancel::{Attempt, AttemptOutcome, CancelReport, DeleteReport, JobSelection};
 pub use doctor::{Check, Level};
 pub use stats::{PerMinute, Stats};
 
@@ -145,6 +147,13 @@ pub struct Job {
     pub finished_at: Option<Timestamp>,
     /// Last change of the row.
     pub updated_at: Timestamp,
+    /// When an operator cancelled the job (`None` if none did; a handler's own cancel
+    /// decision leaves it `None`).
+    pub cancelled_at: Option<Timestamp>,
+    /// Who cancelled it.
+    pub cancelled_by: Option<String>,
+    /// Why.
+    pub cancel_reason: Option<String>,
     /// The database's clock when the row was read (to show ages without the host's clock).
     pub read_at: Timestamp,
     /// The job's meta (a JSON object: set at enqueue and by hooks, updated by the running
@@ -495,6 +504,9 @@ impl TryFrom<sql::JobDetail> for Job {
             lease_expires_at: opt_time(d.lease_expires_at.as_deref())?,
             finished_at: opt_time(d.finished_at.as_deref())?,
             updated_at: time(&d.updated_at)?,
+            cancelled_at: opt_time(d.cancelled_at.as_deref())?,
+            cancelled_by: d.cancelled_by,
+            cancel_reason: d.cancel_reason,
             read_at: time(&d.now)?,
             meta: d
                 .meta

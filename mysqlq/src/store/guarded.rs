@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
+use super::attempts::{AttemptRecord, job_attempt_record};
 use super::sql::{bind_ids, micros, padded_len, placeholders, truncate_error};
 use crate::{Error, JobId};
 
@@ -29,6 +30,9 @@ pub struct GuardedReport {
     /// them out of `processing` (a retried write whose first COMMIT reply was lost, or a
     /// heartbeat racing the job's own completion): nothing was lost.
     pub settled: Vec<JobId>,
+    /// Jobs whose guard failed because an operator cancelled them
+    /// ([`crate::admin::Admin::cancel`]): stop running them, nothing more to write.
+    pub cancelled: Vec<JobId>,
 }
 
 /// Runs a token-guarded UPDATE over `jobs` (`WHERE id IN (…) AND status = 'processing' AND
@@ -73,6 +77,7 @@ async fn guarded_update(
         let o = job_ownership(conn, jobs).await?;
         report.lost = o.lost;
         report.settled = o.settled;
+        report.cancelled = o.cancelled;
     }
     Ok(report)
 }
@@ -87,10 +92,14 @@ pub(super) struct Ownership {
     pub settled: Vec<JobId>,
     /// Held under another token, moved by the reaper (which clears the token), or deleted.
     pub lost: Vec<JobId>,
+    /// Cancelled by an operator while the holder's token was on the row (`status =
+    /// 'cancelled'` with `cancelled_by` set): not lost to another worker, but not to be run or
+    /// written any more.
+    pub cancelled: Vec<JobId>,
 }
 
-/// `job_ownership`: classifies `jobs` by their row's current status and token. A plain read:
-/// call it after a guarded write, whose row locks mean the rows it saw are committed.
+/// `job_ownership`: classifies `jobs` by their row's current status, token and canceller. A
+/// plain read: call it after a guarded write, whose row locks mean the rows it saw are committed.
 pub(super) async fn job_ownership(
     conn: &mut MySqlConnection,
     jobs: &[Owned],
@@ -101,8 +110,8 @@ pub(super) async fn job_ownership(
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_ownership */ SELECT id, CAST(status AS CHAR) AS status, claim_token \
-         FROM job_queue WHERE id IN ({})",
+        "/* mysqlq:job_ownership */ SELECT id, CAST(status AS CHAR) AS status, claim_token, \
+         CAST(cancelled_by IS NOT NULL AS SIGNED) AS by_operator FROM job_queue WHERE id IN ({})",
         placeholders(padded_len(ids.len()))
     ));
     let rows = bind_ids(sqlx::query(sql), &ids)
@@ -112,10 +121,11 @@ pub(super) async fn job_ownership(
         let row = rows
             .iter()
             .find(|r| r.try_get::<u64, _>("id").ok() == Some(j.id.0));
-        let (status, token) = match row {
+        let (status, token, by_operator) = match row {
             Some(r) => (
                 r.try_get::<String, _>("status")?,
                 r.try_get::<Option<String>, _>("claim_token")?,
+                r.try_get::<i64, _>("by_operator")? != 0,
             ),
             None => {
                 out.lost.push(j.id);
@@ -124,6 +134,7 @@ pub(super) async fn job_ownership(
         };
         match (status.as_str(), token.as_deref() == Some(j.token.as_str())) {
             ("processing", true) => out.owned.push(j.id),
+            ("cancelled", true) if by_operator => out.cancelled.push(j.id),
             (_, true) => out.settled.push(j.id),
             _ => out.lost.push(j.id),
         }
@@ -197,6 +208,8 @@ pub enum Written {
     Already,
     /// Ownership was lost: another claim owns the job, or the reaper took it back.
     Lost,
+    /// An operator cancelled the job while this token held it: nothing is written.
+    Cancelled,
 }
 
 /// `available_at` for "now + ? microseconds", clamped to the largest `DATETIME` so that an
@@ -212,15 +225,32 @@ macro_rules! at_delay {
 /// `job_retry_at` / `job_snooze` / `job_fail` / `job_cancel`: records the end of one attempt,
 /// token-guarded, with `last_error` (bounded to [`MAX_ERROR_BYTES`]). Delays are clamped to what
 /// `DATETIME` holds. A write refused by the guard is told apart: [`Written::Already`] when this
-/// token's own earlier write committed, [`Written::Lost`] when someone else moved the job.
+/// token's own earlier write committed, [`Written::Cancelled`] when an operator cancelled the
+/// job, [`Written::Lost`] when someone else moved the job. Keeps no attempt history: the worker
+/// uses [`job_finish_attempt_logged`].
 ///
 /// [`MAX_ERROR_BYTES`]: super::MAX_ERROR_BYTES
+#[cfg(feature = "__internal-store")]
 pub async fn job_finish_attempt(
     conn: &mut MySqlConnection,
     job: &Owned,
     outcome: &Outcome,
     error: &str,
 ) -> Result<Written, Error> {
+    job_finish_attempt_logged(conn, job, outcome, error, None).await
+}
+
+/// [`job_finish_attempt`], and with `log` the attempt's row in `mysqlq_job_attempt` (error,
+/// worker, start and end; the job's history trimmed to [`AttemptRecord::keep`]) written in the
+/// same transaction, only when the outcome itself was written.
+pub async fn job_finish_attempt_logged(
+    conn: &mut MySqlConnection,
+    job: &Owned,
+    outcome: &Outcome,
+    error: &str,
+    log: Option<&AttemptRecord<'_>>,
+) -> Result<Written, Error> {
+    let full_error = error;
     let error = truncate_error(error);
     let (sql, delay): (&'static str, Option<Duration>) = match outcome {
         Outcome::Retry { delay } => (
@@ -258,20 +288,30 @@ pub async fn job_finish_attempt(
     if let Some(d) = delay {
         q = q.bind(micros(d));
     }
-    let done = q
-        .bind(error)
-        .bind(job.id.0)
-        .bind(job.token.as_str())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    let q = q.bind(error).bind(job.id.0).bind(job.token.as_str());
+    let done = match log {
+        None => q.execute(&mut *conn).await?.rows_affected(),
+        Some(log) => {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let done = q.execute(&mut *tx).await?.rows_affected();
+            if done == 1 {
+                job_attempt_record(&mut tx, job.id, log, full_error).await?;
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            done
+        }
+    };
     if done == 1 {
         return Ok(Written::Now);
     }
     let o = job_ownership(conn, std::slice::from_ref(job)).await?;
-    Ok(if o.settled.is_empty() {
-        Written::Lost
-    } else {
+    Ok(if !o.settled.is_empty() {
         Written::Already
+    } else if !o.cancelled.is_empty() {
+        Written::Cancelled
+    } else {
+        Written::Lost
     })
 }

@@ -17,9 +17,40 @@ pub struct ReapReport {
     pub failed: u64,
 }
 
+/// `job_attempt_reaped`: the attempt history row of each job the next reaper UPDATE takes
+/// (same `WHERE`, order and limit; the locking read keeps the rows for that UPDATE). The start is
+/// unknown (NULL): the worker that knew it is presumed dead.
+macro_rules! reaped_attempts_sql {
+    ($outcome:literal, $cond:literal) => {
+        concat!(
+            "/* mysqlq:job_attempt_reaped */ INSERT INTO mysqlq_job_attempt \
+             (job_id, attempt, outcome, worker, started_at, finished_at, error, error_bytes) \
+             SELECT id, attempts, '",
+            $outcome,
+            "', locked_by, NULL, UTC_TIMESTAMP(6), \
+               CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
+                      ' (worker presumed dead)'), \
+               LENGTH(CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
+                      ' (worker presumed dead)')) \
+             FROM job_queue WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
+               AND ",
+            $cond,
+            " ORDER BY lease_expires_at LIMIT ?"
+        )
+    };
+}
+
 /// `job_reap_expired`: the article's recovery SQL — expired leases go back to `pending` when
 /// attempts remain, else to `failed` — in batches of `limit`, with `last_error` saying why.
+/// Each UPDATE runs in one transaction with `job_attempt_reaped`, which records the lost
+/// attempt in the job's history (not trimmed here: the next attempt a worker records trims
+/// it).
 pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<ReapReport, Error> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query(reaped_attempts_sql!("retry", "attempts < max_attempts"))
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
     let retried = sqlx::query(
         "/* mysqlq:job_reap_expired */ UPDATE job_queue \
          SET status = 'pending', available_at = UTC_TIMESTAMP(6), \
@@ -31,9 +62,15 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
          ORDER BY lease_expires_at LIMIT ?",
     )
     .bind(limit)
-    .execute(&mut *conn)
+    .execute(&mut *tx)
     .await?
     .rows_affected();
+    tx.commit().await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query(reaped_attempts_sql!("fail", "attempts >= max_attempts"))
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
     let failed = sqlx::query(
         "/* mysqlq:job_reap_expired */ UPDATE job_queue \
          SET status = 'failed', finished_at = UTC_TIMESTAMP(6), \
@@ -45,14 +82,17 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
          ORDER BY lease_expires_at LIMIT ?",
     )
     .bind(limit)
-    .execute(&mut *conn)
+    .execute(&mut *tx)
     .await?
     .rows_affected();
+    tx.commit().await?;
     Ok(ReapReport { retried, failed })
 }
 
 /// `job_prune`: deletes up to `limit` jobs in `status` finished more than `older_than` ago,
-/// oldest first (the article's batched cleanup). Returns rows deleted.
+/// oldest first (the article's batched cleanup), with their attempt history. Returns rows
+/// deleted. One transaction: `job_attempt_prune` deletes the history rows of the same batch
+/// (its read of `job_queue` locks the batch's rows), then the article's DELETE.
 pub async fn job_prune(
     conn: &mut MySqlConnection,
     status: PruneStatus,
@@ -64,15 +104,28 @@ pub async fn job_prune(
         PruneStatus::Failed => "failed",
         PruneStatus::Cancelled => "cancelled",
     };
+    let history = "/* mysqlq:job_attempt_prune */ DELETE a FROM mysqlq_job_attempt a \
+        JOIN (SELECT id FROM job_queue WHERE status = ? \
+              AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+              ORDER BY finished_at LIMIT ?) p ON a.job_id = p.id";
     let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
                AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?";
-    Ok(sqlx::query(sql)
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query(history)
         .bind(status)
         .bind(micros(older_than))
         .bind(limit)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
+        .await?;
+    let n = sqlx::query(sql)
+        .bind(status)
+        .bind(micros(older_than))
+        .bind(limit)
+        .execute(&mut *tx)
         .await?
-        .rows_affected())
+        .rows_affected();
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Which finished jobs [`job_prune`] deletes.

@@ -45,7 +45,10 @@ pub async fn migrations_applied(conn: &mut MySqlConnection) -> Result<Vec<u32>, 
 }
 
 /// `migration_apply`: runs one statement of a migration file (DDL; the files are ours and
-/// contain no values) and, after the last, records the migration.
+/// contain no values) and, after the last, records the migration. A statement refused with
+/// "duplicate column name" (1060) or "duplicate key name" (1061) was applied by an earlier run
+/// that stopped before recording the migration: MySQL has no `ADD COLUMN IF NOT EXISTS`, so this
+/// is what makes a file of `ALTER TABLE … ADD` statements (one change each) idempotent.
 pub async fn migration_apply(
     conn: &mut MySqlConnection,
     version: u32,
@@ -57,14 +60,9 @@ pub async fn migration_apply(
             .execute(&mut *conn)
             .await
         {
-            // `ADD COLUMN` of a column that exists (1060) or `ADD KEY` of a key that exists
-            // (1061): a run that stopped before recording the migration applied it already.
-            // MySQL 8 has no `ADD COLUMN IF NOT EXISTS`; each such ALTER adds one thing, so the
-            // error means exactly that thing is there.
+            Ok(_) => {}
             Err(e) if matches!(super::sqlx_error_number(&e), Some(1060 | 1061)) => {}
-            other => {
-                other?;
-            }
+            Err(e) => return Err(e.into()),
         }
     }
     sqlx::query("/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)")

@@ -12,6 +12,7 @@
 //! statement shapes instead of one per batch size.
 
 pub mod admin;
+mod attempts;
 mod claim;
 mod cron;
 pub mod dashboard;
@@ -28,6 +29,11 @@ mod sql;
 mod testing;
 mod workers;
 
+pub use attempts::{AttemptRecord, job_attempt_delete, job_attempts};
+#[cfg(feature = "__internal-store")]
+pub use attempts::{
+    AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record, truncate_attempt_error,
+};
 #[cfg(feature = "__internal-store")]
 pub use claim::job_claim;
 pub use claim::{
@@ -39,9 +45,11 @@ pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
 #[cfg(feature = "__internal-store")]
 pub use gauges::gauges_explain;
 pub use gauges::queue_gauges;
+#[cfg(feature = "__internal-store")]
+pub use guarded::job_finish_attempt;
 pub use guarded::{
-    GuardedReport, Outcome, Owned, Written, job_complete_many, job_finish_attempt, job_heartbeat,
-    job_release,
+    GuardedReport, Outcome, Owned, Written, job_complete_many, job_finish_attempt_logged,
+    job_heartbeat, job_release,
 };
 #[cfg(feature = "__internal-store")]
 pub use insert::INSERT_CHUNK_ROWS;

@@ -194,6 +194,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Attempts kept per job in its history ([`crate::admin::Admin::attempts`]): the newest
+    /// `n`, 0 for none; at most 1000 (see [`Config::attempt_history`]).
+    pub fn attempt_history(mut self, n: u32) -> Self {
+        self.config.attempt_history = n;
+        self
+    }
+
     /// Checks the settings, the server and the schema, then starts the services.
     pub async fn start(self) -> Result<WorkerHandle, Error> {
         let registry = match self.registry {

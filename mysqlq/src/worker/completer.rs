@@ -148,7 +148,8 @@ fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
         }
     }
     for k in keys {
-        if !report.lost.contains(&k.id) {
+        // Cancelled by an operator before the flush: not completed (the row stays cancelled).
+        if !report.lost.contains(&k.id) && !report.cancelled.contains(&k.id) {
             s.emit(WorkerEvent::Completed { id: k.id });
         }
     }

@@ -62,6 +62,10 @@ pub struct Config {
     /// row gives up after this long and is retried for that job alone, so one blocked row never
     /// stalls the others. Default [`Config::DEFAULT_LOCK_WAIT_TIMEOUT`].
     pub lock_wait_timeout: Duration,
+    /// Attempts kept per job in its history (`mysqlq_job_attempt`: error, worker, start and
+    /// end of every attempt that did not complete), newest first; 0 keeps none. Default
+    /// [`Config::DEFAULT_ATTEMPT_HISTORY`].
+    pub attempt_history: u32,
 }
 
 impl Config {
@@ -96,6 +100,8 @@ impl Config {
     pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
     /// Worker sessions wait at most 5 s for a row lock.
     pub const DEFAULT_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The last 20 attempts of each job are kept.
+    pub const DEFAULT_ATTEMPT_HISTORY: u32 = 20;
 
     pub(super) fn heartbeat(&self) -> Duration {
         self.heartbeat_interval.unwrap_or(self.lease / 3)
@@ -130,6 +136,7 @@ impl Default for Config {
             stats_interval: Self::DEFAULT_STATS_INTERVAL,
             gauge_interval: Self::DEFAULT_GAUGE_INTERVAL,
             lock_wait_timeout: Self::DEFAULT_LOCK_WAIT_TIMEOUT,
+            attempt_history: Self::DEFAULT_ATTEMPT_HISTORY,
         }
     }
 }
@@ -191,6 +198,12 @@ pub(super) fn validate(c: &Config) -> Result<(), Error> {
         return bad(format!(
             "leader lease {:?} must be longer than the maintenance interval {:?}",
             c.leader_ttl, c.maintenance_interval
+        ));
+    }
+    if c.attempt_history > 1000 {
+        return bad(format!(
+            "attempt history {} must be at most 1000 attempts per job (0 keeps none)",
+            c.attempt_history
         ));
     }
     if c.lock_wait_timeout < Duration::from_secs(1)

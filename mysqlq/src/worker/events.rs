@@ -55,6 +55,12 @@ pub enum WorkerEvent {
         /// The job.
         id: JobId,
     },
+    /// An operator cancelled the job while it ran: the heartbeat found it `cancelled`, and the
+    /// handler was stopped ([`crate::CancelReason::Cancelled`]); its result is not written.
+    CancelledByOperator {
+        /// The job.
+        id: JobId,
+    },
     /// No heartbeat could renew the job's lease in time: it was stopped here before the lease
     /// could expire.
     LeaseUnconfirmed {

@@ -233,7 +233,11 @@ async fn supervise(
     } else {
         tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
     }
-    let written = record(&s, &key, &outcome, &message).await;
+    let attempt = Attempt {
+        number: job.attempt,
+        ran_for: took,
+    };
+    let written = record(&s, &key, &outcome, &message, attempt).await;
     s.forget(&key);
     match (written, &run) {
         (Some(Outcome::Fail), Some(run)) => s.hooks.dead(run, &message).await,
@@ -398,24 +402,51 @@ fn outcome_name(o: &Outcome) -> &'static str {
     }
 }
 
-/// Writes a non-completion outcome, retrying on deadlocks and connection errors. A write the
-/// server refuses for good records the attempt as failed (with both errors) instead of retrying
-/// forever while heartbeats keep the job alive. Returns the outcome written, if one was.
-async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) -> Option<Outcome> {
+/// The attempt whose outcome [`record`] writes, for the job's attempt history.
+#[derive(Clone, Copy)]
+struct Attempt {
+    number: u32,
+    ran_for: Duration,
+}
+
+/// Writes a non-completion outcome, retrying on deadlocks and connection errors, with the
+/// attempt's row in the job's history (same transaction; unless `attempt_history` is 0). A
+/// write the server refuses for good records the attempt as failed (with both errors) instead
+/// of retrying forever while heartbeats keep the job alive. Returns the outcome written, if one
+/// was.
+async fn record(
+    s: &Arc<Shared>,
+    key: &Key,
+    outcome: &Outcome,
+    message: &str,
+    attempt: Attempt,
+) -> Option<Outcome> {
     let m = &s.metrics;
     let owned = key.owned();
-    let write = |outcome: Outcome, message: String| {
+    let keep = s.config.attempt_history;
+    // `keep` 0: no history (also for the fallback below, so that a history the server refuses
+    // cannot keep the outcome itself from being written).
+    let write = |outcome: Outcome, message: String, keep: u32| {
         let owned = owned.clone();
         write_retrying(s, "record outcome", false, move || {
             let (owned, outcome, message) = (owned.clone(), outcome.clone(), message.clone());
             let db = s.db.clone();
+            let worker = s.worker_id.clone();
             async move {
                 let mut conn = db.acquire().await?;
-                store::job_finish_attempt(&mut conn, &owned, &outcome, &message).await
+                let log = store::AttemptRecord {
+                    attempt: attempt.number,
+                    outcome: outcome_name(&outcome),
+                    worker: &worker,
+                    ran_for: attempt.ran_for,
+                    keep,
+                };
+                let log = (keep > 0).then_some(&log);
+                store::job_finish_attempt_logged(&mut conn, &owned, &outcome, &message, log).await
             }
         })
     };
-    let mut written = write(outcome.clone(), message.to_owned()).await;
+    let mut written = write(outcome.clone(), message.to_owned(), keep).await;
     let mut outcome = outcome.clone();
     if let Err(WriteFailed::Refused(e)) = &written {
         let fallback = format!(
@@ -425,7 +456,7 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) ->
         );
         tracing::error!(id = key.id.0, error = %fallback, "recording the job as failed instead");
         outcome = Outcome::Fail;
-        written = write(Outcome::Fail, fallback).await;
+        written = write(Outcome::Fail, fallback, 0).await;
     }
     match written {
         Ok(Written::Now | Written::Already) => {
@@ -440,6 +471,13 @@ async fn record(s: &Arc<Shared>, key: &Key, outcome: &Outcome, message: &str) ->
                 outcome: outcome_name(&outcome),
             });
             Some(outcome)
+        }
+        Ok(Written::Cancelled) => {
+            tracing::info!(
+                id = key.id.0,
+                "cancelled by an operator before the outcome was written: nothing written"
+            );
+            None
         }
         Ok(Written::Lost) => {
             m.add(&m.counters.lost, 1);

@@ -1,7 +1,10 @@
 //! Leases. Heartbeats: every interval, one statement extends the leases of all jobs this worker
 //! holds (token-guarded); a failed round is retried quickly, not a full interval later. A job
-//! the database says another claim owns now is cancelled through its context, and its late
-//! result is never written over the new owner's state.
+//! the database says another claim owns now is cancelled through its context
+//! ([`CancelReason::LeaseLost`]), and its late result is never written over the new owner's
+//! state. A job an operator cancelled (the row is `cancelled` with `cancelled_by` set, under
+//! this worker's token) is stopped the same way with [`CancelReason::Cancelled`]: not counted as
+//! lost.
 //!
 //! The watchdog: the worker knows, for each job, when the statement that last set its lease was
 //! sent. When no heartbeat has renewed a lease by `lease − margin` after that moment (the
@@ -124,24 +127,38 @@ fn count_error(s: &Shared, e: &crate::Error) {
 /// Applies a heartbeat's report to exactly the claims it was about.
 fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
     let mut lost = Vec::new();
+    let mut cancelled = Vec::new();
     {
         let mut map = s.in_flight();
         for key in keys {
-            if report.lost.contains(&key.id) {
-                // Only this claim's entry: a later claim of the same job is another key.
-                if let Some(f) = map.remove(key) {
-                    f.ctx.cancel(CancelReason::LeaseLost);
-                    if let Some(a) = &f.abort {
-                        a.abort();
-                    }
-                    lost.push(key.id);
+            let (reason, into) = if report.lost.contains(&key.id) {
+                (CancelReason::LeaseLost, &mut lost)
+            } else if report.cancelled.contains(&key.id) {
+                (CancelReason::Cancelled, &mut cancelled)
+            } else {
+                if !report.settled.contains(&key.id)
+                    && let Some(f) = map.get_mut(key)
+                    && f.lease_from < sent
+                {
+                    f.lease_from = sent;
                 }
-            } else if !report.settled.contains(&key.id)
-                && let Some(f) = map.get_mut(key)
-                && f.lease_from < sent
-            {
-                f.lease_from = sent;
+                continue;
+            };
+            // Only this claim's entry: a later claim of the same job is another key.
+            if let Some(f) = map.remove(key) {
+                f.ctx.cancel(reason);
+                if let Some(a) = &f.abort {
+                    a.abort();
+                }
+                into.push(key.id);
             }
+        }
+    }
+    if !cancelled.is_empty() {
+        s.slot_freed.notify_waiters();
+        tracing::info!(jobs = ?cancelled.iter().map(|j| j.0).collect::<Vec<_>>(), "cancelled by an operator: stopped here; their results are not written");
+        for &id in &cancelled {
+            s.emit(WorkerEvent::CancelledByOperator { id });
         }
     }
     if lost.is_empty() {
@@ -162,7 +179,7 @@ pub(crate) async fn beat_one(s: &Shared, key: &Key) -> Result<bool, crate::Error
     let sent = Instant::now();
     let report = beat(s, std::slice::from_ref(&key.owned())).await?;
     settle(s, std::slice::from_ref(key), &report, sent);
-    Ok(report.lost.is_empty())
+    Ok(report.lost.is_empty() && report.cancelled.is_empty())
 }
 
 /// Stops jobs whose lease could not be renewed in time (see the module docs).

@@ -99,6 +99,8 @@ pub(crate) const JOB_GET_SQL: &str = "/* mysqlq:job_get */ SELECT j.id, \
     DATE_FORMAT(j.lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
     DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
     DATE_FORMAT(j.updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
+    DATE_FORMAT(j.cancelled_at, '%Y-%m-%d %H:%i:%s.%f') AS cancelled_at, \
+    CAST(j.cancelled_by AS CHAR) AS cancelled_by, CAST(j.cancel_reason AS CHAR) AS cancel_reason, \
     DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now, \
     CAST(j.meta AS CHAR) AS meta \
     FROM job_queue j WHERE j.id = ?";
@@ -144,6 +146,12 @@ pub struct JobDetail {
     pub finished_at: Option<String>,
     /// `updated_at` (UTC).
     pub updated_at: String,
+    /// `cancelled_at` (UTC): when an operator cancelled the job.
+    pub cancelled_at: Option<String>,
+    /// `cancelled_by`: the operator who cancelled the job.
+    pub cancelled_by: Option<String>,
+    /// `cancel_reason`: why the operator cancelled it.
+    pub cancel_reason: Option<String>,
     /// `UTC_TIMESTAMP(6)` when read.
     pub now: String,
     /// `meta` as JSON text.
@@ -179,6 +187,9 @@ pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<Job
         lease_expires_at: r.try_get("lease_expires_at")?,
         finished_at: r.try_get("finished_at")?,
         updated_at: r.try_get("updated_at")?,
+        cancelled_at: r.try_get("cancelled_at")?,
+        cancelled_by: r.try_get("cancelled_by")?,
+        cancel_reason: r.try_get("cancel_reason")?,
         now: r.try_get("now")?,
         meta: r.try_get("meta")?,
     }))
@@ -430,8 +441,8 @@ pub struct DiscardReport {
     pub skipped: Vec<JobId>,
 }
 
-/// `job_discard_failed`: deletes failed jobs, up to [`BULK_CHUNK`] ids per statement. Jobs in
-/// any other state are left alone and reported as skipped.
+/// `job_discard_failed`: deletes failed jobs and their attempt history, up to [`BULK_CHUNK`]
+/// ids per transaction. Jobs in any other state are left alone and reported as skipped.
 pub async fn job_discard_failed(
     conn: &mut MySqlConnection,
     ids: &[JobId],
@@ -449,9 +460,12 @@ pub async fn job_discard_failed(
             "/* mysqlq:job_discard_failed */ DELETE FROM job_queue WHERE id IN ({}) AND status = 'failed'",
             placeholders(padded_len(failed.len()))
         ));
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        crate::store::job_attempt_delete(&mut tx, &failed).await?;
         bind_ids(sqlx::query(sql), &failed)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         report.discarded.extend(&failed);
     }
     Ok(report)

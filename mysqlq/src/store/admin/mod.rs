@@ -9,15 +9,24 @@
 //! | [`stats_leases`] | `idx_job_recover` (`status = 'processing'`) |
 //! | [`stats_table`] | `idx_job_finished` (`MIN(finished_at)` per status: no rows read) |
 //! | [`job_failed_list`], [`job_failed_page`], [`job_failed_count`] | `idx_job_finished` (`status = 'failed'`, keyset on `(finished_at, id)`) |
+//! | [`job_active_page`] | `idx_job_finished` (`status = ?  AND finished_at IS NULL`, keyset on `id`) |
+//! | [`job_cancel_many`], [`job_delete_many`] | primary key |
 //!
 //! [`stats_explain`] EXPLAINs the stats statements with the same text they run with, so a test
 //! (and `doctor`) can check the plans. The per-minute tables (`mysqlq_stats_minute`,
 //! `mysqlq_kind_minute`, `mysqlq_worker`) are written by workers; these functions only read them.
 
+mod cancel;
 mod failed;
 mod settings;
 mod stats;
 
+#[cfg(feature = "__internal-store")]
+pub use cancel::DeleteReport;
+pub use cancel::{
+    ActiveCursor, ActivePageParams, CancelParams, CancelReport, job_active_page, job_cancel_many,
+    job_delete_many,
+};
 #[cfg(feature = "__internal-store")]
 pub(crate) use failed::JOB_GET_SQL;
 pub use failed::{

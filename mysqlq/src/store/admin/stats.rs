@@ -430,15 +430,16 @@ impl PlanRow {
     }
 }
 
-/// `EXPLAIN`s every statement `stats` and the failed-job commands run against `job_queue`,
-/// with the text and binds they run with. Returns `(statement tag, plan)` pairs.
+/// `EXPLAIN`s every statement `stats`, the failed-job commands and the bulk cancel's walk run
+/// against `job_queue`, with the text and binds they run with. Returns `(statement tag, plan)`
+/// pairs.
 #[cfg(feature = "__internal-store")]
 pub async fn stats_explain(
     conn: &mut MySqlConnection,
 ) -> Result<Vec<(&'static str, Vec<PlanRow>)>, Error> {
     let secs = 60i64;
     let mut out = Vec::new();
-    let plans: [(&'static str, &'static str, Vec<Bind>); 10] = [
+    let plans: [(&'static str, &'static str, Vec<Bind>); 12] = [
         ("stats_queues", STATS_QUEUES_SQL, vec![]),
         ("stats_leases", STATS_LEASES_SQL, vec![]),
         ("stats_activity", STATS_ACTIVITY_SQL, vec![Bind::I(secs)]),
@@ -469,6 +470,16 @@ pub async fn stats_explain(
             "job_failed_page_null",
             FAILED_PAGE_NULL_SQL,
             vec![Bind::U(0), Bind::U(500)],
+        ),
+        (
+            "job_active_page pending",
+            super::cancel::ACTIVE_PAGE_SQL,
+            vec![Bind::S("pending"), Bind::U(0), Bind::U(500)],
+        ),
+        (
+            "job_active_page processing",
+            super::cancel::ACTIVE_PAGE_SQL,
+            vec![Bind::S("processing"), Bind::U(0), Bind::U(500)],
         ),
     ];
     for (tag, sql, binds) in plans {

@@ -1,0 +1,164 @@
+//! Cancel and delete (the jobs list and the job page), and the attempt history of the job page.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use mysqlq::JobId;
+use mysqlq::admin::{Attempt, Job, JobSelection, JobState};
+
+use super::pages::{Fail, admin, form_ids, micros};
+use super::view::{csrf, enc};
+use super::{Shared, State as DashState};
+
+/// `cancelled_by` of cancellations made here.
+const BY: &str = "dashboard";
+
+/// `true` for the states an operator can cancel.
+pub(super) fn cancellable(state: JobState) -> bool {
+    matches!(state, JobState::Pending | JobState::Processing)
+}
+
+/// Back to the job page (one job, from there) or the jobs list, with a message.
+fn back(state: &DashState, ids: &[JobId], from_job: bool, msg: &str) -> Response {
+    let target = match (from_job, ids) {
+        (true, [one]) => state.url(&format!("/jobs/{}", one.0)),
+        _ => state.url("/jobs"),
+    };
+    Redirect::to(&format!("{target}?msg={}", enc(msg))).into_response()
+}
+
+/// The optional `reason` field of a cancel form.
+fn reason(body: &str) -> Option<String> {
+    form_urlencoded::parse(body.as_bytes())
+        .find(|(k, _)| k == "reason")
+        .map(|(_, v)| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// `POST /jobs/cancel`: cancels the waiting or running jobs selected (`only`, or the ticked
+/// `id`s), with an optional `reason`.
+pub(super) async fn jobs_cancel(
+    State(state): State<Shared>,
+    body: String,
+) -> Result<Response, Fail> {
+    let (ids, from_job) = form_ids(&body)?;
+    let reason = reason(&body);
+    let r = admin(&state)
+        .cancel(JobSelection::Ids(&ids), BY, reason.as_deref(), |_| {})
+        .await?;
+    let mut msg = format!("cancelled {}", r.cancelled);
+    if !r.running.is_empty() {
+        msg.push_str(&format!(
+            " ({} running: their workers stop them at the next heartbeat)",
+            r.running.len()
+        ));
+    }
+    if !r.not_cancellable.is_empty() {
+        msg.push_str(&format!(
+            "; {} were not waiting or running",
+            r.not_cancellable.len()
+        ));
+    }
+    Ok(back(&state, &ids, from_job, &msg))
+}
+
+/// `POST /jobs/delete`: deletes the selected jobs that are not running.
+pub(super) async fn jobs_delete(
+    State(state): State<Shared>,
+    body: String,
+) -> Result<Response, Fail> {
+    let (ids, _) = form_ids(&body)?;
+    let r = admin(&state).delete(&ids).await?;
+    if r.deleted == 0 && !r.running.is_empty() {
+        return Err(Fail(
+            StatusCode::CONFLICT,
+            "error: a running job cannot be deleted; cancel it first".to_owned(),
+        ));
+    }
+    let mut msg = format!("deleted {}", r.deleted);
+    if !r.running.is_empty() {
+        msg.push_str(&format!(
+            "; {} running, not deleted (cancel them first)",
+            r.running.len()
+        ));
+    }
+    if !r.unknown.is_empty() {
+        msg.push_str(&format!("; {} did not exist", r.unknown.len()));
+    }
+    // A deleted job has no page to go back to.
+    Ok(back(&state, &ids, false, &msg))
+}
+
+/// The cancel and delete forms of a job's page.
+pub(super) fn job_actions(state: &DashState, j: &Job) -> Markup {
+    let id = j.id.0;
+    html! {
+        @if !state.read_only {
+            div.actions {
+                @if cancellable(j.state) {
+                    form method="post" action=(state.url("/jobs/cancel")) {
+                        (csrf(state))
+                        input type="hidden" name="only" value=(id);
+                        input type="hidden" name="from" value="job";
+                        label { "reason " input name="reason" maxlength="1024" placeholder="optional"; }
+                        " "
+                        button type="submit" #cancel { "Cancel job" }
+                    }
+                }
+                @if j.state != JobState::Processing {
+                    form method="post" action=(state.url("/jobs/delete")) {
+                        (csrf(state))
+                        input type="hidden" name="only" value=(id);
+                        button type="submit" #delete { "Delete job" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Who cancelled the job, when and why.
+pub(super) fn cancel_facts(j: &Job) -> Markup {
+    html! {
+        @if let Some(by) = &j.cancelled_by {
+            dt { "cancelled by" } dd #cancelled-by { (by) }
+            dt { "cancelled at" } dd { (j.cancelled_at.as_ref().map_or_else(|| "–".to_owned(), micros)) }
+            dt { "cancel reason" } dd #cancel-reason { (j.cancel_reason.as_deref().unwrap_or("–")) }
+        }
+    }
+}
+
+/// The attempts that did not complete, newest first.
+pub(super) fn attempts_table(attempts: &[Attempt]) -> Markup {
+    html! {
+        h2 { "Attempts" }
+        @if attempts.is_empty() {
+            p.muted #attempts-none { "no failed attempts recorded" }
+        } @else {
+            table #attempt-history {
+                thead { tr {
+                    th.num { "attempt" } th { "outcome" } th { "worker" } th { "started (UTC)" }
+                    th { "ended (UTC)" } th { "error" }
+                } }
+                tbody {
+                    @for a in attempts {
+                        tr {
+                            td.num { (a.attempt) }
+                            td { (a.outcome.as_str()) }
+                            td { (a.worker.as_deref().unwrap_or("–")) }
+                            td { (a.started_at.as_ref().map_or_else(|| "– (worker died)".to_owned(), micros)) }
+                            td { (micros(&a.finished_at)) }
+                            td.error {
+                                pre { (a.error) }
+                                @if a.truncated {
+                                    span.muted { "(cut to 8 KiB of " (a.error_bytes) " bytes)" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Cancelling and deleting jobs, and the history of their attempts.
+
+use serde::Serialize;
+
+use super::{Admin, Timestamp, time};
+use crate::store::admin as sql;
+use crate::{Error, JobId};
+
+/// Which jobs [`Admin::cancel`] touches.
+#[derive(Debug, Clone, Copy)]
+pub enum JobSelection<'a> {
+    /// These ids (ids that are not waiting or running jobs are reported, not touched).
+    Ids(&'a [JobId]),
+    /// Every waiting (ready, scheduled, retrying) and running job of this queue and kind
+    /// (`None`: any), walked in keyset pages. Jobs enqueued while the walk runs may be
+    /// included.
+    Filter {
+        /// Only this queue.
+        queue: Option<&'a str>,
+        /// Only this kind.
+        kind: Option<&'a str>,
+    },
+}
+
+/// What [`Admin::cancel`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CancelReport {
+    /// Jobs cancelled in all (waiting and running).
+    pub cancelled: u64,
+    /// Of those, the jobs that were running: their workers stop them at their next heartbeat
+    /// (a third of the lease by default), and what they return then is not written.
+    pub running: Vec<JobId>,
+    /// Of the ids asked for, those that were not waiting or running jobs (unknown, or already
+    /// completed, failed or cancelled).
+    pub not_cancellable: Vec<JobId>,
+}
+
+/// What [`Admin::delete`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeleteReport {
+    /// Jobs deleted, with their attempt history.
+    pub deleted: u64,
+    /// Ids of running jobs, not deleted: cancel them first.
+    pub running: Vec<JobId>,
+    /// Ids of no job.
+    pub unknown: Vec<JobId>,
+}
+
+/// How an attempt ended ([`Attempt::outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// Failed; the job was retried later.
+    Retry,
+    /// Snoozed (not counted as a failure).
+    Snooze,
+    /// Failed for good (attempts exhausted or a permanent error).
+    Fail,
+    /// The handler cancelled the job.
+    Cancel,
+}
+
+impl AttemptOutcome {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Snooze => "snooze",
+            Self::Fail => "fail",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One attempt that did not complete ([`Admin::attempts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attempt {
+    /// The attempt's number (1 for the first; it restarts at 1 after `failed retry`).
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The worker that ran it.
+    pub worker: Option<String>,
+    /// When it started (the database's clock minus the handler's run time); `None` for an
+    /// attempt whose worker died, recorded by the reaper when its lease expired.
+    pub started_at: Option<Timestamp>,
+    /// When its outcome was written.
+    pub finished_at: Timestamp,
+    /// Its error, cut to 8 KiB at a character boundary (ending with ` …[truncated]` when
+    /// cut).
+    pub error: String,
+    /// `true` when `error` was cut.
+    pub truncated: bool,
+    /// The error's full length in bytes.
+    pub error_bytes: u32,
+}
+
+/// Longest `cancelled_by`, in characters.
+const MAX_BY: usize = 128;
+/// Longest `cancel_reason`, in characters.
+const MAX_REASON: usize = 1024;
+
+impl Admin {
+    /// Cancels waiting (ready, scheduled, retrying) and running jobs: they move to
+    /// `cancelled` with `cancelled_by = by`, `cancelled_at` and `cancel_reason = reason`, and
+    /// release their dedupe, ordering and concurrency keys at once. A running job's worker
+    /// sees it at its next heartbeat: the handler's [`crate::JobContext`] is cancelled with
+    /// [`crate::CancelReason::Cancelled`] and whatever it returns afterwards is not written.
+    /// `progress` is called with the number of jobs looked at after each page.
+    pub async fn cancel(
+        &self,
+        which: JobSelection<'_>,
+        by: &str,
+        reason: Option<&str>,
+        mut progress: impl FnMut(usize),
+    ) -> Result<CancelReport, Error> {
+        let by = by.trim();
+        if by.is_empty() || by.chars().count() > MAX_BY {
+            return Err(Error::invalid(
+                "cancelled by",
+                format!("name who cancels in 1 to {MAX_BY} characters (e.g. a user name)"),
+            ));
+        }
+        let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+        if reason.is_some_and(|r| r.chars().count() > MAX_REASON) {
+            return Err(Error::invalid(
+                "cancel reason",
+                format!("is longer than {MAX_REASON} characters; shorten it"),
+            ));
+        }
+        let params = sql::CancelParams { by, reason };
+        let mut report = CancelReport::default();
+        let mut conn = self.pool.acquire().await?;
+        let tally = |r: sql::CancelReport, report: &mut CancelReport| {
+            report.cancelled += (r.waiting.len() + r.running.len()) as u64;
+            report.running.extend(r.running);
+            report.not_cancellable.extend(r.skipped);
+        };
+        match which {
+            JobSelection::Ids(ids) => {
+                let mut tries = 0;
+                let r = loop {
+                    match sql::job_cancel_many(&mut conn, ids, &params).await {
+                        Err(e) if retry_deadlock(&e, &mut tries).await => {}
+                        other => break other?,
+                    }
+                };
+                tally(r, &mut report);
+                progress(ids.len());
+            }
+            JobSelection::Filter { queue, kind } => {
+                let page = sql::ActivePageParams {
+                    queue,
+                    kind,
+                    limit: u32::try_from(sql::BULK_CHUNK).unwrap_or(500),
+                };
+                let mut cursor = sql::ActiveCursor::default();
+                while !cursor.is_done() {
+                    let ids = sql::job_active_page(&mut conn, &page, &mut cursor).await?;
+                    if ids.is_empty() {
+                        continue;
+                    }
+                    let mut tries = 0;
+                    let mut r = loop {
+                        match sql::job_cancel_many(&mut conn, &ids, &params).await {
+                            Err(e) if retry_deadlock(&e, &mut tries).await => {}
+                            other => break other?,
+                        }
+                    };
+                    // A job that finished between the page and the cancel is no concern of a
+                    // filter: only ids asked for by name are reported.
+                    r.skipped.clear();
+                    tally(r, &mut report);
+                    progress(ids.len());
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Deletes jobs in any state but running (waiting, scheduled, completed, failed,
+    /// cancelled), with their attempt history; a deleted job's keys are free at once. Running
+    /// jobs are reported in [`DeleteReport::running`] and left alone: [`cancel`](Self::cancel)
+    /// them first.
+    pub async fn delete(&self, ids: &[JobId]) -> Result<DeleteReport, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tries = 0;
+        let r = loop {
+            match sql::job_delete_many(&mut conn, ids).await {
+                Err(e) if retry_deadlock(&e, &mut tries).await => {}
+                other => break other?,
+            }
+        };
+        Ok(DeleteReport {
+            deleted: r.deleted.len() as u64,
+            running: r.running,
+            unknown: r.unknown,
+        })
+    }
+
+    /// The recorded attempts of job `id` that did not complete, newest first (at most the
+    /// workers' `attempt_history` of them; empty for an unknown job).
+    pub async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        crate::store::job_attempts(&mut conn, id)
+            .await?
+            .into_iter()
+            .map(|r| {
+                let outcome = match r.outcome.as_str() {
+                    "retry" => AttemptOutcome::Retry,
+                    "snooze" => AttemptOutcome::Snooze,
+                    "fail" => AttemptOutcome::Fail,
+                    "cancel" => AttemptOutcome::Cancel,
+                    other => {
+                        return Err(Error::invalid(
+                            "attempt outcome",
+                            format!("`{other}` is unknown to this build; upgrade mysqlq"),
+                        ));
+                    }
+                };
+                Ok(Attempt {
+                    attempt: r.attempt,
+                    outcome,
+                    worker: r.worker,
+                    started_at: r.started_at.as_deref().map(time).transpose()?,
+                    finished_at: time(&r.finished_at)?,
+                    truncated: r.error.len() < r.error_bytes as usize,
+                    error: r.error,
+                    error_bytes: r.error_bytes,
+                })
+            })
+            .collect()
+    }
+}
+
+/// `true` (after a short wait) when one of our own short transactions should run again: the
+/// server picked it as a deadlock victim and rolled it back whole. A few times at most.
+async fn retry_deadlock(e: &Error, tries: &mut u64) -> bool {
+    if e.server_code() != Some(1213) || *tries >= 5 {
+        return false;
+    }
+    *tries += 1;
+    tokio::time::sleep(std::time::Duration::from_millis(10 * *tries)).await;
+    true
+}

@@ -1,0 +1,234 @@
+//! Operator cancellation and deletion of jobs in any state but final (cancel) or running
+//! (delete), by id or walking the waiting and running jobs in keyset pages.
+
+use serde::Serialize;
+use sqlx::{AssertSqlSafe, MySqlConnection, Row};
+
+use super::BULK_CHUNK;
+use crate::store::sql::{bind_ids, padded_len, placeholders};
+use crate::{Error, JobId};
+
+/// The states an operator's cancel moves to `cancelled`, in walking order.
+const ACTIVE: [&str; 2] = ["pending", "processing"];
+
+/// Keyset on `idx_job_finished (status, finished_at, id)`: waiting and running jobs have no
+/// `finished_at`, so `status = ? AND finished_at IS NULL AND id > ? ORDER BY id` reads the index
+/// in order.
+pub(super) const ACTIVE_PAGE_SQL: &str = "/* mysqlq:job_active_page */ \
+    SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind \
+    FROM job_queue WHERE status = ? AND finished_at IS NULL AND id > ? ORDER BY id LIMIT ?";
+
+/// Where [`job_active_page`] goes on from. Start with [`ActiveCursor::default`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActiveCursor {
+    state: usize,
+    id: u64,
+}
+
+impl ActiveCursor {
+    /// `true` once every pending and processing job was returned.
+    pub fn is_done(&self) -> bool {
+        self.state >= ACTIVE.len()
+    }
+}
+
+/// Parameters of [`job_active_page`].
+#[derive(Debug, Clone, Copy)]
+pub struct ActivePageParams<'a> {
+    /// Only this queue.
+    pub queue: Option<&'a str>,
+    /// Only this kind.
+    pub kind: Option<&'a str>,
+    /// Most rows read per page.
+    pub limit: u32,
+}
+
+/// `job_active_page`: the next page of `pending` (scheduled and retrying included), then
+/// `processing`, job ids after `cursor`, filtered by queue and kind, advancing the cursor. A
+/// page may be shorter than `limit`, or empty, when filtered; stop when
+/// [`ActiveCursor::is_done`]. Jobs enqueued during the walk with a higher id are included.
+pub async fn job_active_page(
+    conn: &mut MySqlConnection,
+    p: &ActivePageParams<'_>,
+    cursor: &mut ActiveCursor,
+) -> Result<Vec<JobId>, Error> {
+    if let Some(q) = p.queue {
+        crate::queue::validate_queue_name(q)?;
+    }
+    let Some(state) = ACTIVE.get(cursor.state) else {
+        return Ok(Vec::new());
+    };
+    let limit = p.limit.max(1);
+    let rows = sqlx::query(ACTIVE_PAGE_SQL)
+        .bind(*state)
+        .bind(cursor.id)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut ids = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let id: u64 = r.try_get("id")?;
+        let queue: String = r.try_get("queue_name")?;
+        let kind: Option<String> = r.try_get("kind")?;
+        cursor.id = id;
+        if p.queue.is_none_or(|q| q == queue) && p.kind.is_none_or(|k| kind.as_deref() == Some(k)) {
+            ids.push(JobId(id));
+        }
+    }
+    if rows.len() < usize::try_from(limit).unwrap_or(usize::MAX) {
+        cursor.state += 1;
+        cursor.id = 0;
+    }
+    Ok(ids)
+}
+
+/// Who cancels, and why ([`job_cancel_many`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CancelParams<'a> {
+    /// `cancelled_by`: the operator (at most 128 characters).
+    pub by: &'a str,
+    /// `cancel_reason` (at most 1024 characters).
+    pub reason: Option<&'a str>,
+}
+
+/// What [`job_cancel_many`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CancelReport {
+    /// Jobs that were waiting (pending: ready, scheduled or waiting for a retry), now cancelled.
+    pub waiting: Vec<JobId>,
+    /// Jobs that were running, now cancelled; their workers stop them at their next heartbeat.
+    pub running: Vec<JobId>,
+    /// Ids that were not waiting or running jobs (unknown, or already final).
+    pub skipped: Vec<JobId>,
+}
+
+/// `job_cancel_many`: moves `pending` and `processing` jobs to `cancelled` with who, when and
+/// why, up to [`BULK_CHUNK`] ids per transaction (a locking read of the ids, then the UPDATE,
+/// guarded by `status IN ('pending', 'processing')`). A running job keeps its `claim_token` and
+/// `locked_by`: its worker's next token-guarded write fails, and `job_ownership` reads
+/// `cancelled_by` to tell the worker it was cancelled, not lost.
+pub async fn job_cancel_many(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+    p: &CancelParams<'_>,
+) -> Result<CancelReport, Error> {
+    let mut report = CancelReport::default();
+    for chunk in ids.chunks(BULK_CHUNK) {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let found = lock_active(&mut tx, chunk).await?;
+        report.skipped.extend(
+            chunk
+                .iter()
+                .filter(|id| !found.iter().any(|(f, _)| f == *id)),
+        );
+        if found.is_empty() {
+            tx.rollback().await?;
+            continue;
+        }
+        let found_ids: Vec<JobId> = found.iter().map(|(id, _)| *id).collect();
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:job_cancel_operator */ UPDATE job_queue SET status = 'cancelled', \
+             finished_at = UTC_TIMESTAMP(6), lease_expires_at = NULL, \
+             cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, cancel_reason = ? \
+             WHERE id IN ({}) AND status IN ('pending', 'processing')",
+            placeholders(padded_len(found_ids.len()))
+        ));
+        let q = sqlx::query(sql).bind(p.by).bind(p.reason);
+        bind_ids(q, &found_ids).execute(&mut *tx).await?;
+        tx.commit().await?;
+        for (id, running) in found {
+            if running {
+                report.running.push(id);
+            } else {
+                report.waiting.push(id);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Locks the `pending`/`processing` rows among `ids`; `(id, running)` for each.
+async fn lock_active(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<Vec<(JobId, bool)>, Error> {
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_cancel_lock */ SELECT id, CAST(status AS CHAR) AS status FROM job_queue \
+         WHERE id IN ({}) AND status IN ('pending', 'processing') FOR UPDATE",
+        placeholders(padded_len(ids.len()))
+    ));
+    let rows = bind_ids(sqlx::query(sql), ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let id = JobId(r.try_get("id")?);
+        let status: String = r.try_get("status")?;
+        if !out.iter().any(|(f, _)| *f == id) {
+            out.push((id, status == "processing"));
+        }
+    }
+    Ok(out)
+}
+
+/// What [`job_delete_many`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeleteReport {
+    /// Jobs deleted (with their attempt history).
+    pub deleted: Vec<JobId>,
+    /// Ids of running jobs, left alone: cancel them first.
+    pub running: Vec<JobId>,
+    /// Ids of no job.
+    pub unknown: Vec<JobId>,
+}
+
+/// `job_delete_many`: deletes jobs in any state but `processing` (their attempt history goes
+/// with them), up to [`BULK_CHUNK`] ids per transaction. Running jobs are reported, not touched:
+/// cancel them first, so that their worker stops them.
+pub async fn job_delete_many(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<DeleteReport, Error> {
+    let mut report = DeleteReport::default();
+    for chunk in ids.chunks(BULK_CHUNK) {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:job_delete_lock */ SELECT id, CAST(status AS CHAR) AS status \
+             FROM job_queue WHERE id IN ({}) FOR UPDATE",
+            placeholders(padded_len(chunk.len()))
+        ));
+        let rows = bind_ids(sqlx::query(sql), chunk)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut deletable = Vec::new();
+        for &id in chunk {
+            let status = rows
+                .iter()
+                .find(|r| r.try_get::<u64, _>("id").ok() == Some(id.0))
+                .map(|r| r.try_get::<String, _>("status"))
+                .transpose()?;
+            match status.as_deref() {
+                None if !report.unknown.contains(&id) => report.unknown.push(id),
+                Some("processing") if !report.running.contains(&id) => report.running.push(id),
+                Some(s) if s != "processing" && !deletable.contains(&id) => deletable.push(id),
+                _ => {}
+            }
+        }
+        if deletable.is_empty() {
+            tx.rollback().await?;
+            continue;
+        }
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:job_delete */ DELETE FROM job_queue WHERE id IN ({}) \
+             AND status <> 'processing'",
+            placeholders(padded_len(deletable.len()))
+        ));
+        crate::store::job_attempt_delete(&mut tx, &deletable).await?;
+        bind_ids(sqlx::query(sql), &deletable)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        report.deleted.extend(deletable);
+    }
+    Ok(report)
+}
