@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use mysqlq::admin::{Admin, AttemptOutcome, JobSelection, JobState};
+use mysqlq::hooks::{BoxFuture, Hook, Hooks, JobRun};
 use mysqlq::store::{self, ClaimParams, Outcome, Owned, Written};
 use mysqlq::{
     CancelReason, EnqueueOptions, Enqueued, JobContext, JobError, JobId, NewJob, WorkerEvent,
@@ -123,6 +124,17 @@ async fn fails_fast(ctx: JobContext) -> Result<(), JobError> {
         return Err(JobError::retry(format!("boom 4 {}", "é".repeat(5 * 1024))));
     }
     Err(JobError::retry(format!("boom {}", ctx.attempt())))
+}
+
+/// A worker hook recording every `on_cancelled` it hears: (job, reason).
+#[derive(Default)]
+struct SeesCancels(std::sync::Arc<Mutex<Vec<(JobId, String)>>>);
+
+impl Hook for SeesCancels {
+    fn on_cancelled<'a>(&'a self, job: &'a JobRun, reason: &'a str) -> BoxFuture<'a, ()> {
+        self.0.lock().unwrap().push((job.id(), reason.to_owned()));
+        Box::pin(async {})
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -378,7 +390,15 @@ async fn a_cancelled_running_jobs_late_writes_change_nothing() {
 async fn a_running_handler_sees_the_cancel_through_its_context() {
     let db = TestDb::new().await;
     let admin = Admin::new(db.pool.clone());
-    let worker = db.worker().queues(["cancel-run"]).start().await.unwrap();
+    let heard = SeesCancels::default();
+    let heard_list = heard.0.clone();
+    let worker = db
+        .worker()
+        .queues(["cancel-run"])
+        .hooks(Hooks::new().with(heard))
+        .start()
+        .await
+        .unwrap();
     let mut events = worker.events();
     let id = WaitsForCancel {}.enqueue(&db.pool).await.unwrap().id();
     wait_event(&mut events, "the handler to start", |e| {
@@ -418,6 +438,11 @@ async fn a_running_handler_sees_the_cancel_through_its_context() {
         "nothing of the cancelled job is left to release"
     );
     assert_eq!(status_of(&db, id).await, "cancelled");
+    assert_eq!(
+        *heard_list.lock().unwrap(),
+        vec![(id, "cancelled by an operator".to_owned())],
+        "the worker's on_cancelled hook hears of the operator's cancel once"
+    );
     let j = admin.job(id).await.unwrap().unwrap();
     assert_eq!(j.cancelled_by.as_deref(), Some("alice"));
     assert_eq!(attempt_rows(&db, id).await, 0);
@@ -786,7 +811,16 @@ async fn migration_4_runs_again_without_error() {
         mysqlq::SCHEMA_VERSION
     );
     let mut conn = db.connect().await;
-    assert_eq!(mysqlq::schema_version(&mut conn).await.unwrap(), 4);
+    assert_eq!(
+        mysqlq::schema_version(&mut conn).await.unwrap(),
+        mysqlq::SCHEMA_VERSION
+    );
+    let (again,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM mysqlq_migrations WHERE version = 4")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(again, 1, "migration 4 ran again and was recorded");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@
 //! | [`on_enqueue`](Hook::on_enqueue) | before the row is written, inside the caller's transaction | stamp a request id or the `traceparent` into the job's meta; refuse a job |
 //! | [`around_run`](Hook::around_run) | around each attempt's handler | a tracing context, timing, error reporting (Sentry) |
 //! | [`on_dead`](Hook::on_dead) | after a job was recorded `failed` for good | alerting |
-//! | [`on_cancelled`](Hook::on_cancelled) | after a job was recorded `cancelled` | clean-up, alerting |
+//! | [`on_cancelled`](Hook::on_cancelled) | after a job was recorded `cancelled` by its handler, or an operator's cancel stopped it here | clean-up, alerting |
 //!
 //! Enqueue hooks are process-wide ([`set_global_hooks`]): enqueueing goes through no client
 //! object. A worker runs the global hooks first, then its own ([`WorkerBuilder::hooks`]). Hooks

@@ -205,6 +205,16 @@ async fn supervise(
             release_one(&s, &key).await;
             return;
         }
+        // An operator cancelled the row (the lease service saw it and removed the entry): the
+        // outcome is the operator's, already written; the hooks hear of it here.
+        Ran::Stopped(CancelReason::Cancelled) => {
+            if let Some(run) = &run {
+                s.hooks
+                    .cancelled(run, &CancelReason::Cancelled.to_string())
+                    .await;
+            }
+            return;
+        }
         // Lost: the lease service removed the entry; shutdown: its release writes the outcome.
         Ran::Stopped(_) => return,
         Ran::Ok => {
