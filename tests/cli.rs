@@ -609,21 +609,62 @@ async fn stats_watch_refreshes_until_interrupted() {
     let db = TestDb::new().await;
     let mut child = cmd(
         &db.url(),
-        &["stats", "--json", "--watch", "--interval", "100ms"],
+        &["stats", "--json", "--watch", "--interval", "10ms"],
     )
     .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
+    .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    // Drained to the end, so a full pipe never blocks the child.
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
     for _ in 0..2 {
-        let line = lines.next().unwrap().unwrap();
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("stats --watch printed a line");
         let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert!(v["queues"].is_array());
     }
+    // The signal must stop the watch even when it arrives while the statistics are being
+    // read, not only during the sleep between two reads (the CI hang of stop 22: a Ctrl-C
+    // listener made anew for each sleep missed it). A write lock on job_queue holds the next
+    // read until the signal has been sent.
+    let mut locker = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("LOCK TABLES job_queue WRITE")
+        .execute(&mut *locker)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND STATE LIKE 'Waiting for table metadata lock%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stats never waited for the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(mysqlq_tests::signal(child.id(), "INT"));
-    let status = child.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut *locker)
+        .await
+        .unwrap();
+    let status = mysqlq_tests::wait_within(&mut child, Duration::from_secs(10))
+        .expect("stats --watch kept running after SIGINT");
     assert_eq!(status.code(), Some(0));
+    reader.join().unwrap();
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use crate::args::StatsArgs;
 use crate::db::Target;
 use crate::error::CliError;
 use crate::out::{self, Table};
+use crate::signals::Stop;
 
 /// `stats` (once, or `--watch`).
 pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError> {
@@ -24,34 +25,48 @@ pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError
     }
     let admin = Admin::new(target.pool(2).await?);
     let tty = std::io::stdout().is_terminal();
+    // Registered before the first read: a Ctrl-C during a read (or a read the server holds)
+    // ends the watch as surely as one during the sleep.
+    let mut stop = a.watch.then(Stop::new);
     loop {
-        let snap = admin
-            .stats(a.window)
-            .await
-            .map_err(|e| CliError::mysqlq("cannot read the statistics", &e))?;
-        let text = if a.json {
-            let json = if a.watch {
-                serde_json::to_string(&snap)
-            } else {
-                serde_json::to_string_pretty(&snap)
-            };
-            json.map_err(|e| CliError::new(format!("cannot encode JSON: {e}"), "report this bug"))?
-                + "\n"
-        } else {
-            render(&snap)
+        let round = async {
+            let snap = admin
+                .stats(a.window)
+                .await
+                .map_err(|e| CliError::mysqlq("cannot read the statistics", &e))?;
+            print_snapshot(&snap, a, tty)
         };
-        if a.watch && tty && !a.json {
-            print!("\x1b[2J\x1b[H");
-        }
-        print!("{text}");
-        if !a.watch {
-            return Ok(());
+        let Some(stop) = stop.as_mut() else {
+            return round.await;
+        };
+        tokio::select! {
+            r = round => r?,
+            () = stop.recv() => return Ok(()),
         }
         tokio::select! {
             () = tokio::time::sleep(a.interval) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            () = stop.recv() => return Ok(()),
         }
     }
+}
+
+fn print_snapshot(snap: &Snapshot, a: &StatsArgs, tty: bool) -> Result<(), CliError> {
+    let text = if a.json {
+        let json = if a.watch {
+            serde_json::to_string(snap)
+        } else {
+            serde_json::to_string_pretty(snap)
+        };
+        json.map_err(|e| CliError::new(format!("cannot encode JSON: {e}"), "report this bug"))?
+            + "\n"
+    } else {
+        render(snap)
+    };
+    if a.watch && tty && !a.json {
+        print!("\x1b[2J\x1b[H");
+    }
+    print!("{text}");
+    Ok(())
 }
 
 fn render(s: &Snapshot) -> String {

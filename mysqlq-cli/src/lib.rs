@@ -73,6 +73,8 @@ mod out;
 mod program;
 #[cfg(all(test, feature = "cli"))]
 mod reference;
+#[cfg(feature = "cli")]
+mod signals;
 
 #[cfg(feature = "cli")]
 pub use app::Cli;

@@ -13,7 +13,7 @@ mod private_server;
 mod procs;
 pub mod torture;
 
-pub use procs::Proc;
+pub use procs::{Proc, wait_within};
 
 pub use private_server::{PrivateServer, signal};
 

@@ -59,18 +59,25 @@ impl Proc {
     /// SIGTERM, then the exit status within `limit`.
     pub fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
         assert!(signal(self.child.id(), "TERM"));
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the worker") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker {} did not stop within {limit:?}",
-                self.id
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        wait_within(&mut self.child, limit)
+            .unwrap_or_else(|| panic!("worker {} did not stop within {limit:?}", self.id))
+    }
+}
+
+/// The exit status of `child` if it ends within `limit`; otherwise the child is killed (so a
+/// test never hangs on a process that ignores its signal) and `None` is returned.
+pub fn wait_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child process") {
+            return Some(status);
         }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -220,8 +220,9 @@ pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(),
     let local: SocketAddr = listener.local_addr().unwrap_or(args.addr);
     println!("dashboard listening on http://{local}/");
     let app = router(pool.clone(), options);
+    let mut stop = crate::signals::Stop::new();
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move { stop.recv().await })
         .await
         .map_err(|e| {
             CliError::new(
@@ -231,27 +232,4 @@ pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(),
         })?;
     pool.close().await;
     Ok(())
-}
-
-#[cfg(feature = "cli")]
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

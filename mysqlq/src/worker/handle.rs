@@ -53,7 +53,10 @@ impl WorkerHandle {
     /// Waits for SIGINT or SIGTERM, then shuts down gracefully; a second SIGINT or SIGTERM
     /// during the grace period stops at once (running jobs are cancelled and released).
     pub async fn run_until_signal(self) -> Result<ShutdownReport, Error> {
-        wait_for_signal().await;
+        // One registration for both signals: a second signal that arrives while the first is
+        // being handled is kept, not lost between two listeners.
+        let mut signals = StopSignals::new();
+        signals.recv().await;
         let running = self.shared.in_flight().len();
         tracing::warn!(
             worker = %self.shared.worker_id,
@@ -62,8 +65,8 @@ impl WorkerHandle {
             "signal received: no more claims; waiting for running jobs up to the grace period \
              (send SIGINT or SIGTERM again to stop now and release them)"
         );
-        self.shutdown_with(async {
-            wait_for_signal().await;
+        self.shutdown_with(async move {
+            signals.recv().await;
             tracing::warn!("second signal: stopping now, releasing running jobs");
         })
         .await
@@ -134,27 +137,47 @@ impl WorkerHandle {
     }
 }
 
-async fn wait_for_signal() {
+/// SIGINT and SIGTERM (Ctrl-C elsewhere), listened for from the moment it is made.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) {
-            (Ok(mut int), Ok(mut term)) => {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Self {
+                int: signal(SignalKind::interrupt()).ok(),
+                term: signal(SignalKind::terminate()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Self {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn one(s: Option<&mut tokio::signal::unix::Signal>) {
+                if let Some(s) = s {
+                    if s.recv().await.is_some() {
+                        return;
+                    }
+                }
+                std::future::pending::<()>().await;
+            }
+            tokio::select! {
+                () = one(self.int.as_mut()) => {}
+                () = one(self.term.as_mut()) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
