@@ -57,10 +57,10 @@ impl Stop {
 /// The next signal of `s`; never, for a listener that could not be registered.
 #[cfg(unix)]
 async fn recv(s: Option<&mut tokio::signal::unix::Signal>) {
-    if let Some(s) = s {
-        if s.recv().await.is_some() {
-            return;
-        }
+    if let Some(s) = s
+        && s.recv().await.is_some()
+    {
+        return;
     }
     std::future::pending::<()>().await;
 }

@@ -163,10 +163,10 @@ impl StopSignals {
         #[cfg(unix)]
         {
             async fn one(s: Option<&mut tokio::signal::unix::Signal>) {
-                if let Some(s) = s {
-                    if s.recv().await.is_some() {
-                        return;
-                    }
+                if let Some(s) = s
+                    && s.recv().await.is_some()
+                {
+                    return;
                 }
                 std::future::pending::<()>().await;
             }
