@@ -996,7 +996,8 @@ async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
     let other = http(request(addr, "GET", "/other", &[], None)).await;
     assert_eq!(other.status, 404, "{other:?}");
     assert!(mysqlq_tests::signal(child.id(), "TERM"));
-    let status = child.wait().unwrap();
+    let status = mysqlq_tests::wait_within(&mut child, Duration::from_secs(30))
+        .expect("the worker stopped within 30 s of SIGTERM");
     let mut err = String::new();
     child
         .stderr
