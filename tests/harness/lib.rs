@@ -13,9 +13,9 @@ mod private_server;
 mod procs;
 pub mod torture;
 
-pub use procs::{Proc, wait_within};
+pub use procs::{FAST_TIMINGS, Proc, wait_within};
 
-pub use private_server::{PrivateServer, signal};
+pub use private_server::{GaleraCluster, PrivateServer, ReplicaPair, Replication, client, signal};
 
 use std::time::Duration;
 
