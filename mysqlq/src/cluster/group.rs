@@ -391,17 +391,14 @@ impl Prober {
     /// The state of host `i` if it is fit (reusing the connection kept from last time), or why
     /// it is not.
     async fn check(&mut self, group: &Group, i: usize) -> Result<NodeState, String> {
-        if let Some(mut conn) = self.conns[i].take() {
-            if let Ok(state) = group.timed(node_state(&mut conn)).await {
-                let fit = state.writable();
-                if fit.is_ok() {
-                    self.conns[i] = Some(conn);
-                    group.note(i, None);
-                    return Ok(state);
-                }
-                return fit.map(|()| state);
-            }
-            // The connection broke: try a new one.
+        // A kept connection that broke is replaced by a new one below.
+        if let Some(mut conn) = self.conns[i].take()
+            && let Ok(state) = group.timed(node_state(&mut conn)).await
+        {
+            state.writable()?;
+            self.conns[i] = Some(conn);
+            group.note(i, None);
+            return Ok(state);
         }
         let (conn, state) = group.probe(i).await?;
         self.conns[i] = Some(conn);

@@ -232,6 +232,12 @@ pub struct GaleraState {
     /// and `auto_increment_offset` to the node's index, so ids are not contiguous and the step
     /// changes when nodes join or leave.
     pub auto_increment_control: bool,
+    /// `wsrep_local_cert_failures`: local transactions that failed certification (another node
+    /// wrote the same rows first) since the node started.
+    pub cert_failures: u64,
+    /// `wsrep_local_bf_aborts`: local transactions aborted by a replicated one since the node
+    /// started.
+    pub bf_aborts: u64,
 }
 
 impl NodeState {
@@ -288,7 +294,7 @@ pub async fn node_state(conn: &mut MySqlConnection) -> Result<NodeState, Error> 
         let status: Vec<(String, String)> = sqlx::query_as(
             "/* mysqlq:node_state */ SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', \
              'wsrep_local_state_comment', 'wsrep_cluster_status', 'wsrep_cluster_size', \
-             'wsrep_local_index')",
+             'wsrep_local_index', 'wsrep_local_cert_failures', 'wsrep_local_bf_aborts')",
         )
         .fetch_all(&mut *conn)
         .await?;
@@ -307,6 +313,8 @@ pub async fn node_state(conn: &mut MySqlConnection) -> Result<NodeState, Error> 
             reject_queries: var("wsrep_reject_queries").unwrap_or("NONE").to_owned(),
             desync: on("wsrep_desync"),
             auto_increment_control: on("wsrep_auto_increment_control"),
+            cert_failures: st("wsrep_local_cert_failures").parse().unwrap_or(0),
+            bf_aborts: st("wsrep_local_bf_aborts").parse().unwrap_or(0),
         })
     } else {
         None
@@ -342,20 +350,26 @@ pub async fn is_galera(conn: &mut MySqlConnection) -> Result<bool, Error> {
 }
 
 /// `session_causal_reads`: on a Galera node, makes the session's reads wait until the node has
-/// applied every write the cluster committed before them (`wsrep_sync_wait = 1`), or back to
-/// the server's default (`on = false`). Returns `false`, doing nothing, on a server without
-/// wsrep, where every read already sees every committed write of its server.
-pub async fn session_causal_reads(conn: &mut MySqlConnection, on: bool) -> Result<bool, Error> {
+/// applied every write the cluster committed before them (`wsrep_sync_wait = 1`). Returns
+/// `false`, doing nothing, on a server without wsrep, where every read already sees every
+/// committed write of its server.
+pub async fn session_causal_reads(conn: &mut MySqlConnection) -> Result<bool, Error> {
     if !is_galera(conn).await? {
         return Ok(false);
     }
-    let sql = if on {
-        "/* mysqlq:session_causal_reads */ SET SESSION wsrep_sync_wait = 1"
-    } else {
-        "/* mysqlq:session_causal_reads */ SET SESSION wsrep_sync_wait = DEFAULT"
-    };
-    sqlx::query(sql).execute(&mut *conn).await?;
+    sqlx::query("/* mysqlq:session_causal_reads */ SET SESSION wsrep_sync_wait = 1")
+        .execute(&mut *conn)
+        .await?;
     Ok(true)
+}
+
+/// `session_causal_reads_off`: `wsrep_sync_wait` back to the server's default, after
+/// [`session_causal_reads`] returned `true`.
+pub async fn session_causal_reads_off(conn: &mut MySqlConnection) -> Result<(), Error> {
+    sqlx::query("/* mysqlq:session_causal_reads */ SET SESSION wsrep_sync_wait = DEFAULT")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]
