@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use mysqlq::{ClusterUrl, EnqueueOptions, NewJob, WorkerHandle};
-use mysqlq_tests::jobs::Noop;
-use mysqlq_tests::{GaleraCluster, TestDb};
+use mysqlq_tests::invariants::{self, place_orders};
+use mysqlq_tests::jobs::{Noop, Sleepy};
+use mysqlq_tests::{GaleraCluster, Proc, TestDb};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
@@ -449,4 +450,333 @@ async fn bulk_ids_stay_right_when_a_node_leaves_mid_call(cluster: &mut GaleraClu
         );
     }
     node0.close().await;
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+
+/// A worker process on every node of `url` (the multi-host URL). The lease is long enough for
+/// the commit stall of a node loss (about 6 s) with heartbeats every 500 ms, so that no job's
+/// lease may end during it: any "lease lost" would be false.
+fn galera_worker(url: &str, db: &TestDb, id: &str) -> Proc {
+    Proc::spawn(
+        BIN,
+        url,
+        &format!("{}-{id}", db.name),
+        id,
+        &[
+            "--queues",
+            "test",
+            "--concurrency",
+            "8",
+            "--lease",
+            "12s",
+            "--heartbeat",
+            "500ms",
+            "--maintenance-interval",
+            "500ms",
+            "--leader-ttl",
+            "2s",
+            "--poll-ceiling",
+            "100ms",
+        ],
+    )
+}
+
+/// Commits a one-row UPDATE on `pool` every 20 ms until `stop`, returning the longest commit.
+fn commit_probe(pool: MySqlPool, stop: tokio_util_like::Stop) -> tokio::task::JoinHandle<Duration> {
+    tokio::spawn(async move {
+        let mut longest = Duration::ZERO;
+        while !stop.is_set() {
+            let began = Instant::now();
+            let _ = sqlx::query("UPDATE commit_probe SET n = n + 1 WHERE id = 1")
+                .execute(&pool)
+                .await;
+            longest = longest.max(began.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        longest
+    })
+}
+
+mod tokio_util_like {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A flag set once.
+    #[derive(Clone, Default)]
+    pub(super) struct Stop(Arc<AtomicBool>);
+
+    impl Stop {
+        pub(super) fn set(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+        pub(super) fn is_set(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+}
+
+/// Sums `wsrep_local_commits` (transactions a node committed for its own clients) per node.
+fn local_commits(cluster: &GaleraCluster) -> Vec<u64> {
+    (0..cluster.len())
+        .map(|i| {
+            cluster
+                .status(i, "wsrep_local_commits")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Every job id a worker's log reports in a "lease lost" line.
+fn lease_lost_ids(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("lease lost"))
+        .flat_map(|l| {
+            let list = l
+                .split_once("jobs=[")
+                .and_then(|(_, rest)| rest.split_once(']'))
+                .map_or("", |(ids, _)| ids);
+            list.split(',')
+                .filter_map(|id| id.trim().parse().ok())
+                .collect::<Vec<u64>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut cluster = start_cluster().await;
+    let db = TestDb::on(&cluster.node_url(0)).await;
+    invariants::install(&db.pool).await;
+    for sql in [
+        "CREATE TABLE commit_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)",
+        "INSERT INTO commit_probe VALUES (1, 0)",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let url = on_db(&cluster.url(), &db);
+    // The test's own pool follows the writer too (node 0 dies below).
+    let app = pool_on(&url, 8).await;
+    let n = 2_000 * scale();
+    let sleepy: Vec<NewJob> = (0..n)
+        .map(|_| NewJob::from_job(&Sleepy { ms: 150 }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    mysqlq::enqueue_many(&app, sleepy).await.unwrap();
+    let orders_n = 300 * scale() as u64;
+    let orders = tokio::spawn(place_orders(app.clone(), 1, orders_n));
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| galera_worker(&url, &db, &format!("g{i}")))
+        .collect();
+    let completed = "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'";
+    wait_count(
+        &app,
+        "the first completions",
+        completed,
+        200,
+        Duration::from_secs(120),
+    )
+    .await;
+
+    // 1. The writer (node 0) dies. The survivors' commits stall until they declare it dead.
+    let probe_pool = pool_on(&on_db(&cluster.node_url(1), &db), 1).await;
+    let stop = tokio_util_like::Stop::default();
+    let probe = commit_probe(probe_pool.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await; // a few probe commits before
+    let before = scalar(&app, completed).await;
+    let kill_instant = Instant::now();
+    tokio::task::block_in_place(|| cluster.kill(0));
+    wait_count(
+        &app,
+        "completions after node 0 died",
+        &format!(
+            "SELECT COUNT(*) >= {} FROM job_queue WHERE status = 'completed'",
+            before + 100
+        ),
+        1,
+        Duration::from_secs(120),
+    )
+    .await;
+    let resumed = kill_instant.elapsed();
+    stop.set();
+    let stall = probe.await.unwrap();
+    probe_pool.close().await;
+    println!(
+        "node 0 (the writer) SIGKILLed: the longest commit on node 1 took {stall:.1?}; 100 more \
+         jobs were completed {resumed:.1?} after the kill (on node 1)"
+    );
+
+    // 2. Node 0 rejoins; the workers go back to it once it has been Synced for a while.
+    let rejoin = tokio::task::block_in_place(|| cluster.rejoin(0));
+    println!("node 0 rejoined (state transfer, Synced) in {rejoin:.1?}");
+    // Work keeps coming while the workers go back to node 0.
+    let feeding = tokio_util_like::Stop::default();
+    let feeder = {
+        let (app, feeding) = (app.clone(), feeding.clone());
+        tokio::spawn(async move {
+            while !feeding.is_set() {
+                let batch: Vec<NewJob> = (0..10)
+                    .map(|_| NewJob::from_job(&Sleepy { ms: 300 }, &EnqueueOptions::new()).unwrap())
+                    .collect();
+                let _ = mysqlq::enqueue_many(&app, batch).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let synced = Instant::now();
+    let deadline = synced + Duration::from_secs(90);
+    let mut last = local_commits(&cluster);
+    let back = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = local_commits(&cluster);
+        let delta: Vec<u64> = now.iter().zip(&last).map(|(a, b)| a - b).collect();
+        last = now;
+        if delta[0] >= 10 && delta[1] == 0 && delta[2] == 0 {
+            break synced.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every write should go to node 0 again (commits per node over the last second: {delta:?})"
+        );
+    };
+    println!(
+        "{back:.1?} after node 0 was Synced, every commit of the workers went to it again \
+         (failback after {:?})",
+        ClusterUrl::DEFAULT_FAILBACK_AFTER
+    );
+
+    // 3. The leader worker dies holding jobs; the others' reapers bring them back.
+    let leader: String = sqlx::query_scalar(
+        "SELECT leader_id FROM mysqlq_leader WHERE name = 'maintenance' AND expires_at > UTC_TIMESTAMP(6)",
+    )
+    .fetch_one(&app)
+    .await
+    .expect("a leader");
+    let dead = leader.split('#').next().unwrap().to_owned();
+    let victim = procs
+        .iter()
+        .position(|p| p.id == dead)
+        .expect("the leader is one of ours");
+    let holding = format!(
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by = '{dead}'"
+    );
+    wait_count(
+        &app,
+        "the leader holding jobs",
+        &holding,
+        1,
+        Duration::from_secs(60),
+    )
+    .await;
+    procs[victim].kill();
+    feeding.set();
+    feeder.await.unwrap();
+    let orphans: Vec<u64> = sqlx::query_scalar(
+        "SELECT id FROM job_queue WHERE status = 'processing' AND locked_by = ?",
+    )
+    .bind(&dead)
+    .fetch_all(&app)
+    .await
+    .unwrap();
+    assert!(!orphans.is_empty(), "the leader died holding jobs");
+    // Their leases as the dead worker left them (the reaper clears them).
+    let mut expiries = Vec::new();
+    for id in &orphans {
+        let at: String =
+            sqlx::query_scalar("SELECT CAST(lease_expires_at AS CHAR) FROM job_queue WHERE id = ?")
+                .bind(id)
+                .fetch_one(&app)
+                .await
+                .unwrap();
+        expiries.push(at);
+    }
+    procs.push(galera_worker(&url, &db, "g3"));
+    wait_count(
+        &app,
+        "the orphans back",
+        &format!("SELECT COUNT(*) = 0 FROM job_queue WHERE status = 'processing' AND locked_by = '{dead}'"),
+        1,
+        Duration::from_secs(120),
+    )
+    .await;
+    let mut worst = 0.0f64;
+    for (id, expired) in orphans.iter().zip(&expiries) {
+        let late: Option<f64> = sqlx::query_scalar(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, CAST(? AS DATETIME(6)), MIN(finished_at)) / 1e6 \
+             FROM mysqlq_job_attempt WHERE job_id = ? AND worker = ? AND started_at IS NULL",
+        )
+        .bind(expired)
+        .bind(id)
+        .bind(&dead)
+        .fetch_one(&app)
+        .await
+        .unwrap();
+        let late = late.unwrap_or_else(|| panic!("orphan {id} was brought back by a reaper"));
+        worst = worst.max(late);
+        // lease + one maintenance interval (500 ms) is the bound; scheduling on two shared
+        // cores gets a few seconds on top.
+        assert!(
+            late <= 5.0,
+            "orphan {id}: reaped {late:.1} s after its lease ended (bound: one 500 ms interval)"
+        );
+    }
+    println!(
+        "the leader (worker {dead}) SIGKILLed holding {} jobs: each was back at most {worst:.2} s \
+         after its lease ended (the reaper runs on every worker)",
+        orphans.len()
+    );
+
+    // 4. Everything ends, and the invariants hold.
+    tokio::time::timeout(Duration::from_secs(300), orders)
+        .await
+        .expect("the orders were placed")
+        .unwrap();
+    wait_count(
+        &app,
+        "every job final",
+        "SELECT COUNT(*) = 0 FROM job_queue WHERE status IN ('pending', 'processing')",
+        1,
+        Duration::from_secs(300),
+    )
+    .await;
+    for p in &mut procs {
+        if p.child.try_wait().unwrap().is_none() {
+            assert!(
+                p.terminate(Duration::from_secs(60)).success(),
+                "{} exited cleanly",
+                p.id
+            );
+        }
+    }
+    invariants::check(&app, 0).await;
+    assert_eq!(
+        scalar(&app, "SELECT COUNT(*) FROM orders").await,
+        i64::try_from(orders_n).unwrap(),
+        "every order was placed, through the node loss"
+    );
+    for p in &procs {
+        let log = p.log_text();
+        assert!(!log.contains("panicked"), "{}:\n{log}", p.id);
+        for id in lease_lost_ids(&log) {
+            let taken_over = scalar(
+                &app,
+                &format!(
+                    "SELECT (SELECT COUNT(DISTINCT claim_token) FROM test_runs WHERE job_id = {id}) > 1 \
+                     OR EXISTS (SELECT 1 FROM mysqlq_job_attempt WHERE job_id = {id} AND started_at IS NULL)"
+                ),
+            )
+            .await;
+            assert_eq!(
+                taken_over, 1,
+                "{} said it lost job {id}'s lease, but no other claim took it",
+                p.id
+            );
+        }
+    }
+    app.close().await;
 }

@@ -8,6 +8,7 @@
 
 pub mod host;
 pub mod http;
+pub mod invariants;
 pub mod jobs;
 mod private_server;
 mod procs;
