@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use mysqlq::ClusterUrl;
-use mysqlq_tests::{PrivateServer, client};
+use mysqlq_tests::invariants;
+use mysqlq_tests::jobs::Noop;
+use mysqlq_tests::{PrivateServer, Proc, ReplicaPair, Replication, TestDb, client};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
@@ -134,4 +136,221 @@ async fn a_multi_host_url_with_no_writer_names_every_host_and_its_problem() {
             && !text.contains("pw-x9"),
         "{text}"
     );
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+
+fn scale() -> u64 {
+    std::env::var("MYSQLQ_CLUSTER_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Places orders `0, 1, 2, …` (each with its job, in one transaction) through `pool` from
+/// `tasks` tasks until `stop`, retrying a failed one (a duplicate order number means that
+/// commit did land). Returns the orders whose COMMIT the server acknowledged, with when.
+async fn place_orders_until(
+    pool: MySqlPool,
+    tasks: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<(u64, Instant)> {
+    use std::sync::atomic::Ordering;
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut order_no = t;
+            while !stop.load(Ordering::SeqCst) {
+                let attempt = async {
+                    let mut tx = pool.begin().await?;
+                    let id = Noop {
+                        n: 1_000_000 + order_no,
+                    }
+                    .enqueue(&mut tx)
+                    .await
+                    .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+                    sqlx::query("INSERT INTO orders (order_no, job_id) VALUES (?, ?)")
+                        .bind(order_no)
+                        .bind(id.id().0)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await
+                }
+                .await;
+                match attempt {
+                    Ok(()) => {
+                        acked.push((order_no, Instant::now()));
+                        order_no += tasks;
+                    }
+                    Err(sqlx::Error::Database(e)) if e.message().contains("Duplicate entry") => {
+                        order_no += tasks;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            acked
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
+/// How long the replica stops fetching before the primary dies.
+const LAG: Duration = Duration::from_millis(500);
+
+/// Workers (real processes) given both hosts keep going when the primary is killed and the
+/// replica promoted. With asynchronous replication, orders the old primary acknowledged but
+/// had not yet sent are lost (measured and printed: the loss window); with semi-synchronous
+/// replication, none is.
+async fn primary_failover(mode: Replication) {
+    let mut pair = tokio::task::spawn_blocking(move || ReplicaPair::start(mode))
+        .await
+        .unwrap();
+    let db = TestDb::on(&pair.primary.url()).await;
+    invariants::install(&db.pool).await;
+    pair.wait_caught_up().unwrap();
+    let url = format!("{}/{}", pair.url(), db.name);
+    let app = ClusterUrl::parse(&url)
+        .unwrap()
+        .connect(MySqlPoolOptions::new().max_connections(8))
+        .await
+        .unwrap();
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|i| {
+            let mut args = mysqlq_tests::FAST_TIMINGS.to_vec();
+            args.extend(["--queues", "test", "--concurrency", "8"]);
+            Proc::spawn(
+                BIN,
+                &url,
+                &format!("{}-r{i}", db.name),
+                &format!("r{i}"),
+                &args,
+            )
+        })
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let orders = tokio::spawn(place_orders_until(app.clone(), 4, stop.clone()));
+    let completed = format!(
+        "SELECT COUNT(*) >= {} FROM job_queue WHERE status = 'completed'",
+        300 * scale()
+    );
+    wait_for(&app, "work under way", &completed, Duration::from_secs(120)).await;
+
+    // The replica falls behind (it stops fetching for LAG), then the primary dies and the
+    // replica is promoted. Asynchronously, the primary went on acknowledging commits the
+    // replica never got; semi-synchronously, those commits wait for the replica.
+    client::sql(
+        pair.replica.port(),
+        "STOP SLAVE IO_THREAD",
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    tokio::time::sleep(LAG).await;
+    let killed = Instant::now();
+    tokio::task::block_in_place(|| pair.primary.kill());
+    pair.promote_replica().unwrap();
+    let promoted = killed.elapsed();
+    let replica = format!("127.0.0.1:{}", pair.replica.port());
+    wait_writer(&app, &replica, Duration::from_secs(30)).await;
+    // New orders land on the new primary and their jobs run there.
+    let before = scalar(
+        &app,
+        "SELECT CAST(COALESCE(MAX(order_no), 0) AS SIGNED) FROM orders",
+    )
+    .await;
+    wait_for(
+        &app,
+        "orders placed and run on the new primary",
+        &format!(
+            "SELECT COUNT(*) >= {} FROM orders o JOIN job_queue j ON j.id = o.job_id \
+             WHERE j.status = 'completed' AND o.order_no > {before}",
+            100 * scale()
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acked = orders.await.unwrap();
+    let present: std::collections::HashSet<u64> =
+        sqlx::query_scalar::<_, u64>("SELECT order_no FROM orders")
+            .fetch_all(&app)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    let lost: Vec<&(u64, Instant)> = acked.iter().filter(|(n, _)| !present.contains(n)).collect();
+    let window = lost
+        .iter()
+        .map(|(_, at)| killed.saturating_duration_since(*at))
+        .max()
+        .unwrap_or_default();
+    println!(
+        "{mode:?} replication, replica {LAG:?} behind: primary killed and replica promoted in \
+         {promoted:.1?}; {} of {} acknowledged orders (each with its job) were lost, the oldest \
+         acknowledged {window:.0?} before the kill",
+        lost.len(),
+        acked.len()
+    );
+    if mode == Replication::SemiSync {
+        assert!(
+            lost.is_empty(),
+            "semi-synchronous replication loses no acknowledged commit: {lost:?}"
+        );
+    }
+    wait_for(
+        &app,
+        "every job final",
+        "SELECT COUNT(*) = 0 FROM job_queue WHERE status IN ('pending', 'processing')",
+        Duration::from_secs(120),
+    )
+    .await;
+    for p in &mut procs {
+        assert!(
+            p.terminate(Duration::from_secs(30)).success(),
+            "{} exited cleanly",
+            p.id
+        );
+        assert!(!p.log_text().contains("panicked"), "{}", p.log_text());
+    }
+    invariants::check(&app, 0).await;
+    app.close().await;
+}
+
+async fn scalar(pool: &MySqlPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+}
+
+/// Waits until `sql` (a truth value) holds on `pool`, at most `limit`; errors (a failover) are
+/// waited out.
+async fn wait_for(pool: &MySqlPool, what: &str, sql: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(true) = sqlx::query_scalar::<_, bool>(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(pool)
+            .await
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_failover_continues_on_the_replica_and_measures_the_loss_window() {
+    primary_failover(Replication::Async).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semi_synchronous_failover_loses_no_acknowledged_commit() {
+    primary_failover(Replication::SemiSync).await;
 }

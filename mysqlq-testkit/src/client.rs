@@ -15,9 +15,24 @@ use crate::host::which;
 ///
 /// When no client is installed, the client fails, or `limit` passes.
 pub fn sql(port: u16, sql: &str, limit: Duration) -> Result<String, String> {
+    run(port, sql, limit, &["-N", "-B"])
+}
+
+/// Like [`sql`], printing each row vertically: `name: value`, one column per line (what
+/// `SHOW SLAVE STATUS` needs).
+///
+/// # Errors
+///
+/// As [`sql`].
+pub fn sql_vertical(port: u16, sql: &str, limit: Duration) -> Result<String, String> {
+    run(port, sql, limit, &["-E"])
+}
+
+fn run(port: u16, sql: &str, limit: Duration, format: &[&str]) -> Result<String, String> {
     let client = which(&["mariadb", "mysql"]).ok_or("no mariadb or mysql client on PATH")?;
     let mut child = Command::new(client)
-        .args(["--no-defaults", "-uroot", "-h127.0.0.1", "-N", "-B"])
+        .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
+        .args(format)
         .arg(format!("-P{port}"))
         .arg(format!(
             "--connect-timeout={}",

@@ -123,7 +123,7 @@ impl ReplicaPair {
     ///
     /// The client's error.
     pub fn replica_status(&self) -> Result<String, String> {
-        let out = client::sql(self.replica.port(), "SHOW SLAVE STATUS\\G", STEP)?;
+        let out = client::sql_vertical(self.replica.port(), "SHOW SLAVE STATUS", STEP)?;
         Ok(out
             .lines()
             .map(str::trim)
