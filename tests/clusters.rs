@@ -354,3 +354,57 @@ async fn asynchronous_failover_continues_on_the_replica_and_measures_the_loss_wi
 async fn semi_synchronous_failover_loses_no_acknowledged_commit() {
     primary_failover(Replication::SemiSync).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_takes_a_multi_host_database_url() {
+    let (replica, primary) = tokio::task::spawn_blocking(|| {
+        (
+            PrivateServer::start_with(&["--read-only=ON"]),
+            PrivateServer::start(),
+        )
+    })
+    .await
+    .unwrap();
+    for s in [&replica, &primary] {
+        sql(s, "CREATE DATABASE app");
+    }
+    let nothing = mysqlq_tests::host::free_port();
+    let url = format!(
+        "mysql://root@127.0.0.1:{nothing},127.0.0.1:{},127.0.0.1:{}/app",
+        replica.port(),
+        primary.port()
+    );
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .output()
+            .expect("run the CLI");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&["migrate"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = run(&["doctor"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let hosts: Vec<&str> = out.lines().filter(|l| l.contains(" host ")).collect();
+    assert_eq!(hosts.len(), 3, "a line per host:\n{out}");
+    assert!(
+        hosts[0].starts_with("warn") && hosts[0].contains(&format!("127.0.0.1:{nothing}")),
+        "{out}"
+    );
+    assert!(
+        hosts[1].starts_with("info") && hosts[1].contains("read_only ON"),
+        "{out}"
+    );
+    assert!(
+        hosts[2].starts_with("ok") && hosts[2].contains("the writer"),
+        "{out}"
+    );
+    let (code, out, err) = run(&["stats", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"queues\""), "{out}");
+}

@@ -46,7 +46,7 @@ impl Target {
 
     /// The URL's hosts: one, or several (`mysql://u:p@host1:3306,host2:3306/db`, see
     /// `mysqlq::cluster`).
-    fn cluster(&self) -> Result<ClusterUrl, CliError> {
+    pub(crate) fn cluster(&self) -> Result<ClusterUrl, CliError> {
         let scheme = self
             .url
             .split_once("://")

@@ -241,27 +241,12 @@ impl Group {
         &self,
         f: impl Future<Output = Result<T, crate::Error>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.settings.probe_timeout, f).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(problem(&e)),
-            Err(_) => Err(format!(
-                "no answer within {}",
-                crate::backoff::format_duration(self.settings.probe_timeout)
-            )),
-        }
+        timed(self.settings.probe_timeout, f).await
     }
 
     /// A new connection to host `i` and its state, if it is fit.
     async fn probe(&self, i: usize) -> Result<(MySqlConnection, NodeState), String> {
-        let connect = async {
-            self.hosts[i]
-                .options
-                .connect()
-                .await
-                .map_err(crate::Error::from)
-        };
-        let mut conn = self.timed(connect).await?;
-        let state = self.timed(node_state(&mut conn)).await?;
+        let (conn, state) = look(&self.hosts[i], self.settings.probe_timeout).await?;
         match state.writable() {
             Ok(()) => Ok((conn, state)),
             Err(why) => {
@@ -356,6 +341,32 @@ impl Group {
         }
         true
     }
+}
+
+/// `f`, or why it failed, or that it did not answer within `limit`.
+async fn timed<T>(
+    limit: Duration,
+    f: impl Future<Output = Result<T, crate::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(problem(&e)),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            crate::backoff::format_duration(limit)
+        )),
+    }
+}
+
+/// A new connection to `host` and the state of its node, each step within `limit`.
+pub(crate) async fn look(
+    host: &Host,
+    limit: Duration,
+) -> Result<(MySqlConnection, NodeState), String> {
+    let connect = async { host.options.connect().await.map_err(crate::Error::from) };
+    let mut conn = timed(limit, connect).await?;
+    let state = timed(limit, node_state(&mut conn)).await?;
+    Ok((conn, state))
 }
 
 /// A short text for why a host could not be used: the server's error number and message, or

@@ -191,6 +191,47 @@ impl ClusterUrl {
     }
 }
 
+/// What [`ClusterUrl::check_hosts`] found on one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCheck {
+    /// `host:port`.
+    pub host: String,
+    /// `Ok` when the host is up and takes writes; otherwise why not (down, `read_only ON`,
+    /// `wsrep_local_state_comment=Donor/Desynced`, …).
+    pub writable: Result<(), String>,
+    /// On a Galera node, its state (`Synced`, …) and the size of its component.
+    pub galera: Option<(String, u32)>,
+}
+
+impl ClusterUrl {
+    /// Connects to every host, one after the other, and says which take writes (what a pool
+    /// of this URL would choose from), for the CLI's `doctor`.
+    pub async fn check_hosts(&self) -> Vec<HostCheck> {
+        let mut out = Vec::with_capacity(self.hosts.len());
+        for h in &self.hosts {
+            let (writable, galera) = match group::look(h, self.settings.probe_timeout).await {
+                Ok((conn, state)) => {
+                    let _ = sqlx::Connection::close(conn).await;
+                    (
+                        state.writable(),
+                        state
+                            .galera
+                            .as_ref()
+                            .map(|g| (g.local_state.clone(), g.cluster_size)),
+                    )
+                }
+                Err(why) => (Err(why), None),
+            };
+            out.push(HostCheck {
+                host: h.label(),
+                writable,
+                galera,
+            });
+        }
+        out
+    }
+}
+
 impl FromStr for ClusterUrl {
     type Err = Error;
 
