@@ -267,7 +267,8 @@ impl Admin {
     }
 
     /// Per queue: ready, oldest ready age, scheduled, processing, expired leases, failed,
-    /// paused (from indexes).
+    /// paused (from indexes). Like [`Admin::chart`] and [`Admin::failed_count`], read with
+    /// causal reads on a Galera node (`wsrep_sync_wait = 1`).
     pub async fn queues(&self) -> Result<Vec<QueueStats>, Error> {
         let mut conn = causal::CausalReads::acquire(&self.pool).await?;
         let queues = sql::stats_queues(&mut conn).await?;

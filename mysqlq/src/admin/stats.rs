@@ -56,7 +56,8 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 impl Admin {
     /// The statistics snapshot over the last `window` (at least a minute: workers count per
-    /// minute).
+    /// minute). On a Galera node it is read with `wsrep_sync_wait = 1`, so it counts what other
+    /// nodes committed before it.
     pub async fn stats(&self, window: Duration) -> Result<Stats, Error> {
         if window < Duration::from_secs(60) {
             return Err(Error::invalid(
