@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use mysqlq::ClusterUrl;
 use mysqlq_tests::invariants;
-use mysqlq_tests::jobs::Noop;
 use mysqlq_tests::{PrivateServer, Proc, ReplicaPair, Replication, TestDb, client};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
@@ -40,24 +39,32 @@ fn sql(server: &PrivateServer, stmt: &str) {
         .unwrap_or_else(|e| panic!("{stmt}: {e}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_host_pool_uses_the_first_writable_host_and_moves_on() {
-    let (a, b) = tokio::task::spawn_blocking(|| {
-        let a = PrivateServer::start_with(&["--read-only=ON"]);
-        let b = PrivateServer::start();
-        (a, b)
+/// A read-only server, a writable one, each with an empty database `app`, and a port nothing
+/// listens on; and the URL listing the three: nothing, read-only, writable.
+async fn three_hosts() -> (PrivateServer, PrivateServer, u16, String) {
+    let (read_only, writable) = tokio::task::spawn_blocking(|| {
+        (
+            PrivateServer::start_with(&["--read-only=ON"]),
+            PrivateServer::start(),
+        )
     })
     .await
     .unwrap();
-    for s in [&a, &b] {
+    for s in [&read_only, &writable] {
         sql(s, "CREATE DATABASE app");
     }
     let nothing = mysqlq_tests::host::free_port();
     let url = format!(
         "mysql://root@127.0.0.1:{nothing},127.0.0.1:{},127.0.0.1:{}/app",
-        a.port(),
-        b.port()
+        read_only.port(),
+        writable.port()
     );
+    (read_only, writable, nothing, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_host_pool_uses_the_first_writable_host_and_moves_on() {
+    let (a, b, _, url) = three_hosts().await;
     let url = ClusterUrl::parse(&url)
         .unwrap()
         .check_interval(Duration::from_millis(50));
@@ -141,11 +148,7 @@ async fn a_multi_host_url_with_no_writer_names_every_host_and_its_problem() {
 const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
 
 fn scale() -> u64 {
-    std::env::var("MYSQLQ_CLUSTER_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    mysqlq_tests::scale("MYSQLQ_CLUSTER_SCALE") as u64
 }
 
 /// Places orders `0, 1, 2, …` (each with its job, in one transaction) through `pool` from
@@ -164,30 +167,13 @@ async fn place_orders_until(
             let mut acked = Vec::new();
             let mut order_no = t;
             while !stop.load(Ordering::SeqCst) {
-                let attempt = async {
-                    let mut tx = pool.begin().await?;
-                    let id = Noop {
-                        n: 1_000_000 + order_no,
-                    }
-                    .enqueue(&mut tx)
-                    .await
-                    .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-                    sqlx::query("INSERT INTO orders (order_no, job_id) VALUES (?, ?)")
-                        .bind(order_no)
-                        .bind(id.id().0)
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await
-                }
-                .await;
+                let attempt = invariants::place_order(&pool, order_no).await;
                 match attempt {
                     Ok(()) => {
                         acked.push((order_no, Instant::now()));
                         order_no += tasks;
                     }
-                    Err(sqlx::Error::Database(e)) if e.message().contains("Duplicate entry") => {
-                        order_no += tasks;
-                    }
+                    Err(e) if invariants::already_placed(&e) => order_no += tasks,
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
             }
@@ -303,13 +289,7 @@ async fn primary_failover(mode: Replication) {
             "semi-synchronous replication loses no acknowledged commit: {lost:?}"
         );
     }
-    wait_for(
-        &app,
-        "every job final",
-        "SELECT COUNT(*) = 0 FROM job_queue WHERE status IN ('pending', 'processing')",
-        Duration::from_secs(120),
-    )
-    .await;
+    invariants::wait_final(&app, Duration::from_secs(120)).await;
     for p in &mut procs {
         assert!(
             p.terminate(Duration::from_secs(30)).success(),
@@ -357,23 +337,7 @@ async fn semi_synchronous_failover_loses_no_acknowledged_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_takes_a_multi_host_database_url() {
-    let (replica, primary) = tokio::task::spawn_blocking(|| {
-        (
-            PrivateServer::start_with(&["--read-only=ON"]),
-            PrivateServer::start(),
-        )
-    })
-    .await
-    .unwrap();
-    for s in [&replica, &primary] {
-        sql(s, "CREATE DATABASE app");
-    }
-    let nothing = mysqlq_tests::host::free_port();
-    let url = format!(
-        "mysql://root@127.0.0.1:{nothing},127.0.0.1:{},127.0.0.1:{}/app",
-        replica.port(),
-        primary.port()
-    );
+    let (_replica, _primary, nothing, url) = three_hosts().await;
     let run = |args: &[&str]| {
         let out = std::process::Command::new(BIN)
             .args(args)

@@ -23,11 +23,7 @@ use mysqlq_tests::{PrivateServer, Proc, TestDb};
 const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
 
 fn scale() -> usize {
-    std::env::var("MYSQLQ_FAULT_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    mysqlq_tests::scale("MYSQLQ_FAULT_SCALE")
 }
 
 /// A migrated database on a fresh private server, with the completion trigger and an

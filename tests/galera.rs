@@ -17,11 +17,7 @@ use sqlx::mysql::MySqlPoolOptions;
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn scale() -> usize {
-    std::env::var("MYSQLQ_CLUSTER_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    mysqlq_tests::scale("MYSQLQ_CLUSTER_SCALE")
 }
 
 async fn start_cluster() -> GaleraCluster {
@@ -736,14 +732,7 @@ async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
         .await
         .expect("the orders were placed")
         .unwrap();
-    wait_count(
-        &app,
-        "every job final",
-        "SELECT COUNT(*) = 0 FROM job_queue WHERE status IN ('pending', 'processing')",
-        1,
-        Duration::from_secs(300),
-    )
-    .await;
+    invariants::wait_final(&app, Duration::from_secs(300)).await;
     for p in &mut procs {
         if p.child.try_wait().unwrap().is_none() {
             assert!(

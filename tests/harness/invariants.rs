@@ -102,36 +102,63 @@ pub async fn check(db: &MySqlPool, failed_ok: i64) {
     );
 }
 
+/// Order `order_no` (a row of `orders`) and its job, in one transaction.
+pub async fn place_order(pool: &MySqlPool, order_no: u64) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let id = Noop {
+        n: 1_000_000 + order_no,
+    }
+    .enqueue(&mut tx)
+    .await
+    .map_err(|e| match e {
+        mysqlq::Error::Database(e) => e,
+        other => sqlx::Error::Protocol(other.to_string()),
+    })?;
+    sqlx::query("INSERT INTO orders (order_no, job_id) VALUES (?, ?)")
+        .bind(order_no)
+        .bind(id.id().0)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// `true` when a [`place_order`] error means the order is there: its number is taken.
+pub fn already_placed(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(e) if e.message().contains("Duplicate entry"))
+}
+
 /// Places `n` orders, each in one transaction with its job; retries a transaction that failed
 /// (server gone), treating a duplicate order number as "that commit did land".
 pub async fn place_orders(pool: MySqlPool, first: u64, n: u64) {
     for order_no in first..first + n {
         loop {
-            let attempt = async {
-                let mut tx = pool.begin().await?;
-                let id = Noop {
-                    n: 1_000_000 + order_no,
-                }
-                .enqueue(&mut tx)
-                .await
-                .map_err(|e| match e {
-                    mysqlq::Error::Database(e) => e,
-                    other => sqlx::Error::Protocol(other.to_string()),
-                })?;
-                sqlx::query("INSERT INTO orders (order_no, job_id) VALUES (?, ?)")
-                    .bind(order_no)
-                    .bind(id.id().0)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await
-            }
-            .await;
-            match attempt {
+            match place_order(&pool, order_no).await {
                 Ok(()) => break,
-                Err(sqlx::Error::Database(e)) if e.message().contains("Duplicate entry") => break,
+                Err(e) if already_placed(&e) => break,
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until no job is `pending` or `processing` (polling every 50 ms, at most `limit`;
+/// errors, as during a failover, are waited out).
+pub async fn wait_final(db: &MySqlPool, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let open: Result<i64, _> = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE status IN ('pending', 'processing')",
+        )
+        .fetch_one(db)
+        .await;
+        if matches!(open, Ok(0)) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for every job to be final ({open:?} open)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -29,6 +29,16 @@ pub fn is_lock_error(e: &mysqlq::Error) -> bool {
     matches!(e.server_code(), Some(1213 | 1205))
 }
 
+/// The scale factor of a long-run knob: the integer in environment variable `var`
+/// (`MYSQLQ_CLUSTER_SCALE=10`), at least 1; 1 when unset.
+pub fn scale(var: &str) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// The server URL tests use: `DATABASE_URL`, else `mysql://root@127.0.0.1:3306`.
 pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
