@@ -284,6 +284,17 @@ async fn doctor_sees_each_nodes_state(cluster: &GaleraCluster, db: &TestDb, conf
                 .expect("a fenced node gives checks, not an error");
             let (lvl, detail) = level(&checks, "galera node");
             assert_eq!(lvl, mysqlq::admin::Level::Fail, "{detail}");
+            // What the worker sees on such a node: 1047, which it retries (transient).
+            let refused = mysqlq::Error::from(
+                sqlx::query("SELECT COUNT(*) FROM job_queue")
+                    .execute(&app)
+                    .await
+                    .expect_err("a fenced node refuses queries"),
+            );
+            assert!(
+                refused.server_code() == Some(1047) && refused.is_transient(),
+                "{refused}"
+            );
             app.close().await;
         }
         Err(e) => panic!("connect as app to the fenced node: {e}"),
