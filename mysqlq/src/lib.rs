@@ -75,6 +75,8 @@ mod metrics;
 mod migrate;
 mod periodic;
 mod queue;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod registry;
 /// Every SQL statement mysqlq runs. **Internal**: crate-private, except with the private
 /// feature `__internal-store` (mysqlq's own test suite only, not covered by semver), which makes
