@@ -9,6 +9,7 @@
 pub mod host;
 pub mod http;
 pub mod jobs;
+pub mod redis;
 mod private_server;
 mod procs;
 pub mod torture;

@@ -26,7 +26,7 @@
 //! # Ok(()) }
 //! ```
 
-mod entry;
+pub(crate) mod entry;
 mod inspect;
 mod producer;
 
