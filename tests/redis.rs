@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mysqlq::{Job, JobId, WorkerEvent};
 use mysqlq_tests::TestDb;
-use mysqlq_tests::jobs::{Noop, Sleepy};
+use mysqlq_tests::jobs::{FlakyForever, Noop, Panicker, Permanent, Sleepy, Snoozer};
 use mysqlq_tests::redis::TestRedis;
 
 async fn runs(db: &TestDb, event: &str) -> Vec<(u64, i64)> {
@@ -55,19 +55,285 @@ async fn jobs_enqueued_in_transactions_run_once_each_through_the_stream() {
     worker.shutdown().await.unwrap();
     let done = runs(&db, "done").await;
     assert_eq!(done.len(), 36);
-    assert!(done.iter().all(|(_, n)| *n == 1), "every job ran once: {done:?}");
+    assert!(
+        done.iter().all(|(_, n)| *n == 1),
+        "every job ran once: {done:?}"
+    );
     assert_eq!(db.count("completed").await, 36);
     // Taken by the consumer: locked_by is the worker, and the attempt was taken once.
-    let odd: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM job_queue WHERE locked_by <> ? OR attempts <> 1",
-    )
-    .bind(&worker_id)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let odd: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE locked_by <> ? OR attempts <> 1")
+            .bind(&worker_id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(odd, 0);
     // Every entry was acknowledged and deleted after its completion was written.
     assert_eq!(r.len("test").await, 0, "the stream is empty");
     let c = metrics.counters.snapshot();
     assert_eq!((c.claims, c.completions, c.lost), (36, 36, 0));
+}
+
+async fn status_of(db: &TestDb, id: JobId) -> (String, u32, Option<String>) {
+    sqlx::query_as("SELECT CAST(status AS CHAR), attempts, last_error FROM job_queue WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn error_classes_retries_and_dead_letters_work_as_over_mysql() {
+    let db = TestDb::new().await;
+    let r = TestRedis::shared();
+    let panics = Panicker {}.enqueue(&db.pool).await.unwrap().id();
+    let permanent = Permanent {}.enqueue(&db.pool).await.unwrap().id();
+    let snoozes = Snoozer {}.enqueue(&db.pool).await.unwrap().id();
+    let dead = FlakyForever {}.enqueue(&db.pool).await.unwrap().id();
+    let worker = db.worker().redis(r.connect().await).start().await.unwrap();
+    db.wait_for(
+        "every job final",
+        "SELECT COUNT(*) = 4 FROM job_queue WHERE status IN ('completed', 'failed')",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    assert_eq!(status_of(&db, panics).await.0, "completed");
+    assert_eq!(
+        status_of(&db, panics).await.1,
+        2,
+        "retried once after the panic"
+    );
+    let (st, attempts, err) = status_of(&db, permanent).await;
+    assert_eq!((st.as_str(), attempts), ("failed", 1));
+    assert!(err.unwrap().contains("invalid e-mail address"));
+    let (st, attempts, _) = status_of(&db, snoozes).await;
+    assert_eq!(
+        (st.as_str(), attempts),
+        ("completed", 1),
+        "a snooze gives the attempt back"
+    );
+    // The dead letter: attempts exhausted, in `failed` where `failed list` and the dashboard
+    // read it, its history kept.
+    let (st, attempts, err) = status_of(&db, dead).await;
+    assert_eq!((st.as_str(), attempts), ("failed", 3));
+    assert!(err.unwrap().contains("no attempts left"));
+    let failed = mysqlq::admin::Admin::new(db.pool.clone())
+        .failed(None, 10)
+        .await
+        .unwrap();
+    assert!(failed.iter().any(|f| f.id == dead), "{failed:?}");
+    let history: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_job_attempt WHERE job_id = ?")
+            .bind(dead.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(history, 3);
+    assert_eq!(
+        r.len("test").await,
+        0,
+        "every entry was acknowledged and deleted"
+    );
+}
+
+async fn scalar(db: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+}
+
+/// The group's pending entries (delivered, not acknowledged) of `queue`'s stream.
+async fn group_pending(r: &TestRedis, queue: &str) -> u64 {
+    let v: redis::Value = redis::cmd("XPENDING")
+        .arg(r.stream(queue))
+        .arg("mysqlq")
+        .query_async(&mut r.raw().await)
+        .await
+        .unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => u64::try_from(*n).unwrap(),
+            other => panic!("XPENDING said {other:?}"),
+        },
+        other => panic!("XPENDING said {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything_back() {
+    let db = TestDb::new().await;
+    let mut r = TestRedis::shared();
+    r.config.stream_cap = 5;
+    for _ in 0..40 {
+        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    // Two slots, both held by hour-long handlers: the consumer reads nothing more.
+    let worker = db
+        .worker()
+        .concurrency(2)
+        .shutdown_timeout(Duration::from_millis(200))
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    db.wait_for(
+        "both slots busy",
+        "SELECT COUNT(*) = 2 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
+    // Many relay rounds find the stream full; it never holds more than the cap.
+    for round in 0..10 {
+        let e =
+            mysqlq_tests::wait_event(&mut events, "a full stream", Duration::from_secs(10), |e| {
+                matches!(e, WorkerEvent::StreamFull { .. })
+            })
+            .await;
+        let WorkerEvent::StreamFull { length, .. } = e else {
+            unreachable!()
+        };
+        assert_eq!(length, 5, "round {round}");
+        assert!(r.len("test").await <= 5);
+    }
+    // The backlog is in MySQL: 2 running, 3 waiting in the stream (held by the relay), the
+    // rest pending.
+    assert_eq!(db.count("pending").await, 35);
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'").await,
+        3
+    );
+    // Graceful shutdown, grace too short for the running jobs: they are cancelled and handed
+    // back without consuming their attempt, the unread entries deleted and their rows handed
+    // back; every entry still in the group was acknowledged after MySQL recorded it.
+    let report = worker.shutdown().await.unwrap();
+    assert_eq!(report.released, 2);
+    assert_eq!(db.count("pending").await, 40);
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM job_queue WHERE attempts <> 0 OR lease_expires_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    assert_eq!(r.len("test").await, 0);
+    assert_eq!(group_pending(&r, "test").await, 0);
+    // Nothing lost: another worker runs them all, once each.
+    sqlx::query("UPDATE job_queue SET payload = JSON_OBJECT('ms', 1)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .concurrency(8)
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 40 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let done = runs(&db, "done").await;
+    assert_eq!(done.len(), 40);
+    assert!(done.iter().all(|(_, n)| *n == 1));
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_running_jobs_finish_and_acknowledges_only_what_mysql_recorded() {
+    let db = TestDb::new().await;
+    let r = TestRedis::shared();
+    for _ in 0..4 {
+        Sleepy { ms: 400 }.enqueue(&db.pool).await.unwrap();
+    }
+    for n in 0..20 {
+        Noop { n }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = db
+        .worker()
+        .concurrency(4)
+        .shutdown_timeout(Duration::from_secs(20))
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the sleepers started",
+        "SELECT COUNT(*) >= 1 FROM test_runs WHERE tag = 'sleepy' AND event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let report = worker.shutdown().await.unwrap();
+    // Every started job finished within the grace; nothing waits for a lease; every entry
+    // left is acknowledged and deleted.
+    let started = scalar(
+        &db,
+        "SELECT COUNT(DISTINCT job_id) FROM test_runs WHERE event = 'start'",
+    )
+    .await;
+    let sleepers_done = scalar(
+        &db,
+        "SELECT COUNT(*) FROM test_runs WHERE tag = 'sleepy' AND event = 'done'",
+    )
+    .await;
+    assert_eq!(started, sleepers_done, "a started sleeper finished");
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE status NOT IN ('completed', 'pending') OR lease_expires_at IS NOT NULL").await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM job_queue WHERE status = 'pending' AND attempts <> 0"
+        )
+        .await,
+        0,
+        "released jobs kept their attempt"
+    );
+    assert!(report.finished >= 1);
+    assert_eq!(r.len("test").await, 0);
+    assert_eq!(group_pending(&r, "test").await, 0);
+}
+
+#[tokio::test]
+async fn the_fast_producer_puts_committed_jobs_straight_into_the_stream() {
+    let db = TestDb::new().await;
+    let r = TestRedis::shared();
+    let redis = r.connect().await;
+    let jobs: Vec<mysqlq::NewJob> = (0..30)
+        .map(|n| {
+            let o = mysqlq::EnqueueOptions::default().dedupe_key(format!("place-{}", n % 20));
+            mysqlq::NewJob::from_job(&Noop { n }, &o).unwrap()
+        })
+        .collect();
+    let enqueued = redis.enqueue_many(&db.pool, jobs).await.unwrap();
+    let inserted = enqueued
+        .iter()
+        .filter(|e| matches!(e, mysqlq::Enqueued::Inserted(_)))
+        .count();
+    assert_eq!(inserted, 20, "the dedupe key holds in the fast path too");
+    // Before any worker runs: durable in MySQL (held by a relay), and already in the stream.
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%' AND attempts = 0").await,
+        20
+    );
+    assert_eq!(r.len("test").await, 20);
+    let worker = db.worker().redis(redis).start().await.unwrap();
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 20 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let done = runs(&db, "done").await;
+    assert_eq!(done.len(), 20);
+    assert!(done.iter().all(|(_, n)| *n == 1));
+    assert_eq!(r.len("test").await, 0);
 }

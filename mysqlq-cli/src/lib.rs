@@ -71,6 +71,8 @@ mod out;
 #[cfg(any(feature = "cli", feature = "dashboard"))]
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod program;
+#[cfg(all(feature = "cli", feature = "redis"))]
+mod redis_args;
 #[cfg(all(test, feature = "cli"))]
 mod reference;
 #[cfg(feature = "cli")]
@@ -192,12 +194,12 @@ fn clap_error(e: &clap::Error) -> u8 {
 async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
     let target = Target::new(cli.conn.database_url.as_deref());
     match cli.command {
-        Command::Work(a) => cmd_work::work(target, &a, app).await.map(|()| 0),
+        Command::Work(a) => cmd_work::work(target, &a, &cli.conn, app).await.map(|()| 0),
         Command::Migrate => cmd_misc::migrate(&target?).await.map(|()| 0),
-        Command::Stats(a) => cmd_stats::stats(&target?, &a).await.map(|()| 0),
+        Command::Stats(a) => cmd_stats::stats(&target?, &a, &cli.conn).await.map(|()| 0),
         Command::Failed(c) => cmd_failed::failed(&target?, c).await,
         Command::Purge(a) => cmd_misc::purge(&target?, &a).await.map(|()| 0),
-        Command::Doctor => cmd_doctor::doctor(&target?).await,
+        Command::Doctor => cmd_doctor::doctor(&target?, &cli.conn).await,
         Command::Pause(q) => cmd_misc::set_paused(&target?, &q.queue, true)
             .await
             .map(|()| 0),

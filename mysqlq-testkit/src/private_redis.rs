@@ -54,12 +54,11 @@ impl PrivateRedis {
     }
 
     fn launch(&mut self) -> Result<(), StartError> {
-        let log = std::fs::File::create(self.dir.join("redis.log")).map_err(|source| {
-            StartError::Io {
+        let log =
+            std::fs::File::create(self.dir.join("redis.log")).map_err(|source| StartError::Io {
                 what: "create redis.log".into(),
                 source,
-            }
-        })?;
+            })?;
         let child = Command::new(&self.binary)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--port")
@@ -76,7 +75,10 @@ impl PrivateRedis {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.command(&["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
+            if self
+                .command(&["PING"])
+                .is_ok_and(|r| r.starts_with("+PONG"))
+            {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));

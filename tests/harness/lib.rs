@@ -9,9 +9,9 @@
 pub mod host;
 pub mod http;
 pub mod jobs;
-pub mod redis;
 mod private_server;
 mod procs;
+pub mod redis;
 pub mod torture;
 
 pub use procs::{Proc, wait_within};
@@ -269,5 +269,24 @@ async fn connect_or_explain(options: &MySqlConnectOptions) -> MySqlConnection {
              or set DATABASE_URL. Tests never skip.",
             server_url()
         ),
+    }
+}
+
+/// Waits for the first worker event `pick` accepts; panics with `what` after `limit`.
+pub async fn wait_event(
+    rx: &mut tokio::sync::broadcast::Receiver<mysqlq::WorkerEvent>,
+    what: &str,
+    limit: Duration,
+    pick: impl Fn(&mysqlq::WorkerEvent) -> bool,
+) -> mysqlq::WorkerEvent {
+    use tokio::sync::broadcast::error::RecvError;
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(e)) if pick(&e) => return e,
+            Ok(Ok(_) | Err(RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("{what}: event channel closed: {e}"),
+            Err(_) => panic!("timed out waiting for {what}"),
+        }
     }
 }

@@ -202,6 +202,12 @@ impl Redis {
     }
 }
 
+/// Jobs MySQL says are in a stream (held by a relay, not taken yet), per queue.
+pub async fn relayed(pool: &sqlx::MySqlPool) -> Result<Vec<(String, u64)>, Error> {
+    let mut conn = pool.acquire().await?;
+    crate::store::job_relay_counts(&mut conn).await
+}
+
 async fn exists<C: redis::aio::ConnectionLike + Send>(
     conn: &mut C,
     key: &str,

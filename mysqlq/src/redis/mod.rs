@@ -37,7 +37,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use crate::Error;
 
 pub(crate) use entry::{Entry, EntryId};
-pub use inspect::{ConsumerInfo, StreamInfo};
+pub use inspect::{ConsumerInfo, StreamInfo, relayed};
 
 /// The consumer group every mysqlq consumer reads in.
 pub const GROUP: &str = "mysqlq";

@@ -61,10 +61,12 @@ pub use insert::{InsertRow, job_insert_many, job_insert_one};
 pub use maintenance::{PruneStatus, job_prune, job_reap_expired, leader_elect, leader_resign};
 pub use meta::job_set_meta;
 pub use queues::queue_set_paused;
+#[cfg(feature = "__internal-store")]
+pub use relay::{EntryRow, RelayedJob};
 #[cfg(any(feature = "redis", feature = "__internal-store"))]
 pub use relay::{
-    EntryRow, RELAY_PREFIX, Reaped, RelayedJob, TakeParams, job_reap_taken, job_relay_claim,
-    job_relay_claim_ids, job_relay_counts, job_relay_inspect, job_take,
+    RELAY_PREFIX, Reaped, TakeParams, job_reap_taken, job_relay_claim, job_relay_claim_ids,
+    job_relay_counts, job_relay_inspect, job_take,
 };
 pub use sql::{datetime_utc, micros};
 pub use testing::job_list_pending_of_kind;

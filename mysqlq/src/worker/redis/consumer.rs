@@ -92,7 +92,9 @@ pub(super) async fn run(s: Arc<Shared>, side: Arc<Side>) {
             Err(e) if is_no_group(&e) => {
                 // The stream or its group is gone (Redis restarted empty, flushed, the stream
                 // deleted): make them again; the relay finds out what it lost on its own.
-                tracing::warn!("a stream's consumer group is gone (Redis lost its data?); creating it again");
+                tracing::warn!(
+                    "a stream's consumer group is gone (Redis lost its data?); creating it again"
+                );
                 for stream in &side.streams {
                     if let Err(e) = ensure_group(&mut c, stream).await {
                         tracing::warn!(stream, error = %error_chain(&e), "cannot create the consumer group");

@@ -26,13 +26,13 @@ use redis::streams::StreamInfoGroupsReply;
 use tokio::time::Instant;
 
 use super::Side;
+use crate::Error;
+use crate::redis::entry;
 use crate::redis::{Entry, EntryId, GROUP, ensure_group};
 use crate::store::{self, ClaimParams, GuardedReport, Owned};
 use crate::wake::LOCAL_WAKE;
 use crate::worker::write::error_chain;
 use crate::worker::{Shared, WorkerEvent, unit_random};
-use crate::Error;
-use crate::redis::entry;
 
 /// The unread entries this relay added to one stream.
 type Tracked = BTreeMap<EntryId, Owned>;
@@ -154,7 +154,10 @@ async fn relay_queue(
     if jobs.is_empty() {
         return Ok((0, false));
     }
-    let entries: Vec<Entry> = jobs.iter().map(|j| Entry::from_claimed(j, &token)).collect();
+    let entries: Vec<Entry> = jobs
+        .iter()
+        .map(|j| Entry::from_claimed(j, &token))
+        .collect();
     let added = match entry::add_capped(&mut conn, stream, cfg.stream_cap, &entries).await {
         Ok(ids) => ids,
         Err(e) => {
@@ -178,7 +181,10 @@ async fn relay_queue(
             jobs: added.len(),
         });
     }
-    Ok((added.len(), added.len() == want as usize && want == cfg.relay_batch))
+    Ok((
+        added.len(),
+        added.len() == want as usize && want == cfg.relay_batch,
+    ))
 }
 
 /// Forgets entries a consumer has read, and hands back the jobs of entries Redis lost.
