@@ -68,14 +68,13 @@ pub(super) async fn run(s: Arc<Shared>, side: Arc<Side>) {
                 }
             },
         };
+        // The slots are not held while the read blocks (the sweeper may need one); they are
+        // taken when entries arrive, and what finds no slot then is handed back.
         let want = s
             .config
             .batch_size
-            .min(u32::try_from(s.slots.available_permits()).unwrap_or(u32::MAX));
-        let Ok(permits) = s.slots.clone().try_acquire_many_owned(want.max(1)) else {
-            conn = Some((c, client_id));
-            continue;
-        };
+            .min(u32::try_from(s.slots.available_permits()).unwrap_or(u32::MAX))
+            .max(1);
         let mut c = c;
         match read(&s, &side, &mut c, client_id, want as usize).await {
             Ok(reads) => {
@@ -87,7 +86,17 @@ pub(super) async fn run(s: Arc<Shared>, side: Arc<Side>) {
                     m.add(&m.counters.empty_polls, 1);
                     continue;
                 }
-                start(&s, &side, reads, permits).await;
+                let free = s.slots.available_permits().min(reads.len());
+                match s
+                    .slots
+                    .clone()
+                    .try_acquire_many_owned(u32::try_from(free).unwrap_or(u32::MAX))
+                {
+                    Ok(permits) if free > 0 => {
+                        start(&s, &side, reads, permits).await;
+                    }
+                    _ => hand_back(&s, &side, &reads).await,
+                }
             }
             Err(e) if is_no_group(&e) => {
                 // The stream or its group is gone (Redis restarted empty, flushed, the stream
