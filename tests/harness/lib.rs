@@ -131,6 +131,25 @@ impl TestDb {
             .stats_interval(Duration::from_millis(200))
     }
 
+    /// Creates `completion_log` and a trigger that adds a row to it for every transition of a
+    /// job to `completed` (with the claim token that completed it): a job completed twice shows
+    /// two rows.
+    pub async fn log_completions(&self) {
+        for sql in [
+            "CREATE TABLE completion_log (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL, \
+             claim_token CHAR(36) NULL, at DATETIME(6) NOT NULL, KEY (job_id))",
+            "CREATE TRIGGER job_completed AFTER UPDATE ON job_queue FOR EACH ROW \
+             INSERT INTO completion_log (job_id, claim_token, at) \
+             SELECT NEW.id, OLD.claim_token, UTC_TIMESTAMP(6) FROM DUAL \
+             WHERE OLD.status <> 'completed' AND NEW.status = 'completed'",
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&self.pool)
+                .await
+                .expect("create the completion log");
+        }
+    }
+
     /// Waits (polling the database every 20 ms, at most `limit`) until `sql` returns a
     /// non-zero count; panics with `what` on time-out.
     pub async fn wait_for(&self, what: &str, sql: &str, limit: Duration) {
