@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mysqlq::{Job, JobId, WorkerEvent};
+use mysqlq::{JobId, WorkerEvent};
 use mysqlq_tests::TestDb;
 use mysqlq_tests::jobs::{FlakyForever, Noop, Panicker, Permanent, Sleepy, Snoozer};
 use mysqlq_tests::redis::TestRedis;

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use mysqlq::{Job, WorkerEvent};
+use mysqlq::WorkerEvent;
 use mysqlq_tests::jobs::Sleepy;
 use mysqlq_tests::redis::{PrivateRedis, TestRedis, test_config};
 use mysqlq_tests::{Proc, TestDb, wait_event};
