@@ -78,6 +78,7 @@ mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
+mod state;
 /// Every SQL statement mysqlq runs. **Internal**: crate-private, except with the private
 /// feature `__internal-store` (mysqlq's own test suite only, not covered by semver), which makes
 /// it `pub` but hidden from the docs so the integration tests can drive the guarded writes

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{Admin, Timestamp, time};
+use super::{Admin, Attempt};
 use crate::store::admin as sql;
 use crate::{Error, JobId};
 
@@ -44,62 +44,6 @@ pub struct DeleteReport {
     pub running: Vec<JobId>,
     /// Ids of no job.
     pub unknown: Vec<JobId>,
-}
-
-/// How an attempt ended ([`Attempt::outcome`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum AttemptOutcome {
-    /// Failed; the job was retried later.
-    Retry,
-    /// Snoozed (not counted as a failure).
-    Snooze,
-    /// Failed for good (attempts exhausted or a permanent error).
-    Fail,
-    /// The handler cancelled the job.
-    Cancel,
-}
-
-impl AttemptOutcome {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Retry => "retry",
-            Self::Snooze => "snooze",
-            Self::Fail => "fail",
-            Self::Cancel => "cancel",
-        }
-    }
-}
-
-impl std::fmt::Display for AttemptOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One attempt that did not complete ([`Admin::attempts`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Attempt {
-    /// The attempt's number (1 for the first; it restarts at 1 after `failed retry`).
-    pub attempt: u32,
-    /// How it ended.
-    pub outcome: AttemptOutcome,
-    /// The worker that ran it.
-    pub worker: Option<String>,
-    /// When it started (the database's clock minus the handler's run time); `None` for an
-    /// attempt whose worker died, recorded by the reaper when its lease expired.
-    pub started_at: Option<Timestamp>,
-    /// When its outcome was written.
-    pub finished_at: Timestamp,
-    /// Its error, cut to 8 KiB at a character boundary (ending with ` …[truncated]` when
-    /// cut).
-    pub error: String,
-    /// `true` when `error` was cut.
-    pub truncated: bool,
-    /// The error's full length in bytes.
-    pub error_bytes: u32,
 }
 
 /// Longest `cancelled_by`, in characters.
@@ -209,34 +153,7 @@ impl Admin {
     /// workers' `attempt_history` of them; empty for an unknown job).
     pub async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, Error> {
         let mut conn = self.pool.acquire().await?;
-        crate::store::job_attempts(&mut conn, id)
-            .await?
-            .into_iter()
-            .map(|r| {
-                let outcome = match r.outcome.as_str() {
-                    "retry" => AttemptOutcome::Retry,
-                    "snooze" => AttemptOutcome::Snooze,
-                    "fail" => AttemptOutcome::Fail,
-                    "cancel" => AttemptOutcome::Cancel,
-                    other => {
-                        return Err(Error::invalid(
-                            "attempt outcome",
-                            format!("`{other}` is unknown to this build; upgrade mysqlq"),
-                        ));
-                    }
-                };
-                Ok(Attempt {
-                    attempt: r.attempt,
-                    outcome,
-                    worker: r.worker,
-                    started_at: r.started_at.as_deref().map(time).transpose()?,
-                    finished_at: time(&r.finished_at)?,
-                    truncated: r.error.len() < r.error_bytes as usize,
-                    error: r.error,
-                    error_bytes: r.error_bytes,
-                })
-            })
-            .collect()
+        crate::store::job_attempts(&mut conn, id).await
     }
 }
 

@@ -10,6 +10,7 @@ use serde::Serialize;
 use sqlx::{MySqlConnection, Row};
 
 use super::sql::{bind_ids, micros, padded_len, placeholders};
+use crate::state::{AttemptOutcome, Timestamp};
 use crate::{Error, JobId};
 
 /// Longest error text kept per attempt, in bytes. Longer messages are cut at a character
@@ -100,32 +101,34 @@ pub async fn job_attempt_delete(conn: &mut MySqlConnection, ids: &[JobId]) -> Re
         .rows_affected())
 }
 
-/// One recorded attempt, as stored.
+/// One attempt that did not complete ([`Admin::attempts`](crate::admin::Admin::attempts)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AttemptRow {
-    /// The attempt's number.
+pub struct Attempt {
+    /// The attempt's number (1 for the first; it restarts at 1 after `failed retry`).
     pub attempt: u32,
-    /// `retry`, `snooze`, `fail` or `cancel`.
-    pub outcome: String,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
     /// The worker that ran it.
     pub worker: Option<String>,
-    /// When it started (UTC); `None` when the reaper recorded it (its worker died).
-    pub started_at: Option<String>,
-    /// When its outcome was written (UTC).
-    pub finished_at: String,
-    /// Its error, at most [`MAX_ATTEMPT_ERROR_BYTES`].
+    /// When it started (the database's clock minus the handler's run time); `None` for an
+    /// attempt whose worker died, recorded by the reaper when its lease expired.
+    pub started_at: Option<Timestamp>,
+    /// When its outcome was written.
+    pub finished_at: Timestamp,
+    /// Its error, cut to 8 KiB at a character boundary (ending with ` …[truncated]` when
+    /// cut).
     pub error: String,
-    /// The error's full length in bytes (more than `error.len()` when it was cut).
+    /// `true` when `error` was cut.
+    pub truncated: bool,
+    /// The error's full length in bytes.
     pub error_bytes: u32,
 }
 
 /// `job_attempts`: the recorded attempts of job `id`, newest first.
-pub async fn job_attempts(conn: &mut MySqlConnection, id: JobId) -> Result<Vec<AttemptRow>, Error> {
+pub async fn job_attempts(conn: &mut MySqlConnection, id: JobId) -> Result<Vec<Attempt>, Error> {
     let rows = sqlx::query(
         "/* mysqlq:job_attempts */ SELECT attempt, CAST(outcome AS CHAR) AS outcome, \
-         CAST(worker AS CHAR) AS worker, \
-         DATE_FORMAT(started_at, '%Y-%m-%d %H:%i:%s.%f') AS started_at, \
-         DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
+         CAST(worker AS CHAR) AS worker, started_at, finished_at, \
          CAST(error AS CHAR) AS error, error_bytes \
          FROM mysqlq_job_attempt WHERE job_id = ? ORDER BY id DESC",
     )
@@ -134,14 +137,17 @@ pub async fn job_attempts(conn: &mut MySqlConnection, id: JobId) -> Result<Vec<A
     .await?;
     rows.iter()
         .map(|r| {
-            Ok(AttemptRow {
+            let error: String = r.try_get("error")?;
+            let error_bytes: u32 = r.try_get("error_bytes")?;
+            Ok(Attempt {
                 attempt: r.try_get("attempt")?,
-                outcome: r.try_get("outcome")?,
+                outcome: r.try_get::<String, _>("outcome")?.parse()?,
                 worker: r.try_get("worker")?,
                 started_at: r.try_get("started_at")?,
                 finished_at: r.try_get("finished_at")?,
-                error: r.try_get("error")?,
-                error_bytes: r.try_get("error_bytes")?,
+                truncated: error.len() < error_bytes as usize,
+                error,
+                error_bytes,
             })
         })
         .collect()

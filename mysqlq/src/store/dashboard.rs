@@ -23,6 +23,7 @@ use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 #[cfg(feature = "__internal-store")]
 use super::admin::PlanRow;
+use crate::state::{JobState, Timestamp};
 use crate::{Error, JobId};
 
 /// Most index entries one page of [`Admin::jobs`](crate::admin::Admin::jobs) reads when
@@ -37,9 +38,7 @@ pub const STATES: [&str; 5] = ["pending", "processing", "completed", "failed", "
 
 const JOB_COLUMNS: &str = "j.id, CAST(j.queue_name AS CHAR) AS queue_name, \
     CAST(j.kind AS CHAR) AS kind, CAST(j.status AS CHAR) AS status, j.attempts, j.max_attempts, \
-    DATE_FORMAT(j.created_at, '%Y-%m-%d %H:%i:%s') AS created_at, \
-    DATE_FORMAT(j.available_at, '%Y-%m-%d %H:%i:%s') AS available_at, \
-    DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s') AS finished_at";
+    j.created_at, j.available_at, j.finished_at";
 
 /// Parameters of [`Admin::jobs`](crate::admin::Admin::jobs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,30 +56,30 @@ pub struct JobPageParams<'a> {
     pub limit: u32,
 }
 
-/// A job in a listing.
+/// A job in a listing ([`Admin::jobs`](crate::admin::Admin::jobs)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobRow {
-    /// `id`.
+    /// The job's id.
     pub id: JobId,
-    /// `queue_name`.
+    /// Its queue.
     pub queue: String,
-    /// `kind`.
+    /// Its kind.
     pub kind: Option<String>,
-    /// `status`.
-    pub status: String,
+    /// Its state.
+    pub state: JobState,
     /// Attempts started.
     pub attempts: u32,
     /// Attempts allowed.
     pub max_attempts: u32,
-    /// `created_at` (UTC, seconds).
-    pub created_at: String,
-    /// `available_at` (UTC, seconds).
-    pub available_at: String,
-    /// `finished_at` (UTC, seconds).
-    pub finished_at: Option<String>,
+    /// When it was enqueued.
+    pub created_at: Timestamp,
+    /// Not claimed before this.
+    pub available_at: Timestamp,
+    /// When it reached a final state.
+    pub finished_at: Option<Timestamp>,
 }
 
-/// One page of [`job_page`].
+/// One page of [`Admin::jobs`](crate::admin::Admin::jobs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobPage {
     /// The jobs, newest id first.
@@ -206,7 +205,7 @@ pub async fn job_page(conn: &mut MySqlConnection, p: &JobPageParams<'_>) -> Resu
             id: JobId(r.try_get("id")?),
             queue: r.try_get("queue_name")?,
             kind: r.try_get("kind")?,
-            status: r.try_get("status")?,
+            state: r.try_get::<String, _>("status")?.parse()?,
             attempts: r.try_get("attempts")?,
             max_attempts: r.try_get("max_attempts")?,
             created_at: r.try_get("created_at")?,

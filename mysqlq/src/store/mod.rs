@@ -30,10 +30,10 @@ mod sql;
 mod testing;
 mod workers;
 
-pub use attempts::{AttemptRecord, job_attempt_delete, job_attempts};
+pub use attempts::{Attempt, AttemptRecord, job_attempt_delete, job_attempts};
 #[cfg(feature = "__internal-store")]
 pub use attempts::{
-    AttemptRow, MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record, truncate_attempt_error,
+    MAX_ATTEMPT_ERROR_BYTES, TRUNCATED_MARK, job_attempt_record, truncate_attempt_error,
 };
 #[cfg(feature = "__internal-store")]
 pub use claim::job_claim;

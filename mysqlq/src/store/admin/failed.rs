@@ -1,44 +1,43 @@
-//! Failed jobs for operators: listing, keyset paging, counting, one job's detail, retry and
-//! discard in bulk.
+//! Failed jobs for operators: listing, keyset paging, counting, retry and discard in bulk.
 
+use chrono::NaiveDateTime;
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 use super::{BULK_CHUNK, non_negative};
+use crate::state::Timestamp;
 use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
 
 /// Newest failures first, over `idx_job_finished` read backwards.
 pub(super) const FAILED_LIST_SQL: &str = "/* mysqlq:job_failed_list */ \
     SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind, attempts, \
-      max_attempts, DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
-      CAST(LEFT(last_error, 200) AS CHAR) AS last_error \
+      max_attempts, finished_at, CAST(LEFT(last_error, 200) AS CHAR) AS last_error \
     FROM job_queue WHERE status = 'failed' \
     ORDER BY finished_at DESC, id DESC LIMIT ?";
 
 const FAILED_LIST_QUEUE_SQL: &str = "/* mysqlq:job_failed_list */ \
     SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind, attempts, \
-      max_attempts, DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
-      CAST(LEFT(last_error, 200) AS CHAR) AS last_error \
+      max_attempts, finished_at, CAST(LEFT(last_error, 200) AS CHAR) AS last_error \
     FROM job_queue WHERE queue_name = ? AND status = 'failed' \
     ORDER BY finished_at DESC, id DESC LIMIT ?";
 
-/// A failed job in a listing.
+/// A failed job in a listing ([`Admin::failed`](crate::admin::Admin::failed)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailedJob {
-    /// `id`.
+    /// The job's id.
     pub id: JobId,
-    /// `queue_name`.
+    /// Its queue.
     pub queue: String,
-    /// `kind`.
+    /// Its kind.
     pub kind: Option<String>,
     /// Attempts made.
     pub attempts: u32,
-    /// `max_attempts`.
+    /// Attempts allowed.
     pub max_attempts: u32,
-    /// When it failed (UTC); NULL for rows failed by hand-written SQL.
-    pub finished_at: Option<String>,
-    /// The first 200 characters of `last_error`.
+    /// When it failed (`None` for rows failed by hand-written SQL).
+    pub failed_at: Option<Timestamp>,
+    /// The first 200 characters of its last error.
     pub last_error: Option<String>,
 }
 
@@ -80,119 +79,11 @@ pub async fn job_failed_list(
             kind: r.try_get("kind")?,
             attempts: r.try_get("attempts")?,
             max_attempts: r.try_get("max_attempts")?,
-            finished_at: r.try_get("finished_at")?,
+            failed_at: r.try_get("finished_at")?,
             last_error: r.try_get("last_error")?,
         });
     }
     Ok(out)
-}
-
-pub(crate) const JOB_GET_SQL: &str = "/* mysqlq:job_get */ SELECT j.id, \
-    CAST(j.queue_name AS CHAR) AS queue_name, CAST(j.kind AS CHAR) AS kind, \
-    CAST(j.status AS CHAR) AS status, CAST(j.payload AS CHAR) AS payload, j.priority, j.attempts, \
-    j.max_attempts, CAST(j.last_error AS CHAR) AS last_error, \
-    CAST(j.dedupe_key AS CHAR) AS dedupe_key, CAST(j.ordering_key AS CHAR) AS ordering_key, \
-    CAST(j.concurrency_key AS CHAR) AS concurrency_key, CAST(j.locked_by AS CHAR) AS locked_by, \
-    DATE_FORMAT(j.created_at, '%Y-%m-%d %H:%i:%s.%f') AS created_at, \
-    DATE_FORMAT(j.first_claimed_at, '%Y-%m-%d %H:%i:%s.%f') AS first_claimed_at, \
-    DATE_FORMAT(j.available_at, '%Y-%m-%d %H:%i:%s.%f') AS available_at, \
-    DATE_FORMAT(j.lease_expires_at, '%Y-%m-%d %H:%i:%s.%f') AS lease_expires_at, \
-    DATE_FORMAT(j.finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at, \
-    DATE_FORMAT(j.updated_at, '%Y-%m-%d %H:%i:%s.%f') AS updated_at, \
-    DATE_FORMAT(j.cancelled_at, '%Y-%m-%d %H:%i:%s.%f') AS cancelled_at, \
-    CAST(j.cancelled_by AS CHAR) AS cancelled_by, CAST(j.cancel_reason AS CHAR) AS cancel_reason, \
-    DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f') AS now, \
-    CAST(j.meta AS CHAR) AS meta \
-    FROM job_queue j WHERE j.id = ?";
-
-/// Every column of one job the dashboard shows, with the database's clock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct JobDetail {
-    /// `id`.
-    pub id: JobId,
-    /// `queue_name`.
-    pub queue: String,
-    /// `kind`.
-    pub kind: Option<String>,
-    /// `status`.
-    pub status: String,
-    /// `payload` as JSON text.
-    pub payload: String,
-    /// `priority`.
-    pub priority: i16,
-    /// Attempts started.
-    pub attempts: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// `last_error`.
-    pub last_error: Option<String>,
-    /// `dedupe_key`.
-    pub dedupe_key: Option<String>,
-    /// `ordering_key`.
-    pub ordering_key: Option<String>,
-    /// `concurrency_key`.
-    pub concurrency_key: Option<String>,
-    /// `locked_by`: the worker holding the job.
-    pub locked_by: Option<String>,
-    /// `created_at` (UTC).
-    pub created_at: String,
-    /// `first_claimed_at` (UTC).
-    pub first_claimed_at: Option<String>,
-    /// `available_at` (UTC).
-    pub available_at: String,
-    /// `lease_expires_at` (UTC).
-    pub lease_expires_at: Option<String>,
-    /// `finished_at` (UTC).
-    pub finished_at: Option<String>,
-    /// `updated_at` (UTC).
-    pub updated_at: String,
-    /// `cancelled_at` (UTC): when an operator cancelled the job.
-    pub cancelled_at: Option<String>,
-    /// `cancelled_by`: the operator who cancelled the job.
-    pub cancelled_by: Option<String>,
-    /// `cancel_reason`: why the operator cancelled it.
-    pub cancel_reason: Option<String>,
-    /// `UTC_TIMESTAMP(6)` when read.
-    pub now: String,
-    /// `meta` as JSON text.
-    pub meta: Option<String>,
-}
-
-/// `job_get`: one job by id, any state (`failed show`, the dashboard's job page).
-pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<JobDetail>, Error> {
-    let Some(r) = sqlx::query(JOB_GET_SQL)
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await?
-    else {
-        return Ok(None);
-    };
-    Ok(Some(JobDetail {
-        id: JobId(r.try_get("id")?),
-        queue: r.try_get("queue_name")?,
-        kind: r.try_get("kind")?,
-        status: r.try_get("status")?,
-        payload: r.try_get("payload")?,
-        priority: r.try_get("priority")?,
-        attempts: r.try_get("attempts")?,
-        max_attempts: r.try_get("max_attempts")?,
-        last_error: r.try_get("last_error")?,
-        dedupe_key: r.try_get("dedupe_key")?,
-        ordering_key: r.try_get("ordering_key")?,
-        concurrency_key: r.try_get("concurrency_key")?,
-        locked_by: r.try_get("locked_by")?,
-        created_at: r.try_get("created_at")?,
-        first_claimed_at: r.try_get("first_claimed_at")?,
-        available_at: r.try_get("available_at")?,
-        lease_expires_at: r.try_get("lease_expires_at")?,
-        finished_at: r.try_get("finished_at")?,
-        updated_at: r.try_get("updated_at")?,
-        cancelled_at: r.try_get("cancelled_at")?,
-        cancelled_by: r.try_get("cancelled_by")?,
-        cancel_reason: r.try_get("cancel_reason")?,
-        now: r.try_get("now")?,
-        meta: r.try_get("meta")?,
-    }))
 }
 
 /// Number of failed jobs (of one queue), counted on an index.
@@ -228,18 +119,23 @@ pub(super) const FAILED_PAGE_NULL_SQL: &str = "/* mysqlq:job_failed_page */ \
 
 /// Then keyset on `(finished_at, id)`, in the order of `idx_job_finished`.
 pub(super) const FAILED_PAGE_SQL: &str = "/* mysqlq:job_failed_page */ \
-    SELECT id, CAST(queue_name AS CHAR) AS queue_name, \
-      DATE_FORMAT(finished_at, '%Y-%m-%d %H:%i:%s.%f') AS finished_at FROM job_queue \
+    SELECT id, CAST(queue_name AS CHAR) AS queue_name, finished_at FROM job_queue \
     WHERE status = 'failed' AND (finished_at > ? OR (finished_at = ? AND id > ?)) \
     ORDER BY finished_at, id LIMIT ?";
 
+/// Before every `finished_at` (the smallest `DATETIME`).
 pub(super) const FIRST_FINISHED: &str = "1000-01-01 00:00:00.000000";
+
+fn first_finished() -> NaiveDateTime {
+    NaiveDateTime::parse_from_str(FIRST_FINISHED, "%Y-%m-%d %H:%M:%S%.f")
+        .unwrap_or(NaiveDateTime::MIN)
+}
 
 /// Where [`job_failed_page`] goes on from. Start with [`FailedCursor::default`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FailedCursor {
     /// `None` while walking the rows without `finished_at`.
-    finished_at: Option<String>,
+    finished_at: Option<NaiveDateTime>,
     id: u64,
     done: bool,
 }
@@ -286,8 +182,8 @@ pub async fn job_failed_page(
         }
         Some(at) => {
             sqlx::query(FAILED_PAGE_SQL)
-                .bind(at.as_str())
-                .bind(at.as_str())
+                .bind(*at)
+                .bind(*at)
                 .bind(cursor.id)
                 .bind(limit)
                 .fetch_all(&mut *conn)
@@ -300,7 +196,7 @@ pub async fn job_failed_page(
         let id: u64 = r.try_get("id")?;
         let queue: String = r.try_get("queue_name")?;
         cursor.id = id;
-        if let Some(at) = r.try_get::<Option<String>, _>("finished_at")? {
+        if let Some(at) = r.try_get::<Option<NaiveDateTime>, _>("finished_at")? {
             cursor.finished_at = Some(at);
         }
         if p.queue.is_none_or(|q| q == queue) {
@@ -310,7 +206,7 @@ pub async fn job_failed_page(
     if !full {
         if cursor.finished_at.is_none() {
             // The NULL section is exhausted: walk the dated rows from the start.
-            cursor.finished_at = Some(FIRST_FINISHED.to_owned());
+            cursor.finished_at = Some(first_finished());
             cursor.id = 0;
         } else {
             cursor.done = true;

@@ -18,6 +18,7 @@
 
 mod cancel;
 mod failed;
+mod job;
 mod settings;
 mod stats;
 
@@ -27,13 +28,13 @@ pub use cancel::{
     ActiveCursor, ActivePageParams, CancelParams, CancelReport, job_active_page, job_cancel_many,
     job_delete_many,
 };
-#[cfg(feature = "__internal-store")]
-pub(crate) use failed::JOB_GET_SQL;
 pub use failed::{
-    DedupeConflict, FailedCursor, FailedListParams, FailedPageParams, JobDetail,
-    job_discard_failed, job_failed_count, job_failed_list, job_failed_page, job_get,
-    job_retry_failed,
+    DedupeConflict, FailedCursor, FailedJob, FailedListParams, FailedPageParams,
+    job_discard_failed, job_failed_count, job_failed_list, job_failed_page, job_retry_failed,
 };
+#[cfg(feature = "__internal-store")]
+pub(crate) use job::JOB_GET_SQL;
+pub use job::{Job, job_get};
 pub use settings::{server_settings, table_indexes};
 pub use stats::{
     ActivityStats, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats, stats_activity,

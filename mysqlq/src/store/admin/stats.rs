@@ -12,6 +12,7 @@ use sqlx::{MySqlConnection, Row};
 use super::failed::{FAILED_LIST_SQL, FAILED_PAGE_NULL_SQL, FAILED_PAGE_SQL, FIRST_FINISHED};
 use super::non_negative;
 use crate::Error;
+use crate::state::Timestamp;
 
 /// Per-queue statistics: the queue names come from a loose index scan of `idx_job_claim` plus the
 /// paused-queue table, and each `(queue_name, status)` pair is a ref on `idx_job_claim`, so
@@ -62,10 +63,8 @@ const STATS_ACTIVITY_SQL: &str = "/* mysqlq:stats_activity */ \
 const STATS_WORKERS_SQL: &str = "/* mysqlq:stats_workers */ \
     SELECT CAST(w.worker_id AS CHAR) AS worker_id, CAST(w.host AS CHAR) AS host, w.pid, \
       CAST(w.queues AS CHAR) AS queues, w.concurrency, w.running, \
-      DATE_FORMAT(w.started_at, '%Y-%m-%d %H:%i:%s.%f') AS started_at, \
-      DATE_FORMAT(w.last_seen_at, '%Y-%m-%d %H:%i:%s.%f') AS last_seen_at, \
-      TIMESTAMPDIFF(SECOND, w.last_seen_at, UTC_TIMESTAMP(6)) AS last_seen_age_s, \
-      DATE_FORMAT(w.stopped_at, '%Y-%m-%d %H:%i:%s.%f') AS stopped_at, \
+      w.started_at, w.last_seen_at, \
+      TIMESTAMPDIFF(SECOND, w.last_seen_at, UTC_TIMESTAMP(6)) AS last_seen_age_s, w.stopped_at, \
       CAST(IFNULL(s.claims, 0) AS SIGNED) AS claims, \
       CAST(IFNULL(s.completions, 0) AS SIGNED) AS completions, \
       CAST(IFNULL(s.retries, 0) AS SIGNED) AS retries, \
@@ -97,7 +96,7 @@ const STATS_TABLE_SIZE_SQL: &str = "/* mysqlq:stats_table */ \
 /// Cleanup lag: the oldest finished row of a status, read from the end of `idx_job_finished`.
 const STATS_OLDEST_FINISHED_SQL: &str = "/* mysqlq:stats_cleanup_lag */ \
     SELECT TIMESTAMPDIFF(SECOND, MIN(finished_at), UTC_TIMESTAMP(6)) AS age_s, \
-      DATE_FORMAT(MIN(finished_at), '%Y-%m-%d %H:%i:%s.%f') AS oldest \
+      MIN(finished_at) AS oldest \
     FROM job_queue WHERE status = ?";
 
 /// One queue's row of `stats`.
@@ -241,14 +240,14 @@ pub struct WorkerStats {
     pub concurrency: u32,
     /// Jobs running at its last report.
     pub running: u32,
-    /// Start time (UTC).
-    pub started_at: String,
-    /// Last report (UTC).
-    pub last_seen_at: String,
+    /// Start time.
+    pub started_at: Timestamp,
+    /// Last report.
+    pub last_seen_at: Timestamp,
     /// Seconds since the last report.
     pub last_seen_age_seconds: i64,
-    /// Clean stop time (UTC), if it stopped.
-    pub stopped_at: Option<String>,
+    /// Clean stop time, if it stopped.
+    pub stopped_at: Option<Timestamp>,
     /// Jobs claimed in the window.
     pub claims: u64,
     /// Jobs completed in the window.
@@ -346,8 +345,8 @@ pub struct TableStats {
     pub rows_estimate: u64,
     /// Age in seconds of the oldest `completed` row by `finished_at` (the cleanup lag).
     pub oldest_completed_age_seconds: Option<i64>,
-    /// `finished_at` of the oldest `completed` row (UTC).
-    pub oldest_completed_finished_at: Option<String>,
+    /// `finished_at` of the oldest `completed` row.
+    pub oldest_completed_finished_at: Option<Timestamp>,
     /// Age in seconds of the oldest `failed` row by `finished_at`.
     pub oldest_failed_age_seconds: Option<i64>,
 }
