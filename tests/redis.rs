@@ -569,3 +569,68 @@ async fn a_resurrected_entry_of_a_finished_job_is_refused_by_the_token_guard() {
     assert_eq!(runs(&db, "done").await, vec![(id.0, 1)], "it ran once");
     assert_eq!(r.len("test").await, 0);
 }
+
+#[tokio::test]
+async fn the_dashboard_and_doctor_show_the_stream_side() {
+    let db = TestDb::new().await;
+    let mut r = TestRedis::shared();
+    r.config.stream_cap = 3;
+    for _ in 0..6 {
+        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = db
+        .worker()
+        .concurrency(1)
+        .shutdown_timeout(Duration::from_millis(100))
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    mysqlq_tests::wait_event(&mut events, "a full stream", Duration::from_secs(20), |e| {
+        matches!(e, WorkerEvent::StreamFull { .. })
+    })
+    .await;
+    let redis = r.connect().await;
+    let app = mysqlq_cli::dashboard::router(
+        db.pool.clone(),
+        mysqlq_cli::dashboard::DashboardOptions::new().redis(redis.clone()),
+    );
+    let req = axum::http::Request::get("/")
+        .header("host", "127.0.0.1")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let page = mysqlq_tests::http::send(&app, req).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Redis streams"), "{}", page.body);
+    assert!(page.body.contains(&r.stream("test")), "{}", page.body);
+    assert!(
+        page.body.contains("3 / 3"),
+        "length against the cap: {}",
+        page.body
+    );
+    assert!(
+        page.body.contains(&worker_consumer(&redis).await),
+        "{}",
+        page.body
+    );
+    let checks = redis
+        .doctor(&["test".to_owned()], Duration::from_secs(60))
+        .await;
+    let names: Vec<&str> = checks.iter().map(|c| c.name).collect();
+    assert_eq!(names, ["redis", "redis stream"], "{checks:?}");
+    assert_eq!(
+        checks[1].level,
+        mysqlq::admin::Level::Warn,
+        "at its cap: {checks:?}"
+    );
+    assert!(checks[1].detail.contains("3 entries (cap 3)"), "{checks:?}");
+    worker.shutdown().await.unwrap();
+}
+
+/// The one consumer of the test stream's group.
+async fn worker_consumer(redis: &mysqlq::redis::Redis) -> String {
+    let streams = redis.streams(&["test".to_owned()]).await.unwrap();
+    assert_eq!(streams[0].consumers.len(), 1, "{streams:?}");
+    streams[0].consumers[0].name.clone()
+}

@@ -210,7 +210,9 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
         #[cfg(feature = "dashboard")]
-        Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
+        Command::Dashboard(a) => dashboard::command(&target?, &a, &cli.conn)
+            .await
+            .map(|()| 0),
     }
 }
 
