@@ -1,0 +1,150 @@
+//! The Redis scenario (`--scenario redis --redis-url URL`, or `all` with a URL): the framework's
+//! drain and pickup runs again with the worker serving the queue over Redis Streams
+//! (`docs/redis.md`: relay → stream → consumer group → take → handler → outcome in MySQL → `XACK`
+//! + `XDEL`), beside the MySQL path measured by the other scenarios in the same run. The streams
+//! live under a prefix of the run's own and are deleted afterwards.
+
+use mysqlq::redis::{Redis, RedisConfig};
+use serde_json::{Value, json};
+
+use crate::bench::Bench;
+use crate::error::{BenchError, q_err};
+use crate::job::QUEUE;
+use crate::report::{median, round_to};
+use crate::table::Table;
+
+/// What the Redis runs measured.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RedisSide {
+    pub(crate) drain: Vec<f64>,
+    pub(crate) pickup_same: Option<(f64, f64)>,
+    pub(crate) pickup_cross: Option<(f64, f64)>,
+    pub(crate) server: Option<String>,
+}
+
+impl Bench<'_> {
+    /// Drain (`rounds` runs) and pickup (same process, cross-process) over Redis.
+    pub(crate) async fn redis_runs(
+        &mut self,
+        url: &str,
+        rounds: u32,
+    ) -> Result<RedisSide, BenchError> {
+        let config = RedisConfig {
+            prefix: format!("mysqlq-bench-{:016x}", fastrand::u64(..)),
+            ..RedisConfig::default()
+        };
+        let redis = Redis::connect_with(url, config)
+            .await
+            .map_err(q_err("cannot use Redis at --redis-url"))?;
+        let (a, b, c) = redis
+            .version()
+            .await
+            .map_err(q_err("cannot read Redis's version"))?;
+        let mut out = RedisSide {
+            server: Some(format!("{a}.{b}.{c}")),
+            ..RedisSide::default()
+        };
+        self.redis = Some(redis.clone());
+        // The drain's server-counter diagnostics stay those of the MySQL path.
+        let diag = self.diag.clone();
+        let result = async {
+            for round in 0..rounds {
+                let first = self.checks.len();
+                out.drain.push(self.drain(true, round).await?);
+                self.label_redis(first);
+            }
+            let first = self.checks.len();
+            out.pickup_same = Some(self.pickup(true, false).await?);
+            out.pickup_cross = Some(self.pickup(true, true).await?);
+            self.label_redis(first);
+            Ok::<_, BenchError>(())
+        }
+        .await;
+        self.redis = None;
+        self.diag = diag;
+        delete_stream(url, &redis).await;
+        result.map(|()| out)
+    }
+
+    /// The checks made since `first` are about runs over Redis.
+    fn label_redis(&mut self, first: usize) {
+        for c in &mut self.checks[first..] {
+            c.what = format!("redis {}", c.what);
+        }
+    }
+}
+
+/// Deletes the run's stream (its entries were all deleted by the consumers already).
+async fn delete_stream(url: &str, redis: &Redis) {
+    if let Ok(client) = redis::Client::open(url)
+        && let Ok(mut c) = client.get_multiplexed_async_connection().await
+    {
+        let _: redis::RedisResult<()> = redis::cmd("DEL")
+            .arg(redis.stream_key(QUEUE))
+            .query_async(&mut c)
+            .await;
+    }
+}
+
+impl RedisSide {
+    fn values(&self) -> Vec<(&'static str, Option<f64>)> {
+        vec![
+            ("drain_per_s", median(&self.drain).map(|x| round_to(x, 1))),
+            (
+                "pickup_same_process_p50_ms",
+                self.pickup_same.map(|p| round_to(p.0, 3)),
+            ),
+            (
+                "pickup_same_process_p99_ms",
+                self.pickup_same.map(|p| round_to(p.1, 3)),
+            ),
+            (
+                "pickup_cross_process_p50_ms",
+                self.pickup_cross.map(|p| round_to(p.0, 3)),
+            ),
+            (
+                "pickup_cross_process_p99_ms",
+                self.pickup_cross.map(|p| round_to(p.1, 3)),
+            ),
+        ]
+    }
+
+    /// The `redis` object of `--json`.
+    pub(crate) fn json(&self) -> Value {
+        let mut o: serde_json::Map<String, Value> = self
+            .values()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), json!(v)))
+            .collect();
+        o.insert("redis_server".into(), json!(self.server));
+        Value::Object(o)
+    }
+
+    /// The text table, beside the MySQL path's framework numbers (`mysql`, in the same order).
+    pub(crate) fn human(&self, mysql: &[Option<f64>]) -> String {
+        let mut t = Table::new(&["OVER REDIS STREAMS", ">REDIS", ">MYSQL CLAIMS"]);
+        let labels = [
+            "drain (jobs/s)",
+            "pickup same process p50 (ms)",
+            "pickup same process p99 (ms)",
+            "pickup cross-process p50 (ms)",
+            "pickup cross-process p99 (ms)",
+        ];
+        let fmt = |v: Option<f64>, places: usize| {
+            v.map_or_else(|| "-".to_owned(), |x| format!("{x:.places$}"))
+        };
+        for (i, (label, (_, r))) in labels.iter().zip(self.values()).enumerate() {
+            let places = if i == 0 { 0 } else { 1 };
+            t.row(vec![
+                (*label).to_owned(),
+                fmt(r, places),
+                fmt(mysql.get(i).copied().flatten(), places),
+            ]);
+        }
+        format!(
+            "\nRedis {} (streams under a prefix of this run, deleted afterwards):\n{}",
+            self.server.as_deref().unwrap_or("?"),
+            t.render()
+        )
+    }
+}
