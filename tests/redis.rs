@@ -137,13 +137,6 @@ async fn error_classes_retries_and_dead_letters_work_as_over_mysql() {
     );
 }
 
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
-}
-
 /// The group's pending entries (delivered, not acknowledged) of `queue`'s stream.
 async fn group_pending(r: &TestRedis, queue: &str) -> u64 {
     let v: redis::Value = redis::cmd("XPENDING")
@@ -161,30 +154,41 @@ async fn group_pending(r: &TestRedis, queue: &str) -> u64 {
     }
 }
 
-#[tokio::test]
-async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything_back() {
-    let db = TestDb::new().await;
+/// `jobs` hour-long jobs, a worker with `slots` slots (all held by them: its consumer reads
+/// nothing more) and a stream capped at `cap`, once the slots are busy.
+async fn stopped_consumer(
+    db: &TestDb,
+    cap: u64,
+    jobs: u32,
+    slots: usize,
+) -> (TestRedis, mysqlq::WorkerHandle) {
     let mut r = TestRedis::shared();
-    r.config.stream_cap = 5;
-    for _ in 0..40 {
+    r.config.stream_cap = cap;
+    for _ in 0..jobs {
         Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
     }
-    // Two slots, both held by hour-long handlers: the consumer reads nothing more.
     let worker = db
         .worker()
-        .concurrency(2)
+        .concurrency(slots)
         .shutdown_timeout(Duration::from_millis(200))
         .redis(r.connect().await)
         .start()
         .await
         .unwrap();
-    let mut events = worker.events();
     db.wait_for(
-        "both slots busy",
-        "SELECT COUNT(*) = 2 FROM test_runs WHERE event = 'start'",
+        "every slot busy",
+        &format!("SELECT COUNT(*) = {slots} FROM test_runs WHERE event = 'start'"),
         Duration::from_secs(30),
     )
     .await;
+    (r, worker)
+}
+
+#[tokio::test]
+async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything_back() {
+    let db = TestDb::new().await;
+    let (r, worker) = stopped_consumer(&db, 5, 40, 2).await;
+    let mut events = worker.events();
     // Many relay rounds find the stream full; it never holds more than the cap.
     for round in 0..10 {
         let e =
@@ -202,7 +206,7 @@ async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything
     // rest pending.
     assert_eq!(db.count("pending").await, 35);
     assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'").await,
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'").await,
         3
     );
     // Graceful shutdown, grace too short for the running jobs: they are cancelled and handed
@@ -212,8 +216,7 @@ async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything
     assert_eq!(report.released, 2);
     assert_eq!(db.count("pending").await, 40);
     assert_eq!(
-        scalar(
-            &db,
+        db.scalar(
             "SELECT COUNT(*) FROM job_queue WHERE attempts <> 0 OR lease_expires_at IS NOT NULL"
         )
         .await,
@@ -272,27 +275,20 @@ async fn graceful_shutdown_lets_running_jobs_finish_and_acknowledges_only_what_m
     let report = worker.shutdown().await.unwrap();
     // Every started job finished within the grace; nothing waits for a lease; every entry
     // left is acknowledged and deleted.
-    let started = scalar(
-        &db,
-        "SELECT COUNT(DISTINCT job_id) FROM test_runs WHERE event = 'start'",
-    )
-    .await;
-    let sleepers_done = scalar(
-        &db,
-        "SELECT COUNT(*) FROM test_runs WHERE tag = 'sleepy' AND event = 'done'",
-    )
-    .await;
+    let started = db
+        .scalar("SELECT COUNT(DISTINCT job_id) FROM test_runs WHERE event = 'start'")
+        .await;
+    let sleepers_done = db
+        .scalar("SELECT COUNT(*) FROM test_runs WHERE tag = 'sleepy' AND event = 'done'")
+        .await;
     assert_eq!(started, sleepers_done, "a started sleeper finished");
     assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE status NOT IN ('completed', 'pending') OR lease_expires_at IS NOT NULL").await,
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status NOT IN ('completed', 'pending') OR lease_expires_at IS NOT NULL").await,
         0
     );
     assert_eq!(
-        scalar(
-            &db,
-            "SELECT COUNT(*) FROM job_queue WHERE status = 'pending' AND attempts <> 0"
-        )
-        .await,
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'pending' AND attempts <> 0")
+            .await,
         0,
         "released jobs kept their attempt"
     );
@@ -320,7 +316,7 @@ async fn the_fast_producer_puts_committed_jobs_straight_into_the_stream() {
     assert_eq!(inserted, 20, "the dedupe key holds in the fast path too");
     // Before any worker runs: durable in MySQL (held by a relay), and already in the stream.
     assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%' AND attempts = 0").await,
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%' AND attempts = 0").await,
         20
     );
     assert_eq!(r.len("test").await, 20);
@@ -573,19 +569,7 @@ async fn a_resurrected_entry_of_a_finished_job_is_refused_by_the_token_guard() {
 #[tokio::test]
 async fn the_dashboard_and_doctor_show_the_stream_side() {
     let db = TestDb::new().await;
-    let mut r = TestRedis::shared();
-    r.config.stream_cap = 3;
-    for _ in 0..6 {
-        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
-    }
-    let worker = db
-        .worker()
-        .concurrency(1)
-        .shutdown_timeout(Duration::from_millis(100))
-        .redis(r.connect().await)
-        .start()
-        .await
-        .unwrap();
+    let (r, worker) = stopped_consumer(&db, 3, 6, 1).await;
     let mut events = worker.events();
     mysqlq_tests::wait_event(&mut events, "a full stream", Duration::from_secs(20), |e| {
         matches!(e, WorkerEvent::StreamFull { .. })

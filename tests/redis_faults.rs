@@ -17,13 +17,6 @@ use mysqlq_tests::{Proc, TestDb, wait_event};
 
 const JOBS: i64 = 200;
 
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
-}
-
 async fn setup(jobs: i64, ms: u64) -> TestDb {
     let db = TestDb::new().await;
     db.log_completions().await;
@@ -44,19 +37,12 @@ async fn check(db: &TestDb, jobs: i64) -> i64 {
         Duration::from_secs(60),
     )
     .await;
-    let twice = scalar(
-        db,
-        "SELECT COUNT(*) FROM (SELECT job_id FROM completion_log GROUP BY job_id HAVING COUNT(*) > 1) t",
+    let twice = db.scalar("SELECT COUNT(*) FROM (SELECT job_id FROM completion_log GROUP BY job_id HAVING COUNT(*) > 1) t",
     )
     .await;
     assert_eq!(twice, 0, "no job completed twice");
-    assert_eq!(
-        scalar(db, "SELECT COUNT(*) FROM completion_log").await,
-        jobs
-    );
-    scalar(
-        db,
-        "SELECT COUNT(*) FROM (SELECT job_id FROM test_runs WHERE event = 'done' GROUP BY job_id HAVING COUNT(*) > 1) t",
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM completion_log").await, jobs);
+    db.scalar("SELECT COUNT(*) FROM (SELECT job_id FROM test_runs WHERE event = 'done' GROUP BY job_id HAVING COUNT(*) > 1) t",
     )
     .await
 }
@@ -90,9 +76,7 @@ async fn survive(fault: Fault) {
         Duration::from_secs(60),
     )
     .await;
-    let in_stream = scalar(
-        &db,
-        "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'",
+    let in_stream = db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'",
     )
     .await;
     let t0 = Instant::now();
@@ -205,11 +189,11 @@ async fn a_sigkilled_consumer_process_loses_nothing() {
     )
     .await;
     victim.kill();
-    let killed_running = scalar(
-        &db,
-        "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by = 'victim'",
-    )
-    .await;
+    let killed_running = db
+        .scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by = 'victim'",
+        )
+        .await;
     // A survivor with a short lease: the reaper and its sweeper take the victim's jobs over.
     let worker = db
         .worker()

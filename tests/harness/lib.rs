@@ -150,6 +150,14 @@ impl TestDb {
         }
     }
 
+    /// The first column of the first row of `sql`, an integer (a count, a sum, a 0/1 test).
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+    }
+
     /// Waits (polling the database every 20 ms, at most `limit`) until `sql` returns a
     /// non-zero count; panics with `what` on time-out.
     pub async fn wait_for(&self, what: &str, sql: &str, limit: Duration) {

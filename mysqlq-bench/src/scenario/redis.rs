@@ -7,18 +7,16 @@
 use mysqlq::redis::{Redis, RedisConfig};
 use serde_json::{Value, json};
 
-use crate::bench::Bench;
+use crate::bench::{Bench, Side};
 use crate::error::{BenchError, q_err};
 use crate::job::QUEUE;
-use crate::report::{median, round_to};
+use crate::report::values;
 use crate::table::Table;
 
-/// What the Redis runs measured.
+/// What the Redis runs measured: the drain and pickup fields of a [`Side`], and the server.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct RedisSide {
-    pub(crate) drain: Vec<f64>,
-    pub(crate) pickup_same: Option<(f64, f64)>,
-    pub(crate) pickup_cross: Option<(f64, f64)>,
+    pub(crate) side: Side,
     pub(crate) server: Option<String>,
 }
 
@@ -50,12 +48,12 @@ impl Bench<'_> {
         let result = async {
             for round in 0..rounds {
                 let first = self.checks.len();
-                out.drain.push(self.drain(true, round).await?);
+                out.side.drain.push(self.drain(true, round).await?);
                 self.label_redis(first);
             }
             let first = self.checks.len();
-            out.pickup_same = Some(self.pickup(true, false).await?);
-            out.pickup_cross = Some(self.pickup(true, true).await?);
+            out.side.pickup_same = Some(self.pickup(true, false).await?);
+            out.side.pickup_cross = Some(self.pickup(true, true).await?);
             self.label_redis(first);
             Ok::<_, BenchError>(())
         }
@@ -87,26 +85,9 @@ async fn delete_stream(url: &str, redis: &Redis) {
 }
 
 impl RedisSide {
+    /// Drain and pickup, keyed as for the MySQL path (the enqueue metrics are not measured).
     fn values(&self) -> Vec<(&'static str, Option<f64>)> {
-        vec![
-            ("drain_per_s", median(&self.drain).map(|x| round_to(x, 1))),
-            (
-                "pickup_same_process_p50_ms",
-                self.pickup_same.map(|p| round_to(p.0, 3)),
-            ),
-            (
-                "pickup_same_process_p99_ms",
-                self.pickup_same.map(|p| round_to(p.1, 3)),
-            ),
-            (
-                "pickup_cross_process_p50_ms",
-                self.pickup_cross.map(|p| round_to(p.0, 3)),
-            ),
-            (
-                "pickup_cross_process_p99_ms",
-                self.pickup_cross.map(|p| round_to(p.1, 3)),
-            ),
-        ]
+        values(&self.side).into_iter().skip(2).collect()
     }
 
     /// The `redis` object of `--json`.

@@ -156,17 +156,7 @@ pub(super) async fn claim_rows(
         ) {
             limited.push((key, limit, jobs.len()));
         }
-        jobs.push(ClaimedJob {
-            id: JobId(r.try_get("id")?),
-            kind: r.try_get("kind")?,
-            payload: r.try_get("payload")?,
-            attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
-            max_attempts: r.try_get("max_attempts")?,
-            meta: r.try_get("meta")?,
-            waited: Duration::from_micros(
-                u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
-            ),
-        });
+        jobs.push(claimed_job(r)?);
     }
     if !limited.is_empty() {
         let dropped = concurrency_admit(&mut tx, &limited).await?;
@@ -219,6 +209,22 @@ pub(super) async fn claim_rows(
             in_doubt: jobs,
         }),
     }
+}
+
+/// A job from a row of the claim's SELECT (`id, kind, payload, attempts, max_attempts, meta,
+/// waited_us`); also used by the Redis relay's claim of given ids.
+pub(super) fn claimed_job(r: &sqlx::mysql::MySqlRow) -> Result<ClaimedJob, sqlx::Error> {
+    Ok(ClaimedJob {
+        id: JobId(r.try_get("id")?),
+        kind: r.try_get("kind")?,
+        payload: r.try_get("payload")?,
+        attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
+        max_attempts: r.try_get("max_attempts")?,
+        meta: r.try_get("meta")?,
+        waited: Duration::from_micros(
+            u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
+        ),
+    })
 }
 
 /// `job_claim_resolve`: which jobs of a claim whose COMMIT outcome is unknown the claim owns.

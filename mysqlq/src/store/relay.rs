@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
-use super::claim::claim_rows;
+use super::claim::{claim_rows, claimed_job};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use super::{ClaimFailed, ClaimParams, ClaimedJob, Owned};
 use crate::{Error, JobId};
@@ -308,17 +308,7 @@ pub async fn job_relay_claim_ids(
     for r in &rows {
         out.push(RelayedJob {
             queue: r.try_get("queue_name")?,
-            job: ClaimedJob {
-                id: JobId(r.try_get("id")?),
-                kind: r.try_get("kind")?,
-                payload: r.try_get("payload")?,
-                attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
-                max_attempts: r.try_get("max_attempts")?,
-                meta: r.try_get("meta")?,
-                waited: Duration::from_micros(
-                    u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
-                ),
-            },
+            job: claimed_job(r)?,
         });
     }
     if out.is_empty() {
