@@ -4,19 +4,29 @@
 //! + `XDEL`), beside the MySQL path measured by the other scenarios in the same run. The streams
 //! live under a prefix of the run's own and are deleted afterwards.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::ProgressBar;
 use mysqlq::redis::{Redis, RedisConfig};
+use mysqlq::{EnqueueOptions, NewJob, Worker};
 use serde_json::{Value, json};
 
-use crate::bench::{Bench, Side};
+use crate::bench::{Bench, PICKUP_RATE, Side, wait_for};
 use crate::error::{BenchError, q_err};
-use crate::job::QUEUE;
-use crate::report::values;
+use crate::job::{BenchNoop, QUEUE};
+use crate::probe::{Probe, lock, now_us};
+use crate::report::{percentile, round_to, values};
 use crate::table::Table;
 
 /// What the Redis runs measured: the drain and pickup fields of a [`Side`], and the server.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct RedisSide {
     pub(crate) side: Side,
+    /// Pickup of jobs enqueued with the fast producer (`Redis::enqueue_many`), p50 and p99 ms,
+    /// from the start of the call (so its INSERT and COMMIT count) to the handler's start.
+    pub(crate) pickup_fast: Option<(f64, f64)>,
     pub(crate) server: Option<String>,
 }
 
@@ -54,6 +64,7 @@ impl Bench<'_> {
             let first = self.checks.len();
             out.side.pickup_same = Some(self.pickup(true, false).await?);
             out.side.pickup_cross = Some(self.pickup(true, true).await?);
+            out.pickup_fast = Some(self.pickup_fast(&redis).await?);
             self.label_redis(first);
             Ok::<_, BenchError>(())
         }
@@ -62,6 +73,94 @@ impl Bench<'_> {
         self.diag = diag;
         delete_stream(url, &redis).await;
         result.map(|()| out)
+    }
+
+    /// Pickup through the fast producer: an idle worker over Redis, one job per call at the
+    /// pickup rate, each handler start checked once.
+    async fn pickup_fast(&mut self, redis: &Redis) -> Result<(f64, f64), BenchError> {
+        let n = self.pickup_jobs;
+        let label = "pickup framework fast producer".to_owned();
+        self.reset().await?;
+        self.phase(&format!("{label}: idling"), n);
+        let probe = Arc::new(Probe::timing());
+        let pool = self
+            .scratch
+            .pool(Worker::recommended_pool_size(self.concurrency))
+            .await?;
+        let worker = self
+            .worker(&pool, &probe)?
+            .start()
+            .await
+            .map_err(q_err("the bench worker could not start"))?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        self.bar.set_message(label.clone());
+        let epool = self.scratch.pool(2).await?;
+        let mut tick = tokio::time::interval(Duration::from_secs(1) / PICKUP_RATE);
+        let mut calls = Vec::with_capacity(n as usize);
+        let mut failed = None;
+        for seq in 0..u64::from(n) {
+            tick.tick().await;
+            let job = match NewJob::from_job(&BenchNoop { seq }, &EnqueueOptions::default()) {
+                Ok(j) => j,
+                Err(e) => return Err(BenchError::mysqlq("cannot build the bench job", &e)),
+            };
+            let t = now_us();
+            match redis.enqueue_many(&epool, [job]).await {
+                Ok(e) => calls.push((e[0].id().0, t)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            self.bar.inc(1);
+        }
+        epool.close().await;
+        let p = probe.clone();
+        let waited = wait_for(&ProgressBar::hidden(), calls.len() as u64, move || {
+            p.total()
+        })
+        .await;
+        let m = worker.metrics();
+        let _ = wait_for(&ProgressBar::hidden(), calls.len() as u64, || {
+            m.counters.completions.load(Ordering::Relaxed)
+        })
+        .await;
+        let _ = worker.shutdown().await;
+        pool.close().await;
+        if let Some(e) = failed {
+            return Err(BenchError::mysqlq("the fast producer failed", &e));
+        }
+        waited?;
+        let starts = lock(probe.starts.as_ref().expect("timing probe")).clone();
+        let mut latencies = Vec::new();
+        let mut wrong = 0usize;
+        for (id, t0) in &calls {
+            let mine: Vec<i64> = starts
+                .iter()
+                .filter(|(i, _)| i == id)
+                .map(|(_, t)| *t)
+                .collect();
+            if mine.len() != 1 {
+                wrong += 1;
+            }
+            if let Some(t) = mine.first() {
+                #[allow(clippy::cast_precision_loss)]
+                latencies.push((t - t0).max(0) as f64 / 1000.0);
+            }
+        }
+        let detail = format!(
+            "{} handler runs for {} jobs enqueued one per call, {wrong} not run exactly once",
+            starts.len(),
+            calls.len()
+        );
+        let ok = wrong == 0 && starts.len() == calls.len();
+        self.check(
+            format!("{label}: handlers"),
+            if ok { Ok(detail) } else { Err(detail) },
+        );
+        self.check_rows_completed(&label, n).await?;
+        latencies.sort_by(f64::total_cmp);
+        Ok((percentile(&latencies, 50.0), percentile(&latencies, 99.0)))
     }
 
     /// The checks made since `first` are about runs over Redis.
@@ -87,7 +186,16 @@ async fn delete_stream(url: &str, redis: &Redis) {
 impl RedisSide {
     /// Drain and pickup, keyed as for the MySQL path (the enqueue metrics are not measured).
     fn values(&self) -> Vec<(&'static str, Option<f64>)> {
-        values(&self.side).into_iter().skip(2).collect()
+        let mut v: Vec<_> = values(&self.side).into_iter().skip(2).collect();
+        v.push((
+            "pickup_fast_producer_p50_ms",
+            self.pickup_fast.map(|p| round_to(p.0, 3)),
+        ));
+        v.push((
+            "pickup_fast_producer_p99_ms",
+            self.pickup_fast.map(|p| round_to(p.1, 3)),
+        ));
+        v
     }
 
     /// The `redis` object of `--json`.
@@ -110,6 +218,8 @@ impl RedisSide {
             "pickup same process p99 (ms)",
             "pickup cross-process p50 (ms)",
             "pickup cross-process p99 (ms)",
+            "pickup fast producer p50 (ms)",
+            "pickup fast producer p99 (ms)",
         ];
         let fmt = |v: Option<f64>, places: usize| {
             v.map_or_else(|| "-".to_owned(), |x| format!("{x:.places$}"))
