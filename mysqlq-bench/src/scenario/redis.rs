@@ -1,8 +1,9 @@
 //! The Redis scenario (`--scenario redis --redis-url URL`, or `all` with a URL): the framework's
 //! drain and pickup runs again with the worker serving the queue over Redis Streams
-//! (`docs/redis.md`: relay → stream → consumer group → take → handler → outcome in MySQL → `XACK`
-//! + `XDEL`), beside the MySQL path measured by the other scenarios in the same run. The streams
-//! live under a prefix of the run's own and are deleted afterwards.
+//! (`docs/redis.md`: relay, stream, consumer group, take, handler, outcome in MySQL, then
+//! `XACK` and `XDEL`), beside the MySQL path measured by the other scenarios in the same run,
+//! and a pickup through the fast producer. The streams live under a prefix of the run's own and
+//! are deleted afterwards.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
