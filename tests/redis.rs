@@ -618,3 +618,84 @@ async fn worker_consumer(redis: &mysqlq::redis::Redis) -> String {
     assert_eq!(streams[0].consumers.len(), 1, "{streams:?}");
     streams[0].consumers[0].name.clone()
 }
+
+/// The CLI's `stats` and `doctor` with `--redis-url`, as an operator runs them.
+#[tokio::test]
+async fn stats_and_doctor_on_the_command_line_show_the_streams() {
+    let db = TestDb::new().await;
+    let r = TestRedis::shared();
+    let redis = r.connect().await;
+    redis.ensure_group("test").await.unwrap();
+    let job = mysqlq::NewJob::from_job(&Noop { n: 1 }, &mysqlq::EnqueueOptions::default()).unwrap();
+    redis.enqueue_many(&db.pool, [job]).await.unwrap();
+    let bin = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .args(["--redis-url", &r.url, "--redis-prefix", &r.config.prefix])
+            .env("DATABASE_URL", db.url())
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("spawn mysqlq-test-worker")
+    };
+    let out = run(&["stats"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&r.stream("test")))
+        .unwrap_or_else(|| panic!("no line for the stream: {text}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        &cells[1..5],
+        ["1", "1", "0", "1"],
+        "length, unread, pending, relayed: {line}"
+    );
+    let out = run(&["stats", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let test_stream = json["redis"]["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["queue"] == "test")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(test_stream["length"], 1, "{json}");
+    assert_eq!(
+        json["redis"]["relayed"][0],
+        serde_json::json!(["test", 1]),
+        "{json}"
+    );
+    let out = run(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Redis 7") || text.contains("Redis 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{}: 1 entries", r.stream("test"))),
+        "{text}"
+    );
+    // An unreachable Redis is a failed check (exit 3), not a crash.
+    let port = mysqlq_testkit::free_port();
+    let out = std::process::Command::new(bin)
+        .args([
+            "doctor",
+            "--redis-url",
+            &format!("redis://127.0.0.1:{port}"),
+        ])
+        .env("DATABASE_URL", db.url())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("Redis not reachable")),
+        "{text}"
+    );
+}
