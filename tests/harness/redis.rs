@@ -5,7 +5,11 @@
 
 use std::time::Duration;
 
+use mysqlq::JobId;
 use mysqlq::redis::{Redis, RedisConfig};
+
+use crate::TestDb;
+use crate::jobs::Noop;
 
 pub use mysqlq_testkit::PrivateRedis;
 
@@ -81,6 +85,88 @@ impl TestRedis {
             .await
             .expect("XLEN")
     }
+}
+
+/// (job, runs) of every job that recorded `event` in `test_runs`, by job id.
+pub async fn runs(db: &TestDb, event: &str) -> Vec<(u64, i64)> {
+    sqlx::query_as(
+        "SELECT job_id, COUNT(*) FROM test_runs WHERE event = ? GROUP BY job_id ORDER BY job_id",
+    )
+    .bind(event)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// A job's status, attempts and last error.
+pub async fn status_of(db: &TestDb, id: JobId) -> (String, u32, Option<String>) {
+    sqlx::query_as("SELECT CAST(status AS CHAR), attempts, last_error FROM job_queue WHERE id = ?")
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The group's pending entries (delivered, not acknowledged) of `queue`'s stream.
+pub async fn group_pending(r: &TestRedis, queue: &str) -> u64 {
+    let v: redis::Value = redis::cmd("XPENDING")
+        .arg(r.stream(queue))
+        .arg("mysqlq")
+        .query_async(&mut r.raw().await)
+        .await
+        .unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => u64::try_from(*n).unwrap(),
+            other => panic!("XPENDING said {other:?}"),
+        },
+        other => panic!("XPENDING said {other:?}"),
+    }
+}
+
+/// A consumer that reads the stream and then does nothing (a process that died at once).
+pub async fn ghost_read(r: &TestRedis, queue: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let reply: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("mysqlq")
+        .arg("ghost")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg(r.stream(queue))
+        .arg(">")
+        .query_async(&mut r.raw().await)
+        .await
+        .unwrap();
+    reply
+        .keys
+        .into_iter()
+        .flat_map(|k| k.ids)
+        .map(|e| {
+            let mut fields: Vec<(String, String)> = e
+                .map
+                .iter()
+                .map(|(k, v)| (k.clone(), redis::from_redis_value_ref::<String>(v).unwrap()))
+                .collect();
+            fields.sort();
+            (e.id, fields)
+        })
+        .collect()
+}
+
+/// Puts one job in the stream through the fast producer and has the ghost read it.
+pub async fn job_read_by_ghost(
+    db: &TestDb,
+    r: &TestRedis,
+) -> (JobId, String, Vec<(String, String)>) {
+    let redis = r.connect().await;
+    redis.ensure_group("test").await.unwrap();
+    let job = mysqlq::NewJob::from_job(&Noop { n: 1 }, &mysqlq::EnqueueOptions::default()).unwrap();
+    let id = redis.enqueue_many(&db.pool, [job]).await.unwrap()[0].id();
+    let read = ghost_read(r, "test").await;
+    assert_eq!(read.len(), 1);
+    let (entry, fields) = read.into_iter().next().unwrap();
+    (id, entry, fields)
 }
 
 impl Drop for TestRedis {
