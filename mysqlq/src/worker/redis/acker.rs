@@ -8,7 +8,7 @@
 //! JUSTID`, which resets its idle time without counting a delivery), so only entries whose
 //! consumer stopped for a lease look idle to the sweepers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,11 +34,16 @@ pub(super) async fn run(
     touch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // (stream, entry) → tries so far.
     let mut due: BTreeMap<(usize, EntryId), u32> = BTreeMap::new();
+    let mut suspects: HashSet<Key> = HashSet::new();
     loop {
         tokio::select! {
             k = settled.recv() => if let Some(k) = k { take_key(&side, &k, &mut due) },
             e = stale.recv() => if let Some(e) = e { due.entry((e.stream, e.id)).or_insert(0); },
-            _ = touch.tick() => { touch_held(&side).await; continue; }
+            _ = touch.tick() => {
+                forget_unsettled(&s, &side, &mut suspects);
+                touch_held(&side).await;
+                continue;
+            }
             () = s.stop_services.cancelled() => {
                 while let Ok(k) = settled.try_recv() {
                     take_key(&side, &k, &mut due);
@@ -124,6 +129,25 @@ async fn flush(s: &Shared, side: &Side, due: &mut BTreeMap<(usize, EntryId), u32
         }
     }
     ok
+}
+
+/// Stops holding entries whose job this worker let go of without MySQL recording an outcome
+/// (a write that failed for good: the lease brings the job back, relayed anew): they are not
+/// acknowledged, only no longer touched, so a sweeper finds them idle after a lease and drops
+/// them as stale. A key is let go of only when it was missing from the in-flight map at two
+/// touches in a row (a job being started is in `entries` a moment before it is in flight).
+fn forget_unsettled(s: &Shared, side: &Side, suspects: &mut HashSet<Key>) {
+    let held: HashSet<Key> = s.in_flight().keys().cloned().collect();
+    let mut entries = side.entries();
+    let gone: HashSet<Key> = entries
+        .keys()
+        .filter(|k| !held.contains(*k))
+        .cloned()
+        .collect();
+    for k in gone.intersection(suspects) {
+        entries.remove(k);
+    }
+    *suspects = gone;
 }
 
 /// `XCLAIM <stream> mysqlq <me> 0 <ids…> JUSTID` for the entries this worker holds.
