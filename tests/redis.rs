@@ -432,3 +432,72 @@ async fn stats_and_doctor_on_the_command_line_show_the_streams() {
         "{text}"
     );
 }
+
+/// An entry is acknowledged only once MySQL has the outcome: while an application transaction
+/// holds the job's row, the handler has returned but the completion cannot be written, and the
+/// entry stays pending in the group.
+#[tokio::test]
+async fn an_entry_is_acknowledged_only_after_mysql_recorded_the_outcome() {
+    let db = TestDb::new().await;
+    let r = TestRedis::shared();
+    // Running long enough for the test to lock its row before it returns.
+    let id = Sleepy { ms: 1000 }.enqueue(&db.pool).await.unwrap().id();
+    let worker = db
+        .worker()
+        .lease(Duration::from_secs(30))
+        .lock_wait_timeout(Duration::from_secs(1))
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "taken",
+        &format!(
+            "SELECT COUNT(*) FROM test_runs WHERE job_id = {} AND event = 'start'",
+            id.0
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(id.0)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    db.wait_for(
+        "the handler returned",
+        &format!(
+            "SELECT COUNT(*) FROM test_runs WHERE job_id = {} AND event = 'done'",
+            id.0
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    // While the row is locked, the outcome is not in MySQL and the entry stays pending.
+    for _ in 0..15 {
+        assert_eq!(
+            group_pending(&r, "test").await,
+            1,
+            "acknowledged before MySQL had the outcome"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    lock.commit().await.unwrap();
+    db.wait_for(
+        "completed",
+        &format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'completed'",
+            id.0
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while group_pending(&r, "test").await > 0 {
+        assert!(std::time::Instant::now() < deadline, "never acknowledged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await.unwrap();
+    assert_eq!(r.len("test").await, 0);
+}
