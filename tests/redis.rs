@@ -501,3 +501,70 @@ async fn an_entry_is_acknowledged_only_after_mysql_recorded_the_outcome() {
     worker.shutdown().await.unwrap();
     assert_eq!(r.len("test").await, 0);
 }
+
+/// Several relays on one queue are safe: SKIP LOCKED gives each its own rows, and the capped
+/// `XADD` script keeps the stream at its cap for all of them together.
+#[tokio::test]
+async fn two_workers_relaying_one_queue_keep_the_cap_and_run_each_job_once() {
+    let db = TestDb::new().await;
+    let mut r = TestRedis::shared();
+    r.config.stream_cap = 4;
+    for _ in 0..20 {
+        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    let start = || async {
+        db.worker()
+            .concurrency(1)
+            .shutdown_timeout(Duration::from_millis(200))
+            .redis(r.connect().await)
+            .start()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (start().await, start().await);
+    let (mut ea, mut eb) = (a.events(), b.events());
+    db.wait_for(
+        "both slots busy",
+        "SELECT COUNT(*) = 2 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
+    for events in [&mut ea, &mut eb] {
+        for _ in 0..3 {
+            let e =
+                mysqlq_tests::wait_event(events, "a full stream", Duration::from_secs(10), |e| {
+                    matches!(e, WorkerEvent::StreamFull { .. })
+                })
+                .await;
+            assert!(
+                matches!(e, WorkerEvent::StreamFull { length: 4, .. }),
+                "{e:?}"
+            );
+        }
+    }
+    assert_eq!(r.len("test").await, 4);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'")
+            .await,
+        2
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert_eq!(db.count("pending").await, 20);
+    sqlx::query("UPDATE job_queue SET payload = JSON_OBJECT('ms', 1)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (a, b) = (start().await, start().await);
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 20 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    let done = runs(&db, "done").await;
+    assert_eq!(done.len(), 20);
+    assert!(done.iter().all(|(_, n)| *n == 1), "{done:?}");
+}
