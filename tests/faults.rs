@@ -34,20 +34,13 @@ fn scale() -> usize {
 async fn setup() -> (PrivateServer, TestDb) {
     let server = PrivateServer::start();
     let db = TestDb::on(&server.url()).await;
-    for sql in [
-        "CREATE TABLE completion_log (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL, \
-         claim_token CHAR(36) NULL, at DATETIME(6) NOT NULL, KEY (job_id))",
-        "CREATE TRIGGER job_completed AFTER UPDATE ON job_queue FOR EACH ROW \
-         INSERT INTO completion_log (job_id, claim_token, at) \
-         SELECT NEW.id, OLD.claim_token, UTC_TIMESTAMP(6) FROM DUAL \
-         WHERE OLD.status <> 'completed' AND NEW.status = 'completed'",
+    db.log_completions().await;
+    sqlx::query(
         "CREATE TABLE orders (order_no BIGINT UNSIGNED PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL)",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&db.pool)
-            .await
-            .expect("fault-suite setup");
-    }
+    )
+    .execute(&db.pool)
+    .await
+    .expect("fault-suite setup");
     (server, db)
 }
 
