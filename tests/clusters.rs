@@ -199,7 +199,7 @@ async fn primary_failover(mode: Replication) {
         .await
         .unwrap();
     let db = TestDb::on(&pair.primary.url()).await;
-    invariants::install(&db.pool).await;
+    invariants::install(&db).await;
     pair.wait_caught_up().unwrap();
     let url = format!("{}/{}", pair.url(), db.name);
     let app = ClusterUrl::parse(&url)

@@ -31,7 +31,7 @@ fn scale() -> usize {
 async fn setup() -> (PrivateServer, TestDb) {
     let server = PrivateServer::start();
     let db = TestDb::on(&server.url()).await;
-    invariants::install(&db.pool).await;
+    invariants::install(&db).await;
     (server, db)
 }
 

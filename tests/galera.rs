@@ -557,7 +557,7 @@ async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
     let _one = ONE_CLUSTER.lock().await;
     let mut cluster = start_cluster().await;
     let db = TestDb::on(&cluster.node_url(0)).await;
-    invariants::install(&db.pool).await;
+    invariants::install(&db).await;
     for sql in [
         "CREATE TABLE commit_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)",
         "INSERT INTO commit_probe VALUES (1, 0)",

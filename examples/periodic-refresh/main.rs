@@ -18,6 +18,10 @@ use mysqlq_examples::runner::{self, Common, ENV_HELP};
 struct Args {
     #[command(flatten)]
     common: Common,
+    /// Serve the queues over Redis Streams at this URL (docs/redis.md), e.g.
+    /// redis://127.0.0.1:6379
+    #[arg(long, env = "MYSQLQ_REDIS_URL", value_name = "URL")]
+    redis_url: Option<String>,
 }
 
 #[tokio::main]
@@ -26,7 +30,10 @@ async fn main() -> ExitCode {
     runner::run(
         "periodic-refresh",
         args.common,
-        Options::default(),
+        Options {
+            redis_url: args.redis_url,
+            ..Options::default()
+        },
         periodic_refresh::run_once_with,
     )
     .await

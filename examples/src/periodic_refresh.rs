@@ -17,6 +17,13 @@
 //! - A consumer is **stopped with its jobs in flight** (zero grace: the handlers are aborted and
 //!   the jobs released to `pending`) and a new one takes over: nothing is lost (§5-3).
 //!
+//! With `--redis-url` (env `MYSQLQ_REDIS_URL`) every worker serves its queue over **Redis
+//! Streams** — the article's own transport — and MySQL stays the source of truth: the producer
+//! still enqueues in one MySQL transaction, a relay moves the committed jobs into the stream
+//! (never past its cap: the backlog waits in MySQL), consumers read them in the group `mysqlq`,
+//! take them in MySQL, run them and acknowledge them once the outcome is written
+//! (`docs/redis.md`).
+//!
 //! [`run_once`] runs it all and checks the invariants.
 
 use std::net::SocketAddr;
@@ -56,6 +63,8 @@ pub struct RefreshState {
     pub verbose: bool,
     /// The producer's counters.
     pub producer: Arc<ProducerStats>,
+    /// The Redis transport every worker of the round uses, if any (`--redis-url`).
+    pub redis: Option<mysqlq::redis::Redis>,
 }
 
 /// What the producer did so far.
@@ -243,7 +252,11 @@ async fn start_worker(
     };
     let periodic = Periodic::new(SCHEDULE, &ProduceRefreshes {})
         .map_err(|e| format!("bad schedule: {}", error_chain(&e)))?;
-    Worker::builder(pool.clone())
+    let mut builder = Worker::builder(pool.clone());
+    if let Some(redis) = &state.redis {
+        builder = builder.redis(redis.clone());
+    }
+    builder
         .registry(registry)
         .queues([queue])
         .concurrency(concurrency)

@@ -15,9 +15,24 @@ fn server_url() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queue_stays_bounded_and_a_restart_loses_nothing() {
+    round(None).await;
+}
+
+/// The same round with every worker serving its queue over Redis Streams (the shared Redis at
+/// `MYSQLQ_TEST_REDIS_URL` or 127.0.0.1:6379, under a prefix of the round's own): the same
+/// invariants, and the streams end empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_redis_streams_the_queue_stays_bounded_and_a_restart_loses_nothing() {
+    let url = std::env::var("MYSQLQ_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    round(Some(url)).await;
+}
+
+async fn round(redis_url: Option<String>) {
     let url = server_url();
     let options = Options {
         verbose: false,
+        redis_url,
         ..Options::default()
     };
     let result = periodic_refresh::run_once_with(&url, &options).await;

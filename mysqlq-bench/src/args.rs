@@ -45,6 +45,10 @@ pub(crate) struct BenchArgs {
     /// Print one JSON object
     #[arg(long)]
     pub(crate) json: bool,
+    /// Redis for the Redis scenario (drain and pickup over Redis Streams beside the MySQL
+    /// path); `--scenario all` includes it when given [env: MYSQLQ_REDIS_URL]
+    #[arg(long, env = "MYSQLQ_REDIS_URL", hide_env = true, value_name = "URL")]
+    pub(crate) redis_url: Option<String>,
 }
 
 /// `--scenario`.
@@ -56,6 +60,8 @@ pub(crate) enum Scenario {
     Drain,
     /// Pickup latency of an idle worker, same process and another process
     Pickup,
+    /// The framework's drain and pickup over Redis Streams (needs --redis-url)
+    Redis,
     /// All of them
     All,
 }

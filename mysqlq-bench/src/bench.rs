@@ -65,6 +65,8 @@ pub(crate) struct Bench<'a> {
     pub(crate) peak_rss: Option<u64>,
     pub(crate) rss_reset: bool,
     pub(crate) diag: Diag,
+    /// Set during the Redis scenario: the framework's workers serve the queue over it.
+    pub(crate) redis: Option<mysqlq::redis::Redis>,
 }
 
 /// Where the drain's time goes: server counters and claim sizes, summed over drain runs.
@@ -207,6 +209,7 @@ pub(crate) struct Finished {
     pub(crate) peak_rss: Option<u64>,
     pub(crate) rss_reset: bool,
     pub(crate) diag: Diag,
+    pub(crate) redis: crate::scenario::redis::RedisSide,
 }
 
 pub(crate) async fn run(
@@ -231,6 +234,7 @@ pub(crate) async fn run(
         peak_rss: None,
         rss_reset: false,
         diag: Diag::default(),
+        redis: None,
     };
     let mut fw = Side::default();
     let mut bl = Side::default();
@@ -271,6 +275,16 @@ pub(crate) async fn run(
             }
         }
     }
+    let over_redis = match (&a.redis_url, a.scenario) {
+        (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds).await?,
+        (None, Scenario::Redis) => {
+            return Err(BenchError::new(
+                "--scenario redis needs a Redis",
+                "pass --redis-url redis://127.0.0.1:6379 (or set MYSQLQ_REDIS_URL)",
+            ));
+        }
+        _ => crate::scenario::redis::RedisSide::default(),
+    };
     b.bar.finish_and_clear();
     b.setup.close().await;
     Ok((
@@ -286,6 +300,7 @@ pub(crate) async fn run(
             peak_rss: b.peak_rss,
             rss_reset: b.rss_reset,
             diag: b.diag,
+            redis: over_redis,
         },
     ))
 }
@@ -400,6 +415,10 @@ impl Bench<'_> {
             .queues([QUEUE])
             .concurrency(self.concurrency)
             .state(Arc::clone(probe));
+        let builder = match &self.redis {
+            Some(r) => builder.redis(r.clone()),
+            None => builder,
+        };
         Ok(match self.batch_arg {
             Some(b) => builder.batch_size(b),
             None => builder,

@@ -157,6 +157,7 @@ impl Report<'_> {
             "database": self.database,
             "database_dropped": self.dropped,
             "diagnostics": b.diag.json(),
+            "redis": if b.redis.server.is_some() { b.redis.json() } else { Value::Null },
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -235,6 +236,14 @@ impl Report<'_> {
             ]);
         }
         text.push_str(&t.render());
+        if b.redis.server.is_some() {
+            let mysql: Vec<Option<f64>> = values(&self.fw)
+                .into_iter()
+                .skip(2)
+                .map(|(_, v)| v)
+                .collect();
+            text.push_str(&b.redis.human(&mysql));
+        }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(
                 "\nworker peak RSS: {mib:.1} MiB ({})\n",

@@ -37,6 +37,9 @@ pub(crate) struct ConnArgs {
         value_name = "URL"
     )]
     pub(crate) database_url: Option<String>,
+    #[cfg(feature = "redis")]
+    #[command(flatten)]
+    pub(crate) redis: crate::redis_args::RedisArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,12 +3,13 @@
 
 use mysqlq::admin::{Admin, Check, Level};
 
+use crate::args::ConnArgs;
 use crate::db::Target;
 use crate::error::{CliError, EXIT_CHECK_FAILED};
 
 /// Runs every check, prints one line each; exit code 3 when any failed. With several hosts in
 /// the URL, a line per host comes first (which take writes), then the checks of the writer.
-pub(crate) async fn doctor(target: &Target) -> Result<u8, CliError> {
+pub(crate) async fn doctor(target: &Target, conn: &ConnArgs) -> Result<u8, CliError> {
     let cluster = target.cluster()?;
     let pool = target.pool(2).await?;
     let mut checks = Vec::new();
@@ -25,6 +26,24 @@ pub(crate) async fn doctor(target: &Target) -> Result<u8, CliError> {
             .await
             .map_err(|e| CliError::mysqlq("doctor could not read the server", &e))?,
     );
+    #[cfg(feature = "redis")]
+    if let Some(url) = &conn.redis.url {
+        // Reachability is a check of its own: an unreachable Redis is a FAIL line, not an error.
+        match mysqlq::redis::Redis::connect_with(url, conn.redis.config()).await {
+            Ok(redis) => {
+                let idle = std::time::Duration::from_secs(60);
+                checks.extend(redis.doctor(&registered, idle).await);
+            }
+            Err(e) => checks.push(Check {
+                level: Level::Fail,
+                name: "redis",
+                detail: format!("Redis not reachable: {}", mysqlq::error_chain(&e)),
+                fix: Some("start Redis, or fix --redis-url / MYSQLQ_REDIS_URL".into()),
+            }),
+        }
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = conn;
     Ok(print(&checks))
 }
 

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use mysqlq::admin::{Admin, Stats as Snapshot};
 
-use crate::args::StatsArgs;
+use crate::args::{ConnArgs, StatsArgs};
 use crate::db::Target;
 use crate::error::CliError;
 use crate::out::{self, Table};
 use crate::signals::Stop;
 
 /// `stats` (once, or `--watch`).
-pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError> {
+pub(crate) async fn stats(target: &Target, a: &StatsArgs, conn: &ConnArgs) -> Result<(), CliError> {
     if a.window < Duration::from_secs(60) {
         return Err(CliError::usage(
             format!(
@@ -23,7 +23,12 @@ pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError
             "the workers count per minute: use 1m or more",
         ));
     }
-    let admin = Admin::new(target.pool(2).await?);
+    let pool = target.pool(2).await?;
+    let admin = Admin::new(pool.clone());
+    #[cfg(feature = "redis")]
+    let redis = conn.redis.connect().await?;
+    #[cfg(not(feature = "redis"))]
+    let _ = conn;
     let tty = std::io::stdout().is_terminal();
     // Registered before the first read: a Ctrl-C during a read (or a read the server holds)
     // ends the watch as surely as one during the sleep.
@@ -34,7 +39,14 @@ pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError
                 .stats(a.window)
                 .await
                 .map_err(|e| CliError::mysqlq("cannot read the statistics", &e))?;
-            print_snapshot(&snap, a, tty)
+            #[cfg(feature = "redis")]
+            let streams = match &redis {
+                Some(r) => Some(read_streams(r, &pool).await?),
+                None => None,
+            };
+            #[cfg(not(feature = "redis"))]
+            let streams: Option<Streams> = None;
+            print_snapshot(&snap, streams.as_ref(), a, tty)
         };
         let Some(stop) = stop.as_mut() else {
             return round.await;
@@ -50,17 +62,39 @@ pub(crate) async fn stats(target: &Target, a: &StatsArgs) -> Result<(), CliError
     }
 }
 
-fn print_snapshot(snap: &Snapshot, a: &StatsArgs, tty: bool) -> Result<(), CliError> {
+/// Without the `redis` feature there is no stream side.
+#[cfg(not(feature = "redis"))]
+#[derive(serde::Serialize)]
+struct Streams {}
+
+fn print_snapshot(
+    snap: &Snapshot,
+    streams: Option<&Streams>,
+    a: &StatsArgs,
+    tty: bool,
+) -> Result<(), CliError> {
     let text = if a.json {
-        let json = if a.watch {
-            serde_json::to_string(snap)
-        } else {
-            serde_json::to_string_pretty(snap)
+        let bug = |e: serde_json::Error| {
+            CliError::new(format!("cannot encode JSON: {e}"), "report this bug")
         };
-        json.map_err(|e| CliError::new(format!("cannot encode JSON: {e}"), "report this bug"))?
-            + "\n"
+        let mut value = serde_json::to_value(snap).map_err(bug)?;
+        if let (Some(s), Some(obj)) = (streams, value.as_object_mut()) {
+            obj.insert("redis".into(), serde_json::to_value(s).map_err(bug)?);
+        }
+        let json = if a.watch {
+            serde_json::to_string(&value)
+        } else {
+            serde_json::to_string_pretty(&value)
+        };
+        json.map_err(bug)? + "\n"
     } else {
-        render(snap)
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
+        let mut text = render(snap);
+        #[cfg(feature = "redis")]
+        if let Some(s) = streams {
+            text.push_str(&crate::redis_args::render_streams(&s.streams, &s.relayed));
+        }
+        text
     };
     if a.watch && tty && !a.json {
         print!("\x1b[2J\x1b[H");
@@ -207,4 +241,34 @@ fn render(s: &Snapshot) -> String {
             )),
     );
     o
+}
+
+/// The streams of every queue the statistics know, and the jobs MySQL says are in them.
+#[cfg(feature = "redis")]
+async fn read_streams(
+    redis: &mysqlq::redis::Redis,
+    pool: &sqlx::MySqlPool,
+) -> Result<Streams, CliError> {
+    let mut queues: Vec<String> = crate::registry()
+        .map(|r| r.queues().into_iter().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let relayed = mysqlq::redis::relayed(pool)
+        .await
+        .map_err(|e| CliError::mysqlq("cannot count the relayed jobs", &e))?;
+    queues.extend(relayed.iter().map(|(q, _)| q.clone()));
+    queues.sort();
+    queues.dedup();
+    let streams = redis
+        .streams(&queues)
+        .await
+        .map_err(|e| CliError::mysqlq("cannot read the Redis streams", &e))?;
+    Ok(Streams { streams, relayed })
+}
+
+/// The stream side of the statistics.
+#[cfg(feature = "redis")]
+#[derive(serde::Serialize)]
+struct Streams {
+    streams: Vec<mysqlq::redis::StreamInfo>,
+    relayed: Vec<(String, u64)>,
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::Cli;
-use crate::args::WorkArgs;
+use crate::args::{ConnArgs, WorkArgs};
 use crate::db::Target;
 use crate::error::CliError;
 use crate::metrics_http;
@@ -14,6 +14,7 @@ use crate::program;
 pub(crate) async fn work(
     target: Result<Target, CliError>,
     a: &WorkArgs,
+    conn: &ConnArgs,
     app: Cli,
 ) -> Result<(), CliError> {
     let registry = crate::registry()?;
@@ -63,6 +64,12 @@ pub(crate) async fn work(
     if let Some(id) = &a.worker_id {
         builder = builder.worker_id(id.clone());
     }
+    #[cfg(feature = "redis")]
+    if let Some(redis) = conn.redis.connect().await? {
+        builder = builder.redis(redis);
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = conn;
     let handle = builder
         .start()
         .await

@@ -71,7 +71,11 @@ mod out;
 #[cfg(any(feature = "cli", feature = "dashboard"))]
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod program;
-#[cfg(all(test, feature = "cli"))]
+#[cfg(all(feature = "cli", feature = "redis"))]
+mod redis_args;
+/// docs/cli.md documents the binary with every feature (the Redis flags included), as
+/// `cargo test --workspace` builds it: the reference test runs in that build.
+#[cfg(all(test, feature = "cli", feature = "redis"))]
 mod reference;
 #[cfg(feature = "cli")]
 mod signals;
@@ -192,12 +196,12 @@ fn clap_error(e: &clap::Error) -> u8 {
 async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
     let target = Target::new(cli.conn.database_url.as_deref());
     match cli.command {
-        Command::Work(a) => cmd_work::work(target, &a, app).await.map(|()| 0),
+        Command::Work(a) => cmd_work::work(target, &a, &cli.conn, app).await.map(|()| 0),
         Command::Migrate => cmd_misc::migrate(&target?).await.map(|()| 0),
-        Command::Stats(a) => cmd_stats::stats(&target?, &a).await.map(|()| 0),
+        Command::Stats(a) => cmd_stats::stats(&target?, &a, &cli.conn).await.map(|()| 0),
         Command::Failed(c) => cmd_failed::failed(&target?, c).await,
         Command::Purge(a) => cmd_misc::purge(&target?, &a).await.map(|()| 0),
-        Command::Doctor => cmd_doctor::doctor(&target?).await,
+        Command::Doctor => cmd_doctor::doctor(&target?, &cli.conn).await,
         Command::Pause(q) => cmd_misc::set_paused(&target?, &q.queue, true)
             .await
             .map(|()| 0),
@@ -208,7 +212,9 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
         #[cfg(feature = "dashboard")]
-        Command::Dashboard(a) => dashboard::command(&target?, &a).await.map(|()| 0),
+        Command::Dashboard(a) => dashboard::command(&target?, &a, &cli.conn)
+            .await
+            .map(|()| 0),
     }
 }
 

@@ -9,6 +9,8 @@
 //!   rejoined.
 //! - [`ReplicaPair`]: a primary and a GTID replica, asynchronous or semi-synchronous
 //!   ([`Replication`]), with the promotion a failover runs.
+//! - [`PrivateRedis`]: a throwaway `redis-server` without persistence on a free port, to kill,
+//!   restart empty or flush (the Redis transport's fault tests).
 //! - [`remove_template`]: deletes the data directory private servers are copied from.
 //! - [`signal`]: sends a signal to a process by name (`KILL`, `STOP`, `TERM`, …).
 //! - [`free_port`], [`which`]: what the host offers; [`client`]: SQL through the command-line
@@ -17,10 +19,12 @@
 pub mod client;
 mod galera;
 mod host;
+mod private_redis;
 mod private_server;
 mod replication;
 
 pub use galera::GaleraCluster;
 pub use host::{free_port, which};
+pub use private_redis::PrivateRedis;
 pub use private_server::{PrivateServer, StartError, remove_template, signal};
 pub use replication::{ReplicaPair, Replication};

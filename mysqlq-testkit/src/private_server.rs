@@ -18,6 +18,9 @@ pub enum StartError {
     /// Neither `mariadbd` nor `mysqld` is installed.
     #[error("no mariadbd or mysqld on PATH or in /usr/sbin: install mariadb-server")]
     NoServerBinary,
+    /// `redis-server` is not installed.
+    #[error("no redis-server on PATH or in /usr/bin: install redis-server")]
+    NoRedisBinary,
     /// A file-system or process step failed.
     #[error("cannot {what}")]
     Io {
@@ -42,7 +45,7 @@ pub enum StartError {
         log: String,
     },
     /// The server did not answer in time.
-    #[error("the private server did not answer within 60 s; log:\n{log}")]
+    #[error("the private server did not answer in time; log:\n{log}")]
     NotReady {
         /// Its log.
         log: String,

@@ -82,6 +82,20 @@ pub enum Error {
     /// Worker settings do not fit together.
     #[error("invalid worker configuration: {0}")]
     Config(String),
+    /// Redis (the Redis Streams transport, feature `redis`) refused a command or could not be
+    /// reached.
+    #[cfg(feature = "redis")]
+    #[error("redis error: {}", redis_message(.0))]
+    Redis(#[from] redis::RedisError),
+}
+
+#[cfg(feature = "redis")]
+fn redis_message(e: &redis::RedisError) -> String {
+    if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() {
+        format!("{e}; check that Redis is running and reachable at the URL (MYSQLQ_REDIS_URL)")
+    } else {
+        e.to_string()
+    }
 }
 
 /// `database error <number>: <server message>; <what to do>`, or for errors that are not the
@@ -152,6 +166,14 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::NoWriter(_) => true,
+            #[cfg(feature = "redis")]
+            Self::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_unrecoverable_error()
+            }
             Self::Database(
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut

@@ -57,6 +57,9 @@
 //!   per tick by a ledger row written in the enqueue transaction; after downtime the latest missed
 //!   tick runs once.
 //! - **Pause/resume** per queue (`mysqlq-cli pause QUEUE`), seen by workers on their next claim.
+//! - **Redis Streams transport** (cargo feature `redis`, module `redis`): a relay moves committed
+//!   jobs into `mysqlq:<queue>` streams, workers read them with the consumer group `mysqlq`; MySQL
+//!   stays the source of truth (`WorkerBuilder::redis`, `docs/redis.md`).
 //!
 //! The schema, the state machine and every guarding statement, with each feature's SQL and
 //! limits, are documented in `docs/` of the repository (`docs/schema.md`,
@@ -76,6 +79,8 @@ mod metrics;
 mod migrate;
 mod periodic;
 mod queue;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod registry;
 mod state;
 /// Every SQL statement mysqlq runs. **Internal**: crate-private, except with the private

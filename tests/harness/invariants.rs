@@ -13,24 +13,19 @@ use std::time::Duration;
 
 use sqlx::MySqlPool;
 
+use crate::TestDb;
 use crate::jobs::Noop;
 
-/// Creates the completion log and its trigger, and the `orders` table of invariant 5.
-pub async fn install(db: &MySqlPool) {
-    for sql in [
-        "CREATE TABLE completion_log (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL, \
-         claim_token CHAR(36) NULL, at DATETIME(6) NOT NULL, KEY (job_id))",
-        "CREATE TRIGGER job_completed AFTER UPDATE ON job_queue FOR EACH ROW \
-         INSERT INTO completion_log (job_id, claim_token, at) \
-         SELECT NEW.id, OLD.claim_token, UTC_TIMESTAMP(6) FROM DUAL \
-         WHERE OLD.status <> 'completed' AND NEW.status = 'completed'",
+/// Creates the completion log and its trigger ([`TestDb::log_completions`]), and the `orders`
+/// table of invariant 5.
+pub async fn install(db: &TestDb) {
+    db.log_completions().await;
+    sqlx::query(
         "CREATE TABLE orders (order_no BIGINT UNSIGNED PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL)",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(db)
-            .await
-            .expect("install the fault invariants' tables");
-    }
+    )
+    .execute(&db.pool)
+    .await
+    .expect("create the orders table");
 }
 
 async fn scalar(db: &MySqlPool, sql: &str) -> i64 {

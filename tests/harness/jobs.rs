@@ -88,6 +88,13 @@ pub async fn panicker(ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "panicker", "done").await
 }
 
+/// Always fails with a transient error, retried quickly: dead after 3 attempts.
+#[mysqlq::job(queue = "test", retries = 2, backoff = "50ms")]
+pub async fn flaky_forever(ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "flaky_forever", "start").await?;
+    Err(JobError::retry("upstream returned 503"))
+}
+
 /// Never returns (ignores cancellation); its timeout fires.
 #[mysqlq::job(queue = "test", retries = 1, backoff = "100ms", timeout = "1s")]
 pub async fn forever(ctx: JobContext) -> Result<(), JobError> {

@@ -12,6 +12,7 @@ pub mod invariants;
 pub mod jobs;
 mod private_server;
 mod procs;
+pub mod redis;
 pub mod torture;
 
 pub use procs::{FAST_TIMINGS, Proc, wait_within};
@@ -139,6 +140,33 @@ impl TestDb {
             .lease(Duration::from_secs(5))
             .maintenance(Duration::from_millis(200), Duration::from_secs(2))
             .stats_interval(Duration::from_millis(200))
+    }
+
+    /// Creates `completion_log` and a trigger that adds a row to it for every transition of a
+    /// job to `completed` (with the claim token that completed it): a job completed twice shows
+    /// two rows.
+    pub async fn log_completions(&self) {
+        for sql in [
+            "CREATE TABLE completion_log (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL, \
+             claim_token CHAR(36) NULL, at DATETIME(6) NOT NULL, KEY (job_id))",
+            "CREATE TRIGGER job_completed AFTER UPDATE ON job_queue FOR EACH ROW \
+             INSERT INTO completion_log (job_id, claim_token, at) \
+             SELECT NEW.id, OLD.claim_token, UTC_TIMESTAMP(6) FROM DUAL \
+             WHERE OLD.status <> 'completed' AND NEW.status = 'completed'",
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&self.pool)
+                .await
+                .expect("create the completion log");
+        }
+    }
+
+    /// The first column of the first row of `sql`, an integer (a count, a sum, a 0/1 test).
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
     }
 
     /// Waits (polling the database every 20 ms, at most `limit`) until `sql` returns a
@@ -279,5 +307,24 @@ async fn connect_or_explain(options: &MySqlConnectOptions) -> MySqlConnection {
              or set DATABASE_URL. Tests never skip.",
             server_url()
         ),
+    }
+}
+
+/// Waits for the first worker event `pick` accepts; panics with `what` after `limit`.
+pub async fn wait_event(
+    rx: &mut tokio::sync::broadcast::Receiver<mysqlq::WorkerEvent>,
+    what: &str,
+    limit: Duration,
+    pick: impl Fn(&mysqlq::WorkerEvent) -> bool,
+) -> mysqlq::WorkerEvent {
+    use tokio::sync::broadcast::error::RecvError;
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(e)) if pick(&e) => return e,
+            Ok(Ok(_) | Err(RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("{what}: event channel closed: {e}"),
+            Err(_) => panic!("timed out waiting for {what}"),
+        }
     }
 }

@@ -38,6 +38,10 @@ pub struct Options {
     pub timeout: Duration,
     /// Print what happens.
     pub verbose: bool,
+    /// Serve both queues over Redis Streams at this URL (`--redis-url`, env
+    /// `MYSQLQ_REDIS_URL`): the relay moves the producer's committed jobs into
+    /// `<prefix>:refresh`, the consumers read them in the group `mysqlq`.
+    pub redis_url: Option<String>,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             concurrency: 4,
             timeout: Duration::from_secs(20),
             verbose: true,
+            redis_url: None,
         }
     }
 }
@@ -225,7 +230,16 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
         api: api.addr(),
         verbose,
         producer: Arc::new(ProducerStats::default()),
+        redis: connect_redis(options).await?,
     };
+    if let Some(r) = &state.redis {
+        say(format!(
+            "serving both queues over Redis Streams: `{}` and `{}`, consumer group `mysqlq`, cap {} entries",
+            r.stream_key(QUEUE),
+            r.stream_key(PRODUCER_QUEUE),
+            r.config().stream_cap
+        ));
+    }
     let ticks = || state.producer.ticks.load(Ordering::SeqCst);
     let mut v = Vec::new();
 
@@ -452,6 +466,10 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
     }
     drop(api);
     pool.close().await;
+    if let (Some(r), Some(url)) = (&state.redis, &options.redis_url) {
+        check_streams_empty(r, &mut v).await;
+        delete_streams(url, r).await;
+    }
     let p = &state.producer;
     Ok(Summary {
         ticks: p.ticks.load(Ordering::SeqCst),
@@ -492,6 +510,7 @@ pub async fn keep_running(
         api: api.addr(),
         verbose: options.verbose,
         producer: Arc::new(ProducerStats::default()),
+        redis: connect_redis(options).await?,
     };
     let producer = start_worker(&pool, &state, true, 1, Duration::from_secs(5)).await?;
     let consumer = start_worker(
@@ -511,4 +530,54 @@ pub async fn keep_running(
     drop(api);
     pool.close().await;
     Ok(())
+}
+
+/// The Redis transport of the round, when `--redis-url` was given: streams under a prefix of
+/// the round's own (`mysqlq-example-<pid>-<random>`), deleted at the end of the round.
+async fn connect_redis(options: &Options) -> Result<Option<mysqlq::redis::Redis>, String> {
+    let Some(url) = &options.redis_url else {
+        return Ok(None);
+    };
+    let config = mysqlq::redis::RedisConfig {
+        prefix: format!(
+            "mysqlq-example-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ),
+        ..mysqlq::redis::RedisConfig::default()
+    };
+    mysqlq::redis::Redis::connect_with(url, config)
+        .await
+        .map(Some)
+        .map_err(|e| format!("cannot use Redis at --redis-url: {}", error_chain(&e)))
+}
+
+/// Over Redis, every entry was acknowledged and deleted once its outcome was in MySQL: the
+/// streams end empty, with nothing pending.
+async fn check_streams_empty(redis: &mysqlq::redis::Redis, v: &mut Vec<String>) {
+    let queues = [QUEUE.to_owned(), PRODUCER_QUEUE.to_owned()];
+    match redis.streams(&queues).await {
+        Ok(streams) => {
+            for s in streams {
+                if s.length > 0 || s.pending > 0 {
+                    v.push(format!(
+                        "stream {} ends with {} entries, {} pending",
+                        s.stream, s.length, s.pending
+                    ));
+                }
+            }
+        }
+        Err(e) => v.push(format!("cannot read the streams: {}", error_chain(&e))),
+    }
+}
+
+/// Deletes the round's streams.
+async fn delete_streams(url: &str, redis: &mysqlq::redis::Redis) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+        let keys = [redis.stream_key(QUEUE), redis.stream_key(PRODUCER_QUEUE)];
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query_async(&mut c).await;
+    }
 }

@@ -5,3 +5,4 @@ pub(crate) mod enqueue_bulk;
 pub(crate) mod enqueue_single;
 pub(crate) mod memory;
 pub(crate) mod pickup;
+pub(crate) mod redis;

@@ -30,6 +30,8 @@
 mod actions;
 mod guard;
 mod pages;
+#[cfg(feature = "redis")]
+mod streams;
 mod view;
 
 #[cfg(feature = "cli")]
@@ -55,6 +57,8 @@ pub struct DashboardOptions {
     base_path: String,
     allowed_hosts: Vec<String>,
     any_host: bool,
+    #[cfg(feature = "redis")]
+    redis: Option<mysqlq::redis::Redis>,
 }
 
 impl DashboardOptions {
@@ -105,6 +109,14 @@ impl DashboardOptions {
         self
     }
 
+    /// Show the Redis streams of the transport (feature `redis`) on the overview page.
+    #[cfg(feature = "redis")]
+    #[must_use]
+    pub fn redis(mut self, redis: mysqlq::redis::Redis) -> Self {
+        self.redis = Some(redis);
+        self
+    }
+
     /// The path the router is nested at (e.g. `/admin/jobs`), used in links, form actions and
     /// cookie paths. Default: empty (mounted at `/`).
     #[must_use]
@@ -125,6 +137,8 @@ struct State {
     /// The per-process key of the sessions' CSRF tokens.
     csrf_key: [u8; 32],
     base: String,
+    #[cfg(feature = "redis")]
+    redis: Option<mysqlq::redis::Redis>,
 }
 
 impl State {
@@ -146,6 +160,8 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         allowed_hosts: (!options.any_host).then_some(options.allowed_hosts),
         csrf_key: random_key(),
         base: options.base_path,
+        #[cfg(feature = "redis")]
+        redis: options.redis,
     });
     Router::new()
         .route("/", get(pages::overview))
@@ -180,7 +196,11 @@ fn random_key() -> [u8; 32] {
 
 /// `mysqlq-cli dashboard`: serves [`router`] on `args.addr` until SIGINT/SIGTERM.
 #[cfg(feature = "cli")]
-pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(), CliError> {
+pub(crate) async fn command(
+    target: &Target,
+    args: &DashboardArgs,
+    conn_args: &crate::args::ConnArgs,
+) -> Result<(), CliError> {
     if !args.addr.ip().is_loopback() && args.token.is_none() && !args.read_only {
         return Err(CliError::usage(
             format!(
@@ -203,6 +223,12 @@ pub(crate) async fn command(target: &Target, args: &DashboardArgs) -> Result<(),
     for host in &args.allowed_host {
         options = options.allowed_host(host.as_str());
     }
+    #[cfg(feature = "redis")]
+    if let Some(redis) = conn_args.redis.connect().await? {
+        options = options.redis(redis);
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = conn_args;
     if !args.addr.ip().is_loopback() && args.token.is_none() {
         eprintln!(
             "warning: the dashboard listens on {} without --token: anyone who reaches it can read every job",

@@ -86,10 +86,25 @@ pub(super) async fn overview(State(state): State<Shared>) -> Res {
     let body = html! {
         h1 { "Overview" }
         (queue_table(&state, &queues, false))
+        (streams_section(&state, &queues).await)
         h2 { "Throughput" }
         (chart(&points))
     };
     Ok(render(&page(&state, "Overview", "overview", &body)))
+}
+
+/// The Redis streams section (feature `redis`), empty without it.
+async fn streams_section(state: &DashState, queues: &[mysqlq::admin::QueueStats]) -> Markup {
+    #[cfg(feature = "redis")]
+    {
+        let names: Vec<String> = queues.iter().map(|q| q.queue.clone()).collect();
+        super::streams::section(state, &names).await
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        let _ = (state, queues);
+        html! {}
+    }
 }
 
 /// `GET /api/overview`: the numbers the script refreshes.

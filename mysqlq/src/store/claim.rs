@@ -124,8 +124,20 @@ pub async fn job_claim_tracked(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
 ) -> Result<Vec<ClaimedJob>, ClaimFailed> {
+    claim_rows(conn, p, "job_claim", true).await
+}
+
+/// The claim transaction of [`job_claim_tracked`], shared with the Redis relay's claim
+/// (`job_relay_claim`), which takes no attempt (`take_attempt` false): the attempt is taken when
+/// a consumer takes the job from the stream.
+pub(super) async fn claim_rows(
+    conn: &mut MySqlConnection,
+    p: &ClaimParams<'_>,
+    tag: &str,
+    take_attempt: bool,
+) -> Result<Vec<ClaimedJob>, ClaimFailed> {
     crate::queue::validate_queue_name(p.queue)?;
-    let select = AssertSqlSafe(claim_select_sql(p.queue, "job_claim"));
+    let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
     let mut tx = conn
         .begin_with("/* mysqlq:job_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
         .await?;
@@ -149,17 +161,7 @@ pub async fn job_claim_tracked(
         ) {
             limited.push((key, limit, jobs.len()));
         }
-        jobs.push(ClaimedJob {
-            id: JobId(r.try_get("id")?),
-            kind: r.try_get("kind")?,
-            payload: r.try_get("payload")?,
-            attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
-            max_attempts: r.try_get("max_attempts")?,
-            meta: r.try_get("meta")?,
-            waited: Duration::from_micros(
-                u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
-            ),
-        });
+        jobs.push(claimed_job(r)?);
     }
     if !limited.is_empty() {
         let dropped = concurrency_admit(&mut tx, &limited).await?;
@@ -174,10 +176,15 @@ pub async fn job_claim_tracked(
         }
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let attempt = if take_attempt {
+        ", attempts = attempts + (attempts < 4294967295), \
+         first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6))"
+    } else {
+        ""
+    };
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_claim */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
-         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-         attempts = attempts + (attempts < 4294967295), first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)) \
+        "/* mysqlq:{tag} */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
+         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND{attempt} \
          WHERE id IN ({}) AND status = 'pending'",
         placeholders(padded_len(ids.len()))
     ));
@@ -207,6 +214,22 @@ pub async fn job_claim_tracked(
             in_doubt: jobs,
         }),
     }
+}
+
+/// A job from a row of the claim's SELECT (`id, kind, payload, attempts, max_attempts, meta,
+/// waited_us`); also used by the Redis relay's claim of given ids.
+pub(super) fn claimed_job(r: &sqlx::mysql::MySqlRow) -> Result<ClaimedJob, sqlx::Error> {
+    Ok(ClaimedJob {
+        id: JobId(r.try_get("id")?),
+        kind: r.try_get("kind")?,
+        payload: r.try_get("payload")?,
+        attempt: r.try_get::<u32, _>("attempts")?.saturating_add(1),
+        max_attempts: r.try_get("max_attempts")?,
+        meta: r.try_get("meta")?,
+        waited: Duration::from_micros(
+            u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
+        ),
+    })
 }
 
 /// `job_claim_resolve`: which jobs of a claim whose COMMIT outcome is unknown the claim owns.

@@ -179,6 +179,19 @@ pub async fn job_release(
     guarded_update(conn, "job_release", &set, None, jobs).await
 }
 
+/// `job_relay_release`: hands relayed jobs (held under a relay's token, in a stream or about to
+/// be) back to `pending` with nothing else changed: no attempt was taken, so none is given back.
+/// The relay does this when Redis lost their entries, when an `XADD` failed or did not fit under
+/// the stream's cap, and at shutdown; a consumer does it for entries it read but cannot run.
+#[cfg(any(feature = "redis", feature = "__internal-store"))]
+pub async fn job_relay_release(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<GuardedReport, Error> {
+    let set = "status = 'pending', locked_by = NULL, claim_token = NULL, lease_expires_at = NULL";
+    guarded_update(conn, "job_relay_release", set, None, jobs).await
+}
+
 /// Where a failed attempt sends a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {

@@ -13,6 +13,8 @@ use crate::Error;
 pub struct ReapReport {
     /// Jobs returned to `pending` (attempts left).
     pub retried: u64,
+    /// Relayed jobs (Redis transport) whose relay died: back to `pending`, no attempt taken.
+    pub relayed: u64,
     /// Jobs moved to `failed` (no attempts left).
     pub failed: u64,
 }
@@ -33,7 +35,7 @@ macro_rules! reaped_attempts_sql {
                LENGTH(CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
                       ' (worker presumed dead)')) \
              FROM job_queue WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
-               AND ",
+               AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') AND ",
             $cond,
             " ORDER BY lease_expires_at LIMIT ?"
         )
@@ -42,10 +44,13 @@ macro_rules! reaped_attempts_sql {
 
 /// `job_reap_expired`: the article's recovery SQL — expired leases go back to `pending` when
 /// attempts remain, else to `failed` — in batches of `limit`, with `last_error` saying why.
+/// Relayed jobs (held by a Redis relay, `locked_by` `redis-relay:…`) took no attempt: they go
+/// back to `pending` untouched first (`job_relay_expire`), and the statements below skip them.
 /// Each UPDATE runs in one transaction with `job_attempt_reaped`, which records the lost
 /// attempt in the job's history (not trimmed here: the next attempt a worker records trims
 /// it).
 pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<ReapReport, Error> {
+    let relayed = super::relay::job_relay_expire(&mut *conn, limit).await?;
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     sqlx::query(reaped_attempts_sql!("retry", "attempts < max_attempts"))
         .bind(limit)
@@ -58,6 +63,7 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
                                  ' (worker presumed dead); attempt ', attempts), \
              locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
          WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
+           AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') \
            AND attempts < max_attempts \
          ORDER BY lease_expires_at LIMIT ?",
     )
@@ -78,6 +84,7 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
                                  ' on the last attempt (', attempts, ' of ', max_attempts, ')'), \
              locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
          WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
+           AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') \
            AND attempts >= max_attempts \
          ORDER BY lease_expires_at LIMIT ?",
     )
@@ -86,7 +93,11 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
     .await?
     .rows_affected();
     tx.commit().await?;
-    Ok(ReapReport { retried, failed })
+    Ok(ReapReport {
+        retried,
+        relayed,
+        failed,
+    })
 }
 
 /// `job_prune`: deletes up to `limit` jobs in `status` finished more than `older_than` ago,

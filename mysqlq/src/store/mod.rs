@@ -24,6 +24,7 @@ mod maintenance;
 mod meta;
 pub mod migrations;
 mod queues;
+mod relay;
 pub mod server;
 mod sql;
 mod testing;
@@ -47,6 +48,8 @@ pub use gauges::gauges_explain;
 pub use gauges::queue_gauges;
 #[cfg(feature = "__internal-store")]
 pub use guarded::job_finish_attempt;
+#[cfg(any(feature = "redis", feature = "__internal-store"))]
+pub use guarded::job_relay_release;
 pub use guarded::{
     GuardedReport, Outcome, Owned, Written, job_complete_many, job_finish_attempt_logged,
     job_heartbeat, job_release,
@@ -58,6 +61,13 @@ pub use insert::{InsertRow, job_insert_many, job_insert_one};
 pub use maintenance::{PruneStatus, job_prune, job_reap_expired, leader_elect, leader_resign};
 pub use meta::job_set_meta;
 pub use queues::queue_set_paused;
+#[cfg(feature = "__internal-store")]
+pub use relay::{EntryRow, RelayedJob};
+#[cfg(any(feature = "redis", feature = "__internal-store"))]
+pub use relay::{
+    RELAY_PREFIX, Reaped, TakeParams, job_reap_taken, job_relay_claim, job_relay_claim_ids,
+    job_relay_counts, job_relay_inspect, job_take,
+};
 pub use sql::{datetime_utc, micros};
 pub use testing::job_list_pending_of_kind;
 pub use workers::{

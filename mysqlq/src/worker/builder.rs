@@ -35,6 +35,8 @@ impl Worker {
             worker_id: None,
             periodic: Vec::new(),
             hooks: crate::hooks::Hooks::new(),
+            #[cfg(feature = "redis")]
+            redis: None,
         }
     }
 
@@ -60,9 +62,21 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     periodic: Vec<crate::Periodic>,
     hooks: crate::hooks::Hooks,
+    #[cfg(feature = "redis")]
+    redis: Option<crate::redis::Redis>,
 }
 
 impl WorkerBuilder {
+    /// Serves this worker's queues over Redis Streams (feature `redis`, `docs/redis.md`): a
+    /// relay moves their committed jobs into the streams and this worker reads them with the
+    /// consumer group `mysqlq`, instead of claiming from MySQL itself. MySQL stays the source
+    /// of truth; the handlers, error classes, leases and outcomes are the same.
+    #[cfg(feature = "redis")]
+    pub fn redis(mut self, redis: crate::redis::Redis) -> Self {
+        self.redis = Some(redis);
+        self
+    }
+
     /// The jobs this worker can run (default: [`Registry::from_inventory`]).
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
@@ -230,6 +244,16 @@ impl WorkerBuilder {
             uuid::Uuid::new_v4().simple()
         );
         let (events, _) = broadcast::channel(events::CAPACITY);
+        #[cfg(feature = "redis")]
+        let (settled, settled_rx) = match &self.redis {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        #[cfg(not(feature = "redis"))]
+        let settled = None;
         let shared = Arc::new(Shared {
             pool: self.pool,
             db,
@@ -250,18 +274,23 @@ impl WorkerBuilder {
             periodic,
             hooks: crate::hooks::global_hooks().then(&self.hooks),
             events,
+            settled,
         });
         stats::register_worker(&shared).await?;
-        let producers: Vec<JoinHandle<()>> = (0..shared.config.claimers)
-            .map(|i| tokio::spawn(producer::run(shared.clone(), i)))
-            .collect();
-        let services = vec![
+        #[cfg(feature = "redis")]
+        let (producers, mut services) = match self.redis.zip(settled_rx) {
+            Some((redis, rx)) => super::redis::spawn(&shared, redis, rx).await?,
+            None => claim_loops(&shared),
+        };
+        #[cfg(not(feature = "redis"))]
+        let (producers, mut services) = claim_loops(&shared);
+        services.extend([
             tokio::spawn(completer::run(shared.clone())),
             tokio::spawn(lease::run(shared.clone())),
             tokio::spawn(lease::watchdog(shared.clone())),
             tokio::spawn(maintenance::run(shared.clone())),
             tokio::spawn(stats::run(shared.clone())),
-        ];
+        ]);
         tracing::info!(
             worker = %shared.worker_id,
             queues = ?shared.config.queues,
@@ -275,6 +304,14 @@ impl WorkerBuilder {
             services,
         })
     }
+}
+
+/// The claim loops (no service of their own beside them).
+fn claim_loops(shared: &Arc<Shared>) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>>) {
+    let loops = (0..shared.config.claimers)
+        .map(|i| tokio::spawn(producer::run(shared.clone(), i)))
+        .collect();
+    (loops, Vec::new())
 }
 
 /// The worker's own pool: same server and credentials as the application's pool, sized for the

@@ -148,6 +148,9 @@ fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
         }
     }
     for k in keys {
+        s.settled(k);
+    }
+    for k in keys {
         // Cancelled by an operator before the flush: not completed (the row stays cancelled).
         if !report.lost.contains(&k.id) && !report.cancelled.contains(&k.id) {
             s.emit(WorkerEvent::Completed { id: k.id });

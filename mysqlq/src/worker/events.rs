@@ -89,4 +89,51 @@ pub enum WorkerEvent {
     },
     /// A maintenance round ended.
     MaintenanceRound,
+    /// The Redis relay added jobs to a stream (feature `redis`).
+    #[cfg(feature = "redis")]
+    Relayed {
+        /// The queue.
+        queue: String,
+        /// Entries added.
+        jobs: usize,
+    },
+    /// The Redis relay found a stream at its cap and relayed nothing: the backlog waits in
+    /// MySQL (feature `redis`).
+    #[cfg(feature = "redis")]
+    StreamFull {
+        /// The queue.
+        queue: String,
+        /// Entries in the stream.
+        length: u64,
+    },
+    /// Redis no longer had unread entries the relay had added (restarted empty, flushed, the
+    /// stream deleted): their jobs were handed back to `pending` (feature `redis`).
+    #[cfg(feature = "redis")]
+    EntriesLost {
+        /// The queue.
+        queue: String,
+        /// Jobs handed back.
+        jobs: usize,
+    },
+    /// Stream entries were acknowledged and deleted (`XACK` + `XDEL`) after MySQL recorded
+    /// their outcome, or because their job had moved on (feature `redis`).
+    #[cfg(feature = "redis")]
+    Acked {
+        /// Entries.
+        entries: usize,
+    },
+    /// The sweeper took over entries whose consumer stopped for a lease (`XAUTOCLAIM`)
+    /// (feature `redis`).
+    #[cfg(feature = "redis")]
+    Swept {
+        /// Jobs run here: read by a consumer that stopped before it could take them.
+        run: usize,
+        /// Jobs whose consumer died holding them, sent back to `pending` (attempts left).
+        retried: usize,
+        /// Jobs moved to `failed`: the dead consumer held the last attempt, or the entry was
+        /// delivered more times than the job has attempts without ever being taken.
+        failed: usize,
+        /// Entries whose job had moved on: acknowledged and deleted.
+        stale: usize,
+    },
 }

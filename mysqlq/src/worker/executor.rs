@@ -468,6 +468,9 @@ async fn record(
         outcome = Outcome::Fail;
         written = write(Outcome::Fail, fallback, 0).await;
     }
+    if written.is_ok() {
+        s.settled(key);
+    }
     match written {
         Ok(Written::Now | Written::Already) => {
             match outcome {

@@ -151,6 +151,7 @@ fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
                     a.abort();
                 }
                 into.push(key.id);
+                s.settled(key);
             }
         }
     }

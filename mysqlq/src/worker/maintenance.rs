@@ -105,16 +105,20 @@ async fn reap(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate
     let mut reaped = 0;
     loop {
         let r = store::job_reap_expired(conn, BATCH).await?;
-        let n = r.retried + r.failed;
+        let n = r.retried + r.failed + r.relayed;
         if n > 0 {
             tracing::warn!(
                 retried = r.retried,
                 failed = r.failed,
+                relayed = r.relayed,
                 "reaped jobs with expired leases"
             );
         }
         reaped += n;
-        if r.retried < u64::from(BATCH) && r.failed < u64::from(BATCH) {
+        if r.retried < u64::from(BATCH)
+            && r.failed < u64::from(BATCH)
+            && r.relayed < u64::from(BATCH)
+        {
             break;
         }
     }

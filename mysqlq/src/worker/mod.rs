@@ -16,6 +16,8 @@ mod handle;
 mod lease;
 mod maintenance;
 mod producer;
+#[cfg(feature = "redis")]
+mod redis;
 mod release;
 mod scheduler;
 mod stats;
@@ -108,6 +110,10 @@ pub(crate) struct Shared {
     /// The global hooks at start, then the builder's.
     pub(crate) hooks: crate::hooks::Hooks,
     pub(crate) events: broadcast::Sender<WorkerEvent>,
+    /// Told of every claim whose end this process wrote to MySQL, or found written by someone
+    /// else (lost, cancelled by an operator): the Redis transport acknowledges its stream entry
+    /// then, and only then. `None` without the transport.
+    pub(crate) settled: Option<tokio::sync::mpsc::UnboundedSender<Key>>,
 }
 
 impl Shared {
@@ -120,6 +126,13 @@ impl Shared {
     /// Tells subscribers (tests, `WorkerHandle::events`) what happened.
     pub(crate) fn emit(&self, event: WorkerEvent) {
         let _ = self.events.send(event);
+    }
+
+    /// MySQL has the outcome of this claim (see [`Shared::settled`]).
+    pub(crate) fn settled(&self, key: &Key) {
+        if let Some(tx) = &self.settled {
+            let _ = tx.send(key.clone());
+        }
     }
 
     /// Removes the entry of exactly this claim, if it is still there.

@@ -71,6 +71,9 @@ async fn release(s: &Arc<Shared>, keys: &[Key], limit: Duration) -> usize {
             return 0;
         }
     };
+    for k in keys {
+        s.settled(k);
+    }
     let m = &s.metrics;
     m.add(&m.counters.released, report.done);
     m.add(&m.counters.lost, report.lost.len() as u64);
