@@ -49,6 +49,7 @@ async fn claim(db: &TestDb, queue: &str, limit: u32) -> Vec<Owned> {
         &ClaimParams {
             queue,
             limit,
+            skip: 0,
             worker_id: "test-worker",
             token: &token,
             lease: Duration::from_secs(60),

@@ -3,7 +3,7 @@
 //! after each scenario. Sizes are small by default so CI stays fast; `MYSQLQ_FAULT_SCALE=10`
 //! multiplies the job counts (e.g. 20,000 jobs for the SIGKILL scenario).
 //!
-//! Invariants (`check_invariants`):
+//! Invariants (`check_invariants`, in `tests/harness/invariants.rs`):
 //! 1. every job is final: `completed`, or `failed` with a `last_error` when that is expected;
 //! 2. no job is marked completed twice (a trigger logs every transition to `completed`);
 //! 3. every completion was made by the owner of the job at that moment: the claim token the row
@@ -16,17 +16,14 @@ use std::time::Duration;
 
 use mysqlq::admin::JobState;
 use mysqlq::{DedupeScope, EnqueueOptions, Enqueued, JobId, NewJob};
+use mysqlq_tests::invariants::{self, place_orders};
 use mysqlq_tests::jobs::{Forever, Noop, Panicker, Sleepy};
 use mysqlq_tests::{PrivateServer, Proc, TestDb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
 
 fn scale() -> usize {
-    std::env::var("MYSQLQ_FAULT_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    mysqlq_tests::scale("MYSQLQ_FAULT_SCALE")
 }
 
 /// A migrated database on a fresh private server, with the completion trigger and an
@@ -34,13 +31,7 @@ fn scale() -> usize {
 async fn setup() -> (PrivateServer, TestDb) {
     let server = PrivateServer::start();
     let db = TestDb::on(&server.url()).await;
-    db.log_completions().await;
-    sqlx::query(
-        "CREATE TABLE orders (order_no BIGINT UNSIGNED PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL)",
-    )
-    .execute(&db.pool)
-    .await
-    .expect("fault-suite setup");
+    invariants::install(&db).await;
     (server, db)
 }
 
@@ -61,100 +52,8 @@ async fn wait_final(db: &TestDb, limit: Duration) {
     .await;
 }
 
-/// Checks the invariants listed at the top of this file. `failed_ok` is the number of jobs
-/// expected to end `failed`.
 async fn check_invariants(db: &TestDb, failed_ok: i64) {
-    let not_final = scalar(
-        db,
-        "SELECT COUNT(*) FROM job_queue WHERE status NOT IN ('completed', 'failed')",
-    )
-    .await;
-    assert_eq!(not_final, 0, "1: every job is final");
-    let failed = scalar(db, "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'").await;
-    assert_eq!(failed, failed_ok, "1: only the expected jobs failed");
-    let silent = scalar(db, "SELECT COUNT(*) FROM job_queue WHERE status = 'failed' AND (last_error IS NULL OR last_error = '')").await;
-    assert_eq!(silent, 0, "1: a failed job carries its reason");
-    let twice = scalar(db, "SELECT COUNT(*) FROM (SELECT job_id FROM completion_log GROUP BY job_id HAVING COUNT(*) > 1) t").await;
-    assert_eq!(twice, 0, "2: no job completed twice");
-    let unlogged = scalar(
-        db,
-        "SELECT COUNT(*) FROM job_queue j WHERE j.status = 'completed' \
-         AND NOT EXISTS (SELECT 1 FROM completion_log c WHERE c.job_id = j.id)",
-    )
-    .await;
-    assert_eq!(unlogged, 0, "2: every completion went through a transition");
-    let by_stranger = scalar(
-        db,
-        "SELECT COUNT(*) FROM completion_log c WHERE NOT EXISTS (\
-           SELECT 1 FROM test_runs r WHERE r.job_id = c.job_id AND r.claim_token = c.claim_token \
-           AND r.event = 'done' AND r.at <= c.at)",
-    )
-    .await;
-    assert_eq!(
-        by_stranger, 0,
-        "3: every completion was made by the job's owner after its handler returned"
-    );
-    let started_never_finished = scalar(
-        db,
-        "SELECT COUNT(DISTINCT r.job_id) FROM test_runs r JOIN job_queue j ON j.id = r.job_id \
-         WHERE r.event = 'start' AND j.status NOT IN ('completed', 'failed')",
-    )
-    .await;
-    assert_eq!(
-        started_never_finished, 0,
-        "4: a started job was completed or re-run"
-    );
-    let orphan_orders = scalar(
-        db,
-        "SELECT COUNT(*) FROM orders o LEFT JOIN job_queue j ON j.id = o.job_id WHERE j.id IS NULL",
-    )
-    .await;
-    let orphan_jobs = scalar(
-        db,
-        "SELECT COUNT(*) FROM job_queue j WHERE j.queue_name = 'test' AND j.kind = 'noop' \
-         AND JSON_EXTRACT(j.payload, '$.n') >= 1000000 \
-         AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.job_id = j.id)",
-    )
-    .await;
-    assert_eq!(
-        (orphan_orders, orphan_jobs),
-        (0, 0),
-        "5: business rows and jobs commit together"
-    );
-}
-
-/// Places `n` orders, each in one transaction with its job; retries a transaction that failed
-/// (server gone), treating a duplicate order number as "that commit did land".
-async fn place_orders(pool: sqlx::MySqlPool, first: u64, n: u64) {
-    for order_no in first..first + n {
-        loop {
-            let attempt = async {
-                let mut tx = pool.begin().await?;
-                let id = Noop {
-                    n: 1_000_000 + order_no,
-                }
-                .enqueue(&mut tx)
-                .await
-                .map_err(|e| match e {
-                    mysqlq::Error::Database(e) => e,
-                    other => sqlx::Error::Protocol(other.to_string()),
-                })?;
-                sqlx::query("INSERT INTO orders (order_no, job_id) VALUES (?, ?)")
-                    .bind(order_no)
-                    .bind(id.id().0)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await
-            }
-            .await;
-            match attempt {
-                Ok(()) => break,
-                Err(sqlx::Error::Database(e)) if e.message().contains("Duplicate entry") => break,
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    invariants::check(&db.pool, failed_ok).await;
 }
 
 fn sleepy_jobs(n: usize, ms: u64) -> Vec<NewJob> {

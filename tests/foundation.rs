@@ -49,6 +49,7 @@ async fn claim(
         &ClaimParams {
             queue,
             limit,
+            skip: 0,
             worker_id: "test-worker",
             token: &token,
             lease,
@@ -377,6 +378,7 @@ async fn concurrent_claimers_claim_every_job_exactly_once() {
                 let params = ClaimParams {
                     queue: "test",
                     limit: 37,
+                    skip: 0,
                     worker_id: &worker,
                     token: &token,
                     lease: Duration::from_secs(300),

@@ -152,6 +152,7 @@ async fn absurd_delays_are_clamped_to_what_datetime_holds() {
         &store::ClaimParams {
             queue: "test",
             limit: 1,
+            skip: 0,
             worker_id: "w",
             token: &uuid_like(3),
             lease: Duration::from_secs(60),

@@ -146,6 +146,7 @@ async fn process(db: &TestDb, upstream: &str, id: &str) -> Member {
             proc: Proc {
                 child,
                 id: id.to_owned(),
+                log,
             },
             dead: false,
         },

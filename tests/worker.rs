@@ -429,6 +429,7 @@ async fn the_reaper_runs_on_the_leader_and_recovers_expired_leases() {
         &ClaimParams {
             queue: "test",
             limit: 1,
+            skip: 0,
             worker_id: "dead",
             token: "dead-0000-0000-0000-000000000000",
             lease: Duration::from_millis(1),

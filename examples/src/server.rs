@@ -7,15 +7,19 @@
 //!    own data directory in a temp dir and a free port. It is stopped and its directory deleted
 //!    when the [`Server`] is dropped. Setting `MYSQLQ_EXAMPLES_PRIVATE_SERVER=1` skips 1 and 2.
 //!
+//! The URL may list several hosts (`mysql://u:p@h1:3306,h2:3306`): the examples then run on
+//! the first one that takes writes, and follow a failover (`mysqlq::cluster`).
+//!
 //! Examples never touch the database named in the URL: [`fresh_database`] drops and recreates a
 //! database of the example's own name next to it, then applies mysqlq's migrations.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use mysqlq::ClusterUrl;
 use mysqlq_testkit::StartError;
 use sqlx::MySqlPool;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::mysql::MySqlPoolOptions;
 
 /// The private server of [`Server::locate`]: `mysqlq-testkit`'s, the one the tests use too.
 pub use mysqlq_testkit::PrivateServer;
@@ -160,6 +164,17 @@ pub fn unique_database(example: &str) -> String {
     )
 }
 
+/// The server of `url` (one host, or several: `mysql://u:p@h1:3306,h2:3306`, see
+/// `mysqlq::cluster`), without its database.
+///
+/// # Errors
+///
+/// When the URL does not parse.
+pub fn server_url(url: &str) -> Result<ClusterUrl, String> {
+    ClusterUrl::parse(&server_part(url))
+        .map_err(|e| format!("bad database URL `{}`: {e}", redact(url)))
+}
+
 /// Drops database `name` on the server of `url` (the end of a run).
 ///
 /// # Errors
@@ -167,9 +182,7 @@ pub fn unique_database(example: &str) -> String {
 /// When the server cannot be reached or refuses the `DROP DATABASE`.
 pub async fn drop_database(url: &str, name: &str) -> Result<(), String> {
     let admin_url = server_part(url);
-    let server: MySqlConnectOptions = admin_url
-        .parse()
-        .map_err(|e| format!("bad database URL `{}`: {e}", redact(url)))?;
+    let server = server_url(url)?;
     let admin = connect_with_retry(&server, Duration::from_secs(10)).await?;
     let sql = format!("DROP DATABASE IF EXISTS `{name}`");
     let result = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
@@ -217,9 +230,7 @@ async fn recreate_database(
         ));
     }
     let admin_url = server_part(url);
-    let server: MySqlConnectOptions = admin_url
-        .parse()
-        .map_err(|e| format!("bad database URL `{}`: {e}", redact(url)))?;
+    let server = server_url(url)?;
     let admin = connect_with_retry(&server, Duration::from_secs(30)).await?;
     for sql in [
         format!("DROP DATABASE IF EXISTS `{name}`"),
@@ -231,10 +242,13 @@ async fn recreate_database(
             .map_err(|e| format!("`{sql}` failed on {}: {e}", redact(&admin_url)))?;
     }
     admin.close().await;
-    let pool = MySqlPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect_with(server.database(name))
+    let pool = server
+        .with_database(name)
+        .connect(
+            MySqlPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(30)),
+        )
         .await
         .map_err(|e| format!("cannot connect to database `{name}`: {e}"))?;
     Ok(pool)
@@ -242,16 +256,15 @@ async fn recreate_database(
 
 /// Connects a one-connection pool, retrying for up to `patience` (a server that was just started
 /// may accept TCP before it accepts logins). The error says how to get a server.
-async fn connect_with_retry(
-    options: &MySqlConnectOptions,
-    patience: Duration,
-) -> Result<MySqlPool, String> {
+async fn connect_with_retry(server: &ClusterUrl, patience: Duration) -> Result<MySqlPool, String> {
     let deadline = Instant::now() + patience;
     loop {
-        match MySqlPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options.clone())
+        match server
+            .connect(
+                MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(5)),
+            )
             .await
         {
             Ok(pool) => return Ok(pool),

@@ -1,9 +1,9 @@
 //! Connections to the server of `DATABASE_URL` and to the scratch database.
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions};
+use mysqlq::ClusterUrl;
+use sqlx::mysql::{MySqlDatabaseError, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{MySql, MySqlPool};
 
@@ -12,10 +12,10 @@ use crate::error::BenchError;
 /// How long to wait for a connection before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A pool of up to `max` connections to `url`. Messages never repeat the URL (it may hold a
-/// password).
+/// A pool of up to `max` connections to `url` (one host, or several: the first that takes
+/// writes, see `mysqlq::cluster`). Messages never repeat the URL (it may hold a password).
 pub(crate) async fn pool(url: &str, max: u32) -> Result<MySqlPool, BenchError> {
-    let opts = MySqlConnectOptions::from_str(url).map_err(|e| {
+    let cluster = ClusterUrl::parse(url).map_err(|e| {
         BenchError::usage(
             format!("invalid database URL: {}", crate::error::chain(&e)),
             "write it as mysql://user:password@host:3306/database",
@@ -26,7 +26,7 @@ pub(crate) async fn pool(url: &str, max: u32) -> Result<MySqlPool, BenchError> {
         .test_before_acquire(false)
         .acquire_timeout(CONNECT_TIMEOUT)
         .max_connections(max.max(1));
-    options.connect_with(opts).await.map_err(|e| {
+    cluster.connect(options).await.map_err(|e| {
         BenchError::new(
             format!(
                 "cannot connect to the database server: {}",

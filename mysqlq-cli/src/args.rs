@@ -27,7 +27,8 @@ pub(crate) struct Cli {
 /// Where the database is.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ConnArgs {
-    /// Database URL, e.g. mysql://app:secret@127.0.0.1:3306/app [env: DATABASE_URL]
+    /// Database URL, e.g. mysql://app:secret@127.0.0.1:3306/app; several hosts (the first that
+    /// takes writes is used): mysql://app:secret@db1:3306,db2:3306/app [env: DATABASE_URL]
     #[arg(
         long,
         env = "DATABASE_URL",

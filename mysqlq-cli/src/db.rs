@@ -1,9 +1,9 @@
 //! Connecting, and keeping passwords out of every message.
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use mysqlq::ClusterUrl;
+use sqlx::mysql::MySqlPoolOptions;
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, MySql, MySqlConnection, MySqlPool};
 
@@ -44,7 +44,9 @@ impl Target {
         scrub(text, &self.url, self.password.as_deref())
     }
 
-    fn options(&self) -> Result<MySqlConnectOptions, CliError> {
+    /// The URL's hosts: one, or several (`mysql://u:p@host1:3306,host2:3306/db`, see
+    /// `mysqlq::cluster`).
+    pub(crate) fn cluster(&self) -> Result<ClusterUrl, CliError> {
         let scheme = self
             .url
             .split_once("://")
@@ -58,25 +60,55 @@ impl Target {
                 "write it as mysql://user:password@host:3306/database",
             ));
         }
-        let opts = MySqlConnectOptions::from_str(&self.url).map_err(|e| {
+        let cluster = ClusterUrl::parse(&self.url).map_err(|e| {
+            let why = match &e {
+                mysqlq::Error::Invalid { reason, .. } => reason.clone(),
+                other => chain(other),
+            };
             CliError::usage(
-                format!("invalid database URL `{}`: {}", self.redacted(), chain(&e)),
-                "write it as mysql://user:password@host:3306/database",
+                format!("invalid database URL `{}`: {why}", self.redacted()),
+                "write it as mysql://user:password@host:3306/database (several hosts: \
+                 mysql://user:password@host1:3306,host2:3306/database)",
             )
         })?;
-        if opts.get_database().is_none() {
+        if cluster.database().is_none() {
             return Err(CliError::usage(
                 format!("the database URL `{}` names no database", self.redacted()),
                 "append the database, e.g. mysql://user:password@host:3306/app",
             ));
         }
-        Ok(opts)
+        Ok(cluster)
     }
 
     /// A pool of up to `max` connections; one is opened now so a bad URL or a server that is
-    /// down is reported at once.
+    /// down is reported at once. With several hosts, the pool uses the first one that is up and
+    /// takes writes and moves on when it stops being so.
     pub(crate) async fn pool(&self, max: u32) -> Result<MySqlPool, CliError> {
-        let opts = self.options()?;
+        let cluster = self.cluster()?;
+        let options = MySqlPoolOptions::new()
+            .max_connections(max.max(1))
+            .min_connections(0)
+            // No PING before every acquire: a dead connection fails its statement, which the
+            // worker retries on a fresh one; the ping would cost a round trip per claim.
+            .test_before_acquire(false)
+            .acquire_timeout(CONNECT_TIMEOUT);
+        if cluster.is_multi_host() {
+            return match tokio::time::timeout(CONNECT_TIMEOUT * 2, cluster.connect(options)).await {
+                Ok(Ok(pool)) => Ok(pool),
+                Ok(Err(mysqlq::Error::Database(e))) => Err(self.connect_error(&e)),
+                Ok(Err(e)) => Err(CliError::new(
+                    format!(
+                        "cannot connect to {}: {}",
+                        self.redacted(),
+                        self.scrub(&chain(&e))
+                    ),
+                    "check that a host of DATABASE_URL is up and writable (read_only=OFF; on \
+                     Galera Synced, in the primary component)",
+                )),
+                Err(_) => Err(self.no_answer()),
+            };
+        }
+        let opts = cluster.connect_options().remove(0);
         // One direct connection first: the pool retries I/O errors until its timeout and then
         // reports only "timed out", while this names the real cause (refused, unknown host, …).
         let first =
@@ -86,27 +118,23 @@ impl Target {
                 let _ = conn.close().await;
             }
             Ok(Err(e)) => return Err(self.connect_error(&e)),
-            Err(_) => {
-                return Err(CliError::new(
-                    format!(
-                        "cannot connect to {}: no answer within {}s",
-                        self.redacted(),
-                        CONNECT_TIMEOUT.as_secs()
-                    ),
-                    "check that the server is running and reachable, and DATABASE_URL / --database-url",
-                ));
-            }
+            Err(_) => return Err(self.no_answer()),
         }
-        MySqlPoolOptions::new()
-            .max_connections(max.max(1))
-            .min_connections(0)
-            // No PING before every acquire: a dead connection fails its statement, which the
-            // worker retries on a fresh one; the ping would cost a round trip per claim.
-            .test_before_acquire(false)
-            .acquire_timeout(CONNECT_TIMEOUT)
+        options
             .connect_with(opts)
             .await
             .map_err(|e| self.connect_error(&e))
+    }
+
+    fn no_answer(&self) -> CliError {
+        CliError::new(
+            format!(
+                "cannot connect to {}: no answer within {}s",
+                self.redacted(),
+                CONNECT_TIMEOUT.as_secs()
+            ),
+            "check that the server is running and reachable, and DATABASE_URL / --database-url",
+        )
     }
 
     fn connect_error(&self, e: &sqlx::Error) -> CliError {

@@ -52,7 +52,7 @@ pub enum StartError {
     },
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
     let what = what.into();
     move |source| StartError::Io { what, source }
 }
@@ -246,7 +246,7 @@ pub fn signal(pid: u32, sig: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn unique_dir(prefix: &str) -> PathBuf {
+pub(crate) fn unique_dir(prefix: &str) -> PathBuf {
     std::env::temp_dir().join(format!(
         "{prefix}-{}-{:08x}",
         std::process::id(),
@@ -258,7 +258,7 @@ fn unique_dir(prefix: &str) -> PathBuf {
 /// than initialising each, and initialisers running side by side trip over each other.
 static TEMPLATE: Mutex<Option<PathBuf>> = Mutex::new(None);
 
-fn template(binary: &Path) -> Result<PathBuf, StartError> {
+pub(crate) fn template(binary: &Path) -> Result<PathBuf, StartError> {
     let mut template = TEMPLATE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -284,7 +284,7 @@ pub fn remove_template() {
     }
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

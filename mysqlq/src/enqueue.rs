@@ -387,7 +387,9 @@ where
 /// back with it (a savepoint undoes this call's rows if it fails); on a pool or a bare
 /// connection the call runs its own transaction, retried from the top on a deadlock or lock
 /// wait timeout. Returns one result per job, in order. Jobs with a dedupe key are inserted one
-/// statement each (to report each duplicate).
+/// statement each (to report each duplicate). The ids are right on Galera too, where the id
+/// step changes when a node joins or leaves: a call that sees the step change undoes its rows
+/// and inserts them again.
 pub fn enqueue_many<'c, A, I>(target: A, jobs: I) -> BoxFuture<'c, Result<Vec<Enqueued>, Error>>
 where
     A: Acquire<'c, Database = MySql> + Send + 'c,
@@ -412,9 +414,19 @@ where
             // `begin` on a connection already in a transaction makes a savepoint.
             let mut tx = Connection::begin(&mut *conn).await?;
             match store::job_insert_many(&mut tx, &rows).await {
-                Ok(out) => {
+                Ok(Some(out)) => {
                     tx.commit().await?;
                     break out;
+                }
+                // A Galera node joined or left mid-call, changing the id step: the ids of the
+                // last INSERT are unknown. Undo this call's rows (to the savepoint, inside the
+                // caller's transaction) and insert them again.
+                Ok(None) if tries < MANY_ATTEMPTS => drop(tx),
+                Ok(None) => {
+                    return Err(Error::invalid(
+                        "bulk enqueue",
+                        "the cluster's auto_increment_increment kept changing during the call; try again",
+                    ));
                 }
                 Err(e) if owned && tries < MANY_ATTEMPTS && store::is_lock_error(&e) => {
                     drop(tx);

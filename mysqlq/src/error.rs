@@ -75,6 +75,10 @@ pub enum Error {
         /// Where the second registration was made.
         second: String,
     },
+    /// No host of a multi-host database URL is up and takes writes (each is named with its
+    /// problem). Transient: during a failover the next try may find the new writer.
+    #[error("{0}; start a writer, or promote a replica (and set read_only=OFF on it)")]
+    NoWriter(String),
     /// Worker settings do not fit together.
     #[error("invalid worker configuration: {0}")]
     Config(String),
@@ -156,11 +160,12 @@ impl Error {
     /// server is restarting or read-only during a failover, a Galera node is not ready, or a
     /// deadlock / lock wait timeout rolled the transaction back.
     ///
-    /// In numbers: I/O, a closed or timed-out pool, server gone (2006, 2013), can't connect
+    /// In numbers: no host of a multi-host URL takes writes ([`Error::NoWriter`]), I/O, a closed or timed-out pool, server gone (2006, 2013), can't connect
     /// (2002, 2003), Galera node not ready (1047), server shutdown in progress (1053), read-only
     /// during failover (1290, 1836), deadlock (1213), lock wait timeout (1205).
     pub fn is_transient(&self) -> bool {
         match self {
+            Self::NoWriter(_) => true,
             #[cfg(feature = "redis")]
             Self::Redis(e) => {
                 e.is_io_error()

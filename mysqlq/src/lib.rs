@@ -67,6 +67,7 @@
 
 pub mod admin;
 mod backoff;
+pub mod cluster;
 mod context;
 mod enqueue;
 mod error;
@@ -107,6 +108,7 @@ mod worker;
 pub mod __private;
 
 pub use backoff::{Backoff, RetryPolicy};
+pub use cluster::ClusterUrl;
 pub use context::{CancelReason, Extensions, JobContext};
 pub use enqueue::{
     DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_META_BYTES, MAX_PAYLOAD_BYTES, Meta, NewJob,

@@ -8,15 +8,16 @@
 
 pub mod host;
 pub mod http;
+pub mod invariants;
 pub mod jobs;
 mod private_server;
 mod procs;
 pub mod redis;
 pub mod torture;
 
-pub use procs::{Proc, wait_within};
+pub use procs::{FAST_TIMINGS, Proc, wait_within};
 
-pub use private_server::{PrivateServer, signal};
+pub use private_server::{GaleraCluster, PrivateServer, ReplicaPair, Replication, client, signal};
 
 use std::time::Duration;
 
@@ -27,6 +28,16 @@ use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 /// transaction (docs/guarantees.md).
 pub fn is_lock_error(e: &mysqlq::Error) -> bool {
     matches!(e.server_code(), Some(1213 | 1205))
+}
+
+/// The scale factor of a long-run knob: the integer in environment variable `var`
+/// (`MYSQLQ_CLUSTER_SCALE=10`), at least 1; 1 when unset.
+pub fn scale(var: &str) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// The server URL tests use: `DATABASE_URL`, else `mysql://root@127.0.0.1:3306`.

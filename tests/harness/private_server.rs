@@ -1,4 +1,5 @@
-//! A private, throwaway database server for tests that kill, pause or restart it: the one
-//! starter in `mysqlq-testkit`, shared with the examples.
+//! Private, throwaway database servers for tests that kill, pause or restart them: the
+//! starters in `mysqlq-testkit`, shared with the examples — one server, a Galera cluster, a
+//! primary → replica pair.
 
-pub use mysqlq_testkit::{PrivateServer, signal};
+pub use mysqlq_testkit::{GaleraCluster, PrivateServer, ReplicaPair, Replication, client, signal};

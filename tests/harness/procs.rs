@@ -12,28 +12,40 @@ pub struct Proc {
     pub child: Child,
     /// Its worker id.
     pub id: String,
+    /// Where its stderr (its log) goes.
+    pub log: std::path::PathBuf,
 }
+
+/// The timings [`Proc::start`] gives every worker: a 2 s lease and fast maintenance.
+pub const FAST_TIMINGS: [&str; 8] = [
+    "--lease",
+    "2s",
+    "--maintenance-interval",
+    "200ms",
+    "--leader-ttl",
+    "1s",
+    "--poll-ceiling",
+    "100ms",
+];
 
 impl Proc {
     /// Starts `work` with `extra` arguments (`--queues …`, `--concurrency …`)
     /// with a 2 s lease and fast maintenance. The binary's path comes from the test's
     /// `CARGO_BIN_EXE_mysqlq-test-worker`, passed as `bin`.
     pub fn start(bin: &str, db: &TestDb, id: &str, extra: &[&str]) -> Self {
-        let log = std::env::temp_dir().join(format!("{}-{id}.log", db.name));
+        let mut args = FAST_TIMINGS.to_vec();
+        args.extend_from_slice(extra);
+        Self::spawn(bin, &db.url(), &format!("{}-{id}", db.name), id, &args)
+    }
+
+    /// Starts `work --worker-id id` with exactly `args`, on `url` (`DATABASE_URL`, one host or
+    /// several), logging at `warn` to a temp file named after `log_name`.
+    pub fn spawn(bin: &str, url: &str, log_name: &str, id: &str, args: &[&str]) -> Self {
+        let log = std::env::temp_dir().join(format!("{log_name}.log"));
         let child = Command::new(bin)
             .args(["work", "--worker-id", id])
-            .args([
-                "--lease",
-                "2s",
-                "--maintenance-interval",
-                "200ms",
-                "--leader-ttl",
-                "1s",
-                "--poll-ceiling",
-                "100ms",
-            ])
-            .args(extra)
-            .env("DATABASE_URL", db.url())
+            .args(args)
+            .env("DATABASE_URL", url)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -47,7 +59,13 @@ impl Proc {
         Self {
             child,
             id: id.to_owned(),
+            log,
         }
+    }
+
+    /// What the worker logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGKILL, and wait.

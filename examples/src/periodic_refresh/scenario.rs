@@ -495,12 +495,12 @@ pub async fn keep_running(
     options: &Options,
     stop: impl Future<Output = ()>,
 ) -> Result<(), String> {
-    let server: sqlx::mysql::MySqlConnectOptions = crate::server::server_part(url)
-        .parse()
-        .map_err(|e| format!("bad database URL: {e}"))?;
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(2 * Worker::recommended_pool_size(options.concurrency))
-        .connect_with(server.database(&options.database))
+    let pool = crate::server::server_url(url)?
+        .with_database(&options.database)
+        .connect(
+            sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(2 * Worker::recommended_pool_size(options.concurrency)),
+        )
         .await
         .map_err(|e| format!("cannot connect to `{}`: {e}", options.database))?;
     let api = FakePlaceApi::start(options.poisoned)

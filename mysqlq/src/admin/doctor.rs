@@ -36,7 +36,12 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
-fn check(level: Level, name: &'static str, detail: impl Into<String>, fix: Option<&str>) -> Check {
+pub(super) fn check(
+    level: Level,
+    name: &'static str,
+    detail: impl Into<String>,
+    fix: Option<&str>,
+) -> Check {
     Check {
         level,
         name,
@@ -55,17 +60,52 @@ const INDEXES: [&str; 4] = [
 
 impl Admin {
     /// Is this server and schema fit for SKIP LOCKED claims? Every check, in order: server
-    /// version, binary log format, writer (not read-only), isolation, time zone, schema version,
+    /// version, on a Galera node its state and settings (`docs/clusters.md`; a node that does
+    /// not take queries ends the list there), binary log format, writer (not read-only),
+    /// isolation, time zone, schema version,
     /// indexes, jobs stranded in queues none of `registered` (the queues this binary's jobs use;
     /// empty when unknown) serves, and the claim's plan on the busiest queue.
     pub async fn doctor(&self, registered: &[String]) -> Result<Vec<Check>, Error> {
         let mut conn = self.pool.acquire().await?;
-        doctor(&mut conn, registered).await
+        let mut checks = Vec::new();
+        match doctor(&mut conn, registered, &mut checks).await {
+            Ok(()) => Ok(checks),
+            // A Galera node that does not take queries refuses statements with 1047 (which
+            // ones depends on why: not Synced, outside the primary component, fenced).
+            Err(e) if e.server_code() == Some(1047) => {
+                if !checks
+                    .iter()
+                    .any(|c| c.name == "galera node" && c.level == Level::Fail)
+                {
+                    checks.push(check(
+                        Level::Fail,
+                        "galera node",
+                        "this node does not take queries (not Synced, outside the primary \
+                         component, or fenced with wsrep_reject_queries)",
+                        Some(
+                            "point the workers at a Synced node: list every node in one \
+                             multi-host DATABASE_URL and mysqlq skips nodes in this state",
+                        ),
+                    ));
+                }
+                checks.push(check(
+                    Level::Info,
+                    "other checks",
+                    format!("stopped: {}", crate::error_chain(&e)),
+                    None,
+                ));
+                Ok(checks)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
-async fn doctor(conn: &mut MySqlConnection, registered: &[String]) -> Result<Vec<Check>, Error> {
-    let mut checks = Vec::new();
+async fn doctor(
+    conn: &mut MySqlConnection,
+    registered: &[String],
+    checks: &mut Vec<Check>,
+) -> Result<(), Error> {
     let db = |e: Error| e;
 
     let version = server::version(conn).await.map_err(db)?;
@@ -91,10 +131,29 @@ async fn doctor(conn: &mut MySqlConnection, registered: &[String]) -> Result<Vec
         Err(e) => return Err(db(e)),
     };
 
+    let node = server::node_state(conn).await.map_err(db)?;
+    if let Some(g) = &node.galera {
+        checks.extend(super::doctor_galera::checks(&node, g));
+        if g.cluster_status != "Primary"
+            || !g.ready
+            || !g.reject_queries.eq_ignore_ascii_case("NONE")
+        {
+            checks.push(check(
+                Level::Info,
+                "other checks",
+                "skipped: this node answers no query on a table",
+                None,
+            ));
+            return Ok(());
+        }
+    }
+
     if let Some(info) = &info {
         let s = admin::server_settings(conn, info).await.map_err(db)?;
         let fmt = s.binlog_format.to_ascii_uppercase();
-        if !s.log_bin {
+        if node.galera.is_some() {
+            // Checked above: on Galera binlog_format=ROW matters whether or not log_bin is on.
+        } else if !s.log_bin {
             checks.push(check(
                 Level::Ok,
                 "binlog",
@@ -296,7 +355,7 @@ async fn doctor(conn: &mut MySqlConnection, registered: &[String]) -> Result<Vec
         }
     }
 
-    Ok(checks)
+    Ok(())
 }
 
 /// Below this many pending jobs in the queue, the claim's plan is not judged.

@@ -24,7 +24,9 @@ use crate::store::admin as sql;
 use crate::{Error, JobId};
 
 mod cancel;
+mod causal;
 mod doctor;
+mod doctor_galera;
 mod stats;
 
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
@@ -86,16 +88,21 @@ impl Admin {
     }
 
     /// Per queue: ready, oldest ready age, scheduled, processing, expired leases, failed,
-    /// paused (from indexes).
+    /// paused (from indexes). Like [`Admin::chart`] and [`Admin::failed_count`], read with
+    /// causal reads on a Galera node (`wsrep_sync_wait = 1`).
     pub async fn queues(&self) -> Result<Vec<QueueStats>, Error> {
-        let mut conn = self.pool.acquire().await?;
-        sql::stats_queues(&mut conn).await
+        let mut conn = causal::CausalReads::acquire(&self.pool).await?;
+        let queues = sql::stats_queues(&mut conn).await?;
+        conn.done().await;
+        Ok(queues)
     }
 
     /// Claims and completions per minute over the last hour (the workers' minute rows).
     pub async fn chart(&self) -> Result<Vec<MinutePoint>, Error> {
-        let mut conn = self.pool.acquire().await?;
-        crate::store::dashboard::dashboard_chart(&mut conn).await
+        let mut conn = causal::CausalReads::acquire(&self.pool).await?;
+        let points = crate::store::dashboard::dashboard_chart(&mut conn).await?;
+        conn.done().await;
+        Ok(points)
     }
 
     /// One page of jobs, newest id first, filtered by state, queue and kind (keyset on the id:
@@ -122,8 +129,10 @@ impl Admin {
 
     /// How many jobs are failed (of one queue), counted on an index.
     pub async fn failed_count(&self, queue: Option<&str>) -> Result<u64, Error> {
-        let mut conn = self.pool.acquire().await?;
-        sql::job_failed_count(&mut conn, queue).await
+        let mut conn = causal::CausalReads::acquire(&self.pool).await?;
+        let n = sql::job_failed_count(&mut conn, queue).await?;
+        conn.done().await;
+        Ok(n)
     }
 
     /// Moves failed jobs back to `pending`. `progress` is called with the number of jobs

@@ -56,7 +56,8 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 impl Admin {
     /// The statistics snapshot over the last `window` (at least a minute: workers count per
-    /// minute).
+    /// minute). On a Galera node it is read with `wsrep_sync_wait = 1`, so it counts what other
+    /// nodes committed before it.
     pub async fn stats(&self, window: Duration) -> Result<Stats, Error> {
         if window < Duration::from_secs(60) {
             return Err(Error::invalid(
@@ -64,14 +65,15 @@ impl Admin {
                 format!("{window:?} is shorter than a minute: the workers count per minute"),
             ));
         }
-        let mut conn = self.pool.acquire().await?;
-        let conn = &mut *conn;
+        let mut causal = super::causal::CausalReads::acquire(&self.pool).await?;
+        let conn = &mut *causal;
         let queues = sql::stats_queues(conn).await?;
         let leases = sql::stats_leases(conn).await?;
         let activity = sql::stats_activity(conn, window).await?;
         let workers = sql::stats_workers(conn, window).await?;
         let kinds = sql::stats_kinds(conn, window).await?;
         let table = sql::stats_table(conn).await?;
+        causal.done().await;
         let minutes = (window.as_secs() / 60).max(1);
         let per = |n: u64| (ratio(n, minutes) * 100.0).round() / 100.0;
         Ok(Stats {

@@ -46,6 +46,7 @@ impl Redis {
         let params = ClaimParams {
             queue: "",
             limit: 0,
+            skip: 0,
             worker_id: &relay,
             token: &token,
             lease: self.config().relay_lease,

@@ -424,15 +424,20 @@ fn chunks_by_size(rows: &[InsertRow], indexes: &[usize], budget: usize) -> Vec<V
 /// `job_insert_many`: multi-row INSERTs of at most [`INSERT_CHUNK_ROWS`] rows and at most half
 /// the server's `max_allowed_packet` bytes each (a larger statement is refused by the server,
 /// which closes the connection). Multi-row `INSERT … VALUES` is a "simple insert", whose
-/// auto-increment ids are consecutive in every `innodb_autoinc_lock_mode`, so the ids are
-/// `LAST_INSERT_ID() + i × auto_increment_increment`. Rows with a dedupe key go one statement
-/// each, to report each duplicate. Atomicity is the caller's: run it in a transaction
+/// auto-increment ids are reserved in one block in every `innodb_autoinc_lock_mode`, so the
+/// ids are `LAST_INSERT_ID() + i × auto_increment_increment`. Rows with a dedupe key go one
+/// statement each, to report each duplicate. Atomicity is the caller's: run it in a transaction
 /// ([`crate::enqueue_many`] does).
+///
+/// On a Galera cluster with `wsrep_auto_increment_control` the increment is the cluster's size
+/// and changes, in open sessions too, when a node joins or leaves. So it is read before and
+/// after each INSERT: when the two differ the INSERT's step is unknown, and `Ok(None)` asks the
+/// caller to roll back (to its savepoint) and insert again.
 pub async fn job_insert_many(
     conn: &mut MySqlConnection,
     rows: &[InsertRow],
-) -> Result<Vec<Enqueued>, Error> {
-    let (step, packet): (u64, u64) = sqlx::query_as(
+) -> Result<Option<Vec<Enqueued>>, Error> {
+    let (mut step, packet): (u64, u64) = sqlx::query_as(
         "/* mysqlq:job_insert_many */ SELECT CAST(@@session.auto_increment_increment AS UNSIGNED), \
          CAST(@@session.max_allowed_packet AS UNSIGNED)",
     )
@@ -482,6 +487,11 @@ pub async fn job_insert_many(
             };
         }
         let first = q.execute(&mut *conn).await?.last_insert_id();
+        let after = auto_increment_step(conn).await?;
+        if after != step {
+            return Ok(None);
+        }
+        step = after;
         for (n, &i) in chunk.iter().enumerate() {
             out[i] = Enqueued::Inserted(JobId(first + n as u64 * step.max(1)));
         }
@@ -491,7 +501,16 @@ pub async fn job_insert_many(
             out[i] = job_insert_one(conn, row).await?;
         }
     }
-    Ok(out)
+    Ok(Some(out))
+}
+
+/// `job_insert_many`'s check of the session's `auto_increment_increment` after an INSERT.
+async fn auto_increment_step(conn: &mut MySqlConnection) -> Result<u64, Error> {
+    Ok(sqlx::query_scalar(
+        "/* mysqlq:job_insert_many */ SELECT CAST(@@session.auto_increment_increment AS UNSIGNED)",
+    )
+    .fetch_one(&mut *conn)
+    .await?)
 }
 
 #[cfg(test)]

@@ -5,6 +5,10 @@
 //! (MySQL 8.0.1, MariaDB 10.6), the byte-for-byte collation of keys (`utf8mb4_nopad_bin` on
 //! MariaDB, `utf8mb4_0900_bin` on MySQL 8.0.17+) and UTC expression defaults (MySQL 8.0.13+). Everything else mysqlq writes is the common dialect
 //! (no `RETURNING`, no optimizer hints, `LOCK IN SHARE MODE` rather than `FOR SHARE`).
+//!
+//! Galera clusters (MariaDB Galera Cluster, Percona XtraDB Cluster) are detected here too
+//! ([`is_galera`], [`node_state`]): whether a node may take writes (`wsrep_ready`, `Synced`,
+//! primary component) and causal reads (`wsrep_sync_wait`) only where wsrep is on.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -186,6 +190,186 @@ pub async fn detect(conn: &mut MySqlConnection) -> Result<ServerInfo, Error> {
     let info = ServerInfo::parse(&version)?;
     info.check_supported()?;
     Ok(info)
+}
+
+/// What a node says about itself: may it take writes, and, on a Galera cluster (MariaDB
+/// Galera, Percona XtraDB Cluster), its place in the cluster. Read with `SHOW GLOBAL VARIABLES`
+/// and `SHOW GLOBAL STATUS`, which MySQL and MariaDB both answer, with or without wsrep, and
+/// which a Galera node answers even outside the primary component (where reading a table fails
+/// with 1047).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    /// Which of `read_only`, `super_read_only`, `innodb_read_only` are on.
+    pub read_only: Vec<&'static str>,
+    /// `@@global.binlog_format`.
+    pub binlog_format: String,
+    /// `@@global.innodb_autoinc_lock_mode`.
+    pub autoinc_lock_mode: Option<u32>,
+    /// `@@global.auto_increment_increment` and `@@global.auto_increment_offset`.
+    pub auto_increment: (u64, u64),
+    /// The Galera state, when `wsrep_on` is `ON`.
+    pub galera: Option<GaleraState>,
+}
+
+/// A Galera node's state (the `wsrep_*` variables and status counters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GaleraState {
+    /// `wsrep_ready`: the node accepts queries.
+    pub ready: bool,
+    /// `wsrep_local_state_comment`: `Synced`, `Donor/Desynced`, `Joining`, `Joined`, …
+    pub local_state: String,
+    /// `wsrep_cluster_status`: `Primary` (part of the quorum), `non-Primary`, `Disconnected`.
+    pub cluster_status: String,
+    /// `wsrep_cluster_size`: nodes in this node's component.
+    pub cluster_size: u32,
+    /// `wsrep_local_index`: this node's index in the component.
+    pub local_index: Option<u32>,
+    /// `wsrep_reject_queries` (`NONE` unless an operator fences the node).
+    pub reject_queries: String,
+    /// `wsrep_desync`.
+    pub desync: bool,
+    /// `wsrep_auto_increment_control`: the cluster sets `auto_increment_increment` to its size
+    /// and `auto_increment_offset` to the node's index, so ids are not contiguous and the step
+    /// changes when nodes join or leave.
+    pub auto_increment_control: bool,
+    /// `wsrep_local_cert_failures`: local transactions that failed certification (another node
+    /// wrote the same rows first) since the node started.
+    pub cert_failures: u64,
+    /// `wsrep_local_bf_aborts`: local transactions aborted by a replicated one since the node
+    /// started.
+    pub bf_aborts: u64,
+}
+
+impl NodeState {
+    /// `Ok` when the node takes writes: not read-only and, on Galera, ready, `Synced` and in the
+    /// primary component, with queries not rejected. Otherwise why not, in a few words.
+    pub fn writable(&self) -> Result<(), String> {
+        if !self.read_only.is_empty() {
+            return Err(format!("{} ON", self.read_only.join(", ")));
+        }
+        let Some(g) = &self.galera else {
+            return Ok(());
+        };
+        if g.cluster_status != "Primary" {
+            return Err(format!(
+                "wsrep_cluster_status={} (not in the primary component)",
+                g.cluster_status
+            ));
+        }
+        if !g.ready {
+            return Err("wsrep_ready=OFF".to_owned());
+        }
+        if g.local_state != "Synced" {
+            return Err(format!("wsrep_local_state_comment={}", g.local_state));
+        }
+        if !g.reject_queries.eq_ignore_ascii_case("NONE") {
+            return Err(format!("wsrep_reject_queries={}", g.reject_queries));
+        }
+        Ok(())
+    }
+}
+
+/// `node_state`: see [`NodeState`]. Two `SHOW` statements (one without wsrep).
+pub async fn node_state(conn: &mut MySqlConnection) -> Result<NodeState, Error> {
+    let vars: Vec<(String, String)> = sqlx::query_as(
+        "/* mysqlq:node_state */ SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', \
+         'super_read_only', 'innodb_read_only', 'binlog_format', 'innodb_autoinc_lock_mode', \
+         'auto_increment_increment', 'auto_increment_offset', 'wsrep_on', 'wsrep_reject_queries', \
+         'wsrep_desync', 'wsrep_auto_increment_control')",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let on = |name: &str| var(name).is_some_and(is_on);
+    let number = |name: &str| var(name).and_then(|v| v.parse::<u64>().ok());
+    let read_only = ["read_only", "super_read_only", "innodb_read_only"]
+        .into_iter()
+        .filter(|n| on(n))
+        .collect();
+    let galera = if on("wsrep_on") {
+        let status: Vec<(String, String)> = sqlx::query_as(
+            "/* mysqlq:node_state */ SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', \
+             'wsrep_local_state_comment', 'wsrep_cluster_status', 'wsrep_cluster_size', \
+             'wsrep_local_index', 'wsrep_local_cert_failures', 'wsrep_local_bf_aborts')",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let st = |name: &str| {
+            status
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map_or("", |(_, v)| v.as_str())
+        };
+        Some(GaleraState {
+            ready: is_on(st("wsrep_ready")),
+            local_state: st("wsrep_local_state_comment").to_owned(),
+            cluster_status: st("wsrep_cluster_status").to_owned(),
+            cluster_size: st("wsrep_cluster_size").parse().unwrap_or(0),
+            local_index: st("wsrep_local_index").parse().ok(),
+            reject_queries: var("wsrep_reject_queries").unwrap_or("NONE").to_owned(),
+            desync: on("wsrep_desync"),
+            auto_increment_control: on("wsrep_auto_increment_control"),
+            cert_failures: st("wsrep_local_cert_failures").parse().unwrap_or(0),
+            bf_aborts: st("wsrep_local_bf_aborts").parse().unwrap_or(0),
+        })
+    } else {
+        None
+    };
+    Ok(NodeState {
+        read_only,
+        binlog_format: var("binlog_format").unwrap_or_default().to_owned(),
+        autoinc_lock_mode: number("innodb_autoinc_lock_mode").and_then(|n| u32::try_from(n).ok()),
+        auto_increment: (
+            number("auto_increment_increment").unwrap_or(1),
+            number("auto_increment_offset").unwrap_or(1),
+        ),
+        galera,
+    })
+}
+
+fn is_on(value: &str) -> bool {
+    matches!(
+        value.to_ascii_uppercase().as_str(),
+        "ON" | "1" | "YES" | "TRUE"
+    )
+}
+
+/// `true` when the session's server is a Galera node (`wsrep_on = ON`): MariaDB Galera Cluster
+/// or Percona XtraDB Cluster. One `SHOW`, answered by servers without wsrep too (no rows).
+pub async fn is_galera(conn: &mut MySqlConnection) -> Result<bool, Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "/* mysqlq:server_is_galera */ SHOW GLOBAL VARIABLES WHERE Variable_name = 'wsrep_on'",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.iter().any(|(_, v)| is_on(v)))
+}
+
+/// `session_causal_reads`: on a Galera node, makes the session's reads wait until the node has
+/// applied every write the cluster committed before them (`wsrep_sync_wait = 1`). Returns
+/// `false`, doing nothing, on a server without wsrep, where every read already sees every
+/// committed write of its server.
+pub async fn session_causal_reads(conn: &mut MySqlConnection) -> Result<bool, Error> {
+    if !is_galera(conn).await? {
+        return Ok(false);
+    }
+    sqlx::query("/* mysqlq:session_causal_reads */ SET SESSION wsrep_sync_wait = 1")
+        .execute(&mut *conn)
+        .await?;
+    Ok(true)
+}
+
+/// `session_causal_reads_off`: `wsrep_sync_wait` back to the server's default, after
+/// [`session_causal_reads`] returned `true`.
+pub async fn session_causal_reads_off(conn: &mut MySqlConnection) -> Result<(), Error> {
+    sqlx::query("/* mysqlq:session_causal_reads */ SET SESSION wsrep_sync_wait = DEFAULT")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

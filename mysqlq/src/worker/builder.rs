@@ -315,20 +315,25 @@ fn claim_loops(shared: &Arc<Shared>) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>
 }
 
 /// The worker's own pool: same server and credentials as the application's pool, sized for the
-/// services alone, with a short lock wait on every session.
+/// services alone, with a short lock wait on every session. When the application's pool is a
+/// multi-host pool ([`crate::cluster`]), this one joins its failover group, so that both always
+/// talk to the same writer.
 fn service_pool(app: &MySqlPool, config: &Config) -> MySqlPool {
     let size =
         RESERVED_CONNECTIONS + u32::try_from(config.claimers.saturating_sub(1)).unwrap_or(16);
     let lock_wait = config.lock_wait_timeout.as_secs().max(1);
-    MySqlPoolOptions::new()
+    let options = MySqlPoolOptions::new()
         .max_connections(size)
         .min_connections(0)
         .acquire_timeout(config.lease.max(Duration::from_secs(5)))
-        .test_before_acquire(false)
-        .after_connect(move |conn, _| {
+        .test_before_acquire(false);
+    crate::cluster::follow(
+        app,
+        options,
+        Arc::new(move |conn| {
             Box::pin(async move { crate::store::worker_session_setup(conn, lock_wait).await })
-        })
-        .connect_lazy_with((*app.connect_options()).clone())
+        }),
+    )
 }
 
 fn default_worker_id() -> String {

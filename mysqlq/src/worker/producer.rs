@@ -3,7 +3,8 @@
 //! and wakes at once when this process enqueues.
 //!
 //! Lock conflicts (deadlocks, lock wait timeouts, Galera certification failures) are retried
-//! with jitter and never lengthen the idle backoff: a worker that lost a race is not idle.
+//! with jitter, past the rows just lost, and never lengthen the idle backoff: a worker that
+//! lost a race is not idle.
 //! They are logged as one aggregated line per interval, not one line per error. A claim whose
 //! COMMIT reply was lost is resolved on a fresh connection: its jobs are run if it committed.
 
@@ -148,9 +149,10 @@ async fn claim_queue(
         return Ok((0, 0));
     };
     let token = uuid::Uuid::new_v4().to_string();
-    let params = ClaimParams {
+    let mut params = ClaimParams {
         queue,
         limit: want,
+        skip: 0,
         worker_id: &s.worker_id,
         token: &token,
         lease: s.config.lease,
@@ -168,6 +170,10 @@ async fn claim_queue(
             }),
         };
         match result {
+            // Nothing beyond the contested rows: try the head of the queue again.
+            Ok(jobs) if jobs.is_empty() && params.skip > 0 && attempt < CLAIM_LOCK_RETRIES => {
+                params.skip = 0;
+            }
             Ok(jobs) => break (jobs, sent),
             Err(f) if !f.in_doubt.is_empty() => {
                 m.add(&m.counters.db_errors, 1);
@@ -182,9 +188,13 @@ async fn claim_queue(
                 if attempt >= CLAIM_LOCK_RETRIES || s.stop_fetching.is_cancelled() {
                     return Err(ClaimError::Conflict);
                 }
-                // Redo the whole claim from its SELECT after a short jittered pause.
+                // Redo the whole claim from its SELECT after a short jittered pause, past the
+                // rows just lost: a claimer on another Galera node (whose row locks SKIP
+                // LOCKED cannot see) is taking the head of the queue, and racing it for the
+                // same rows again would lose again (a worker starved for seconds that way).
                 let pause = Duration::from_millis(2u64 << attempt).mul_f64(0.5 + unit_random());
                 tokio::time::sleep(pause).await;
+                params.skip = want * fastrand::u32(1..=2 + attempt.min(4));
             }
             Err(f) => {
                 m.add(&m.counters.db_errors, 1);

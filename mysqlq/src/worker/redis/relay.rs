@@ -134,6 +134,7 @@ async fn relay_queue(
     let params = ClaimParams {
         queue,
         limit: want,
+        skip: 0,
         worker_id: &side.relay_id,
         token: &token,
         lease: cfg.relay_lease,
