@@ -57,6 +57,8 @@ counters! {
     empty_polls: "Claim queries that found no job.",
     claims: "Jobs claimed.",
     completions: "Jobs completed.",
+    completion_flushes: "Statements that wrote completions, alone or inside the next claim's transaction.",
+    piggybacked: "Completions written inside a claim's transaction (no commit of their own).",
     retries: "Attempts that failed and were scheduled again.",
     failures: "Jobs moved to failed (attempts exhausted or permanent error).",
     snoozes: "Jobs snoozed.",

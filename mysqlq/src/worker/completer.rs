@@ -124,6 +124,8 @@ async fn flush(s: &Arc<Shared>, batch: &mut Vec<Key>) {
 
 async fn complete(s: &Shared, jobs: &[Owned]) -> Result<GuardedReport, crate::Error> {
     let mut conn = s.db.acquire().await?;
+    let m = &s.metrics;
+    m.add(&m.counters.completion_flushes, 1);
     store::job_complete_many(&mut conn, jobs).await
 }
 
