@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
+use super::guarded::{GuardedReport, Owned, job_complete_many};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
 
@@ -86,7 +87,10 @@ pub async fn job_claim(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
 ) -> Result<Vec<ClaimedJob>, Error> {
-    job_claim_tracked(conn, p).await.map_err(|f| f.error)
+    Ok(job_claim_completing(conn, p, &[])
+        .await
+        .map_err(|f| f.error)?
+        .0)
 }
 
 /// A claim that failed. When its COMMIT was sent but no reply came back (the connection broke),
@@ -119,15 +123,52 @@ impl From<Error> for ClaimFailed {
     }
 }
 
-/// [`job_claim`], telling a claim whose COMMIT outcome is unknown apart ([`ClaimFailed`]).
-pub async fn job_claim_tracked(
+/// The claim of [`job_claim`], telling a claim whose COMMIT outcome is unknown apart
+/// ([`ClaimFailed`]), that also completes `complete` (jobs whose handlers returned `Ok`,
+/// token-guarded exactly as [`super::job_complete_many`]) in the same transaction, first, so
+/// that the previous batch's completions and the next batch's claim share one commit. On
+/// failure nothing of it was written, or (a COMMIT whose reply was lost) it may have been: a
+/// retried completion recognises its own earlier write, so the caller writes them again.
+pub async fn job_claim_completing(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
-) -> Result<Vec<ClaimedJob>, ClaimFailed> {
-    claim_rows(conn, p, "job_claim", true).await
+    complete: &[Owned],
+) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
+    claim_rows(conn, p, "job_claim", true, complete).await
 }
 
-/// The claim transaction of [`job_claim_tracked`], shared with the Redis relay's claim
+/// `job_ready_queues`: which of `queues` have a job ready to claim now (not paused) — one
+/// index-only probe per queue on `idx_job_claim`, in one autocommit statement that takes no
+/// locks. An idle claim loop asks this instead of opening a claim transaction.
+pub async fn job_ready_queues(
+    conn: &mut MySqlConnection,
+    queues: &[String],
+) -> Result<Vec<String>, Error> {
+    if queues.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut sql = String::from("/* mysqlq:job_ready */ ");
+    for (i, q) in queues.iter().enumerate() {
+        crate::queue::validate_queue_name(q)?;
+        if i > 0 {
+            sql.push_str(" UNION ALL ");
+        }
+        sql.push_str(
+            "(SELECT CAST(? AS CHAR) AS q FROM job_queue WHERE queue_name = ? \
+             AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6) \
+             AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
+             LIMIT 1)",
+        );
+    }
+    let sql = AssertSqlSafe(sql);
+    let mut q = sqlx::query_scalar::<_, String>(sql);
+    for name in queues {
+        q = q.bind(name).bind(name).bind(name);
+    }
+    Ok(q.fetch_all(&mut *conn).await?)
+}
+
+/// The claim transaction of [`job_claim_completing`], shared with the Redis relay's claim
 /// (`job_relay_claim`), which takes no attempt (`take_attempt` false): the attempt is taken when
 /// a consumer takes the job from the stream.
 pub(super) async fn claim_rows(
@@ -135,12 +176,20 @@ pub(super) async fn claim_rows(
     p: &ClaimParams<'_>,
     tag: &str,
     take_attempt: bool,
-) -> Result<Vec<ClaimedJob>, ClaimFailed> {
+    complete: &[Owned],
+) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
     crate::queue::validate_queue_name(p.queue)?;
     let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
     let mut tx = conn
         .begin_with("/* mysqlq:job_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
         .await?;
+    // Completions first: they lock only rows this worker holds, so a lock wait here (an
+    // application transaction on one of them) happens before any pending row is locked.
+    let completed = if complete.is_empty() {
+        GuardedReport::default()
+    } else {
+        job_complete_many(&mut tx, complete).await?
+    };
     let rows = sqlx::query(select)
         .bind(p.queue)
         .bind(p.queue)
@@ -149,8 +198,7 @@ pub(super) async fn claim_rows(
         .fetch_all(&mut *tx)
         .await?;
     if rows.is_empty() {
-        tx.commit().await?;
-        return Ok(Vec::new());
+        return commit(tx, Vec::new(), completed).await;
     }
     let mut jobs = Vec::with_capacity(rows.len());
     let mut limited: Vec<(String, u16, usize)> = Vec::new();
@@ -171,8 +219,7 @@ pub(super) async fn claim_rows(
             !dropped.contains(&(i - 1))
         });
         if jobs.is_empty() {
-            tx.commit().await?;
-            return Ok(Vec::new());
+            return commit(tx, Vec::new(), completed).await;
         }
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
@@ -204,10 +251,19 @@ pub(super) async fn claim_rows(
             ),
         )));
     }
+    commit(tx, jobs, completed).await
+}
+
+/// Commits a claim. A server error on COMMIT (a deadlock, a Galera certification failure) means
+/// it was rolled back. Anything else (the connection broke) leaves the outcome unknown: the
+/// jobs are then returned as in doubt.
+async fn commit(
+    tx: sqlx::Transaction<'_, sqlx::MySql>,
+    jobs: Vec<ClaimedJob>,
+    completed: GuardedReport,
+) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
     match tx.commit().await {
-        Ok(()) => Ok(jobs),
-        // A server error on COMMIT (a deadlock, a Galera certification failure) means it was
-        // rolled back. Anything else (the connection broke) leaves the outcome unknown.
+        Ok(()) => Ok((jobs, completed)),
         Err(e @ sqlx::Error::Database(_)) => Err(e.into()),
         Err(e) => Err(ClaimFailed {
             error: e.into(),

@@ -38,7 +38,8 @@ pub use attempts::{
 #[cfg(feature = "__internal-store")]
 pub use claim::job_claim;
 pub use claim::{
-    ClaimFailed, ClaimParams, ClaimedJob, job_claim_explain, job_claim_resolve, job_claim_tracked,
+    ClaimFailed, ClaimParams, ClaimedJob, job_claim_completing, job_claim_explain,
+    job_claim_resolve, job_ready_queues,
 };
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
 pub use errors::is_lock_error;

@@ -27,7 +27,7 @@ use crate::{Error, JobId};
 /// `locked_by` of a job held by a relay (in a stream, not taken yet): `redis-relay:<instance>`.
 pub const RELAY_PREFIX: &str = "redis-relay:";
 
-/// `job_relay_claim`: the claim of [`super::job_claim_tracked`] (same SELECT, ordering keys,
+/// `job_relay_claim`: the claim of [`super::job_claim_completing`] (same SELECT, ordering keys,
 /// concurrency limits, paused queues) made by a relay: `processing` under the relay's token,
 /// `locked_by` = the relay, with the relay's lease, **no attempt taken**. `attempt` of each job
 /// is the attempt its take will start.
@@ -38,7 +38,7 @@ pub async fn job_relay_claim(
     if !p.worker_id.starts_with(RELAY_PREFIX) {
         return Err(Error::invalid("relay", "a relay's id starts with `redis-relay:`").into());
     }
-    claim_rows(conn, p, "job_relay_claim", false).await
+    Ok(claim_rows(conn, p, "job_relay_claim", false, &[]).await?.0)
 }
 
 /// A relayed job a consumer read from a stream: its id and the relay's token in the entry.

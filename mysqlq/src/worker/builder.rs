@@ -35,6 +35,7 @@ impl Worker {
             worker_id: None,
             periodic: Vec::new(),
             hooks: crate::hooks::Hooks::new(),
+            concurrency_set: false,
             #[cfg(feature = "redis")]
             redis: None,
         }
@@ -62,6 +63,8 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     periodic: Vec<crate::Periodic>,
     hooks: crate::hooks::Hooks,
+    /// `concurrency` (or a whole `config`) was given: no sum of per-queue limits replaces it.
+    concurrency_set: bool,
     #[cfg(feature = "redis")]
     redis: Option<crate::redis::Redis>,
 }
@@ -103,6 +106,25 @@ impl WorkerBuilder {
     /// Jobs running at once.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
+        self.concurrency_set = true;
+        self
+    }
+
+    /// Runs at most `n` jobs of `queue` at once (per-queue concurrency, see
+    /// [`Config::queue_concurrency`]); the queue is claimed from even if [`queues`](Self::queues)
+    /// did not name it. When every queue of the worker has a limit and
+    /// [`concurrency`](Self::concurrency) was not set, the worker's concurrency is their sum.
+    pub fn queue_concurrency(mut self, queue: impl Into<String>, n: usize) -> Self {
+        self.config.queue_concurrency.insert(queue.into(), n);
+        self
+    }
+
+    /// The local prefetch buffer: at most `jobs` claimed ahead of free slots, each waiting at
+    /// most `wait` for one (see [`Config::prefetch`]). `prefetch(0, …)` claims only for free
+    /// slots.
+    pub fn prefetch(mut self, jobs: usize, wait: Duration) -> Self {
+        self.config.prefetch = jobs;
+        self.config.prefetch_wait = wait;
         self
     }
 
@@ -179,6 +201,7 @@ impl WorkerBuilder {
     /// Replaces the whole configuration.
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
+        self.concurrency_set = true;
         self
     }
 
@@ -225,6 +248,27 @@ impl WorkerBuilder {
         if config.queues.is_empty() {
             config.queues = registry.queues().into_iter().map(str::to_owned).collect();
         }
+        for q in config.queue_concurrency.keys() {
+            if !config.queues.contains(q) {
+                config.queues.push(q.clone());
+            }
+        }
+        let all_limited = !config.queue_concurrency.is_empty()
+            && config
+                .queues
+                .iter()
+                .all(|q| config.queue_concurrency.contains_key(q));
+        if all_limited && !self.concurrency_set {
+            config.concurrency = config.queue_concurrency.values().sum();
+        }
+        #[cfg(feature = "redis")]
+        if self.redis.is_some() && !config.queue_concurrency.is_empty() {
+            return Err(Error::Config(
+                "per-queue concurrency limits are not supported over Redis Streams yet: \
+                 run the limited queues in a worker without --redis-url, or drop the limits"
+                    .into(),
+            ));
+        }
         validate(&config)?;
         let mut periodic = registry.periodic()?;
         periodic.extend(self.periodic);
@@ -254,10 +298,17 @@ impl WorkerBuilder {
         };
         #[cfg(not(feature = "redis"))]
         let settled = None;
+        // Completions wait briefly for the next claim to carry them, unless no claim loop runs.
+        let carry_wait = if settled.is_some() {
+            Duration::ZERO
+        } else {
+            config.poll_floor * 2
+        };
         let shared = Arc::new(Shared {
             pool: self.pool,
             db,
             slots: Arc::new(Semaphore::new(config.concurrency)),
+            lanes: super::buffer::Lanes::new(&config),
             config,
             registry,
             metrics: Arc::new(Metrics::new(&worker_id)),
@@ -270,7 +321,7 @@ impl WorkerBuilder {
             slot_freed: Notify::new(),
             stopping: AtomicBool::new(false),
             lease_unconfirmed: AtomicBool::new(false),
-            completer: completer::Completer::new(),
+            completer: Arc::new(completer::Completer::new(carry_wait)),
             periodic,
             hooks: crate::hooks::global_hooks().then(&self.hooks),
             events,

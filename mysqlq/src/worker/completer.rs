@@ -1,16 +1,24 @@
 //! Batched completion: handlers that returned `Ok` queue their job here; one statement per
-//! flush marks them all `completed`, each guarded by its claim token. A flush starts as soon
-//! as the previous one ended, so batching adds no waiting: under load a flush carries every
-//! completion that arrived during the last one.
+//! flush marks them all `completed`, each guarded by its claim token.
+//!
+//! When the worker claims from MySQL, queued completions first wait a moment (`carry_wait`, two
+//! poll floors) for the next claim: a claim loop takes them into its own transaction
+//! ([`Completer::carry`]), so that the completions of one batch and the claim of the next cost
+//! one commit (one fsync) instead of two. What no claim took in that time is flushed here, on
+//! its own. Without claims to ride on (the Redis transport) a flush starts as soon as the
+//! previous one ended, so batching adds no waiting: under load a flush carries every completion
+//! that arrived during the last one.
 //!
 //! A flush that hits a lock wait (an application transaction holds a lock on one of the rows)
 //! or an error the server keeps refusing falls back to completing each job on its own, so one
 //! blocked row never stalls the others. A completion whose COMMIT reply was lost is retried and
-//! recognised as already written (the token stays on the row), never reported as lost.
+//! recognised as already written (the token stays on the row), never reported as lost; so is a
+//! carried completion whose claim failed, which comes back here to be written again.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::store::{self, GuardedReport, Owned};
 use crate::worker::write::{WriteFailed, write_retrying};
@@ -20,71 +28,132 @@ use crate::worker::{Key, Shared, WorkerEvent};
 const MAX_FLUSH: usize = 1000;
 
 pub(crate) struct Completer {
-    tx: mpsc::UnboundedSender<Key>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Key>>>,
+    queue: Mutex<Vec<Key>>,
+    arrived: Notify,
+    /// How long queued completions wait for a claim to carry them (zero: not at all).
+    carry_wait: Duration,
 }
 
 impl Completer {
-    pub(crate) fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub(crate) fn new(carry_wait: Duration) -> Self {
         Self {
-            tx,
-            rx: Mutex::new(Some(rx)),
+            queue: Mutex::new(Vec::new()),
+            arrived: Notify::new(),
+            carry_wait,
         }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<Key>> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Queues a completion (the handler has returned `Ok`).
     pub(crate) fn complete(&self, job: Key) {
-        // The receiver lives as long as the worker; a send after it stopped is a job the lease
-        // will bring back.
-        let _ = self.tx.send(job);
+        let mut q = self.queue();
+        q.push(job);
+        if q.len() == 1 {
+            self.arrived.notify_one();
+        }
+    }
+
+    /// Takes the queued completions (at most one statement's worth) for a claim's transaction.
+    /// Whatever the claim does not write (it failed, or it was dropped on the way) comes back
+    /// to the queue when the returned value is dropped.
+    pub(crate) fn carry(self: &Arc<Self>) -> Carried {
+        let keys = if self.carry_wait.is_zero() {
+            Vec::new()
+        } else {
+            let mut q = self.queue();
+            let n = q.len().min(MAX_FLUSH);
+            q.drain(..n).collect()
+        };
+        Carried {
+            completer: self.clone(),
+            keys,
+        }
+    }
+
+    fn give_back(&self, keys: Vec<Key>) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut q = self.queue();
+        let was_empty = q.is_empty();
+        q.extend(keys);
+        if was_empty {
+            self.arrived.notify_one();
+        }
+    }
+}
+
+/// Completions a claim carries into its transaction; back to the queue unless written.
+pub(crate) struct Carried {
+    completer: Arc<Completer>,
+    keys: Vec<Key>,
+}
+
+impl Carried {
+    pub(crate) fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// The claim's transaction committed with these completions in it.
+    pub(crate) fn written(mut self, s: &Shared, report: &GuardedReport) {
+        let keys = std::mem::take(&mut self.keys);
+        if keys.is_empty() {
+            return;
+        }
+        let m = &s.metrics;
+        m.add(&m.counters.completion_flushes, 1);
+        m.add(&m.counters.piggybacked, keys.len() as u64);
+        done(s, &keys, report);
+    }
+}
+
+impl Drop for Carried {
+    fn drop(&mut self) {
+        self.completer.give_back(std::mem::take(&mut self.keys));
     }
 }
 
 pub(crate) async fn run(s: Arc<Shared>) {
-    let Some(mut rx) = s
-        .completer
-        .rx
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
-    else {
-        return;
-    };
-    let mut batch: Vec<Key> = Vec::with_capacity(MAX_FLUSH);
+    let c = s.completer.clone();
     loop {
-        let first = tokio::select! {
-            j = rx.recv() => j,
-            () = s.stop_services.cancelled() => None,
+        if c.queue().is_empty() {
+            tokio::select! {
+                () = c.arrived.notified() => {}
+                () = s.stop_services.cancelled() => {}
+            }
+        }
+        let stopping = s.stop_services.is_cancelled();
+        if !stopping {
+            if c.carry_wait.is_zero() {
+                // Let the handlers finishing right now queue their completions too (a few
+                // scheduler turns, no timer): one statement and one fsync then cover them all.
+                for _ in 0..4 {
+                    tokio::task::yield_now().await;
+                }
+            } else {
+                // Give the next claim a moment to carry them.
+                tokio::select! {
+                    () = tokio::time::sleep(c.carry_wait) => {}
+                    () = s.stop_services.cancelled() => {}
+                }
+            }
+        }
+        let mut batch: Vec<Key> = {
+            let mut q = c.queue();
+            let n = q.len().min(MAX_FLUSH);
+            q.drain(..n).collect()
         };
-        match first {
-            Some(j) => batch.push(j),
-            None => {
-                // Stopping: write whatever is still queued, then end.
-                while let Ok(j) = rx.try_recv() {
-                    batch.push(j);
-                }
-                if !batch.is_empty() {
-                    flush(&s, &mut batch).await;
-                }
-                return;
-            }
+        if !batch.is_empty() {
+            flush(&s, &mut batch).await;
         }
-        // Let the handlers finishing right now queue their completions too (a few scheduler
-        // turns, no timer): one statement and one fsync then cover them all.
-        for _ in 0..4 {
-            while batch.len() < MAX_FLUSH {
-                match rx.try_recv() {
-                    Ok(j) => batch.push(j),
-                    Err(_) => break,
-                }
-            }
-            if batch.len() >= MAX_FLUSH {
-                break;
-            }
-            tokio::task::yield_now().await;
+        if stopping && c.queue().is_empty() {
+            return;
         }
-        flush(&s, &mut batch).await;
     }
 }
 
@@ -130,7 +199,7 @@ async fn complete(s: &Shared, jobs: &[Owned]) -> Result<GuardedReport, crate::Er
 }
 
 /// Counts what a completion statement did and lets go of exactly these claims.
-fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
+pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
     let m = &s.metrics;
     m.add(
         &m.counters.completions,

@@ -1,5 +1,6 @@
 //! Worker settings: [`Config`] with its documented defaults, and the checks `start` runs on them.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::Error;
@@ -22,6 +23,22 @@ pub struct Config {
     pub concurrency: usize,
     /// Most jobs per claim. Default [`Config::DEFAULT_BATCH_SIZE`].
     pub batch_size: u32,
+    /// Per-queue concurrency: a queue named here runs at most this many of its jobs at once,
+    /// so a slow queue cannot take every slot (`--queues emails=10,reports=2`). Queues not
+    /// named share the worker's slots. Each queue here is also claimed from (added to
+    /// `queues` if missing). Default: none.
+    pub queue_concurrency: BTreeMap<String, usize>,
+    /// Most jobs claimed ahead of free slots (the local prefetch buffer, see
+    /// [`prefetch_wait`](Self::prefetch_wait)): a claim asks for a whole batch while running
+    /// jobs finish, so each claim and each commit carries more jobs. How many are claimed ahead
+    /// also adapts to how fast the worker starts jobs: at most half of those started in the last
+    /// `prefetch_wait`. 0 claims only for free slots. Default [`Config::DEFAULT_PREFETCH`].
+    pub prefetch: usize,
+    /// Longest a claimed job waits in the prefetch buffer for a free slot; after that it is
+    /// handed back to `pending` without consuming its attempt, for any worker to take. At most
+    /// half of the lease less its safety margin is used. Default
+    /// [`Config::DEFAULT_PREFETCH_WAIT`].
+    pub prefetch_wait: Duration,
     /// Claim loops running side by side, sharing the slots, so that one claim's round trips
     /// and commit overlap another's. Each idle claim loop polls once per idle interval.
     /// Default [`Config::DEFAULT_CLAIMERS`].
@@ -76,6 +93,10 @@ impl Config {
     /// One claim loop: with slot gathering it claims full batches, which beats more loops
     /// claiming smaller ones (measured with `mysqlq-bench`, see BENCHMARKS.md).
     pub const DEFAULT_CLAIMERS: usize = 1;
+    /// Up to 200 jobs claimed ahead of free slots (two default batches).
+    pub const DEFAULT_PREFETCH: usize = 200;
+    /// A claimed job waits at most 1 s in the prefetch buffer.
+    pub const DEFAULT_PREFETCH_WAIT: Duration = Duration::from_secs(1);
     /// A 60-second lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
     /// 5 ms after work was seen.
@@ -103,6 +124,13 @@ impl Config {
     /// The last 20 attempts of each job are kept.
     pub const DEFAULT_ATTEMPT_HISTORY: u32 = 20;
 
+    /// The prefetch wait in force: [`prefetch_wait`](Self::prefetch_wait), at most half of
+    /// the lease less its safety margin, so a buffered job's lease always outlasts its wait.
+    pub(super) fn buffer_wait(&self) -> Duration {
+        self.prefetch_wait
+            .min(self.lease.saturating_sub(self.lease_margin()) / 2)
+    }
+
     pub(super) fn heartbeat(&self) -> Duration {
         self.heartbeat_interval.unwrap_or(self.lease / 3)
     }
@@ -123,6 +151,9 @@ impl Default for Config {
             concurrency: Self::DEFAULT_CONCURRENCY,
             batch_size: Self::DEFAULT_BATCH_SIZE,
             claimers: Self::DEFAULT_CLAIMERS,
+            queue_concurrency: BTreeMap::new(),
+            prefetch: Self::DEFAULT_PREFETCH,
+            prefetch_wait: Self::DEFAULT_PREFETCH_WAIT,
             lease: Self::DEFAULT_LEASE,
             heartbeat_interval: None,
             poll_floor: Self::DEFAULT_POLL_FLOOR,
@@ -154,6 +185,30 @@ pub(super) fn validate(c: &Config) -> Result<(), Error> {
             "concurrency {} must be between 1 and 10000",
             c.concurrency
         ));
+    }
+    for (q, &n) in &c.queue_concurrency {
+        crate::validate_queue_name(q)?;
+        if !c.queues.contains(q) {
+            return bad(format!(
+                "queue `{q}` has a concurrency limit but is not among the queues to work ({})",
+                c.queues.join(", ")
+            ));
+        }
+        if n == 0 || n > c.concurrency {
+            return bad(format!(
+                "queue `{q}` concurrency {n} must be between 1 and the worker's concurrency {}",
+                c.concurrency
+            ));
+        }
+    }
+    if c.prefetch > 100_000 {
+        return bad(format!(
+            "prefetch {} must be at most 100000 jobs (0 claims only for free slots)",
+            c.prefetch
+        ));
+    }
+    if c.prefetch_wait.is_zero() {
+        return bad("prefetch wait must be above zero (prefetch 0 turns the buffer off)".into());
     }
     if c.claimers == 0 || c.claimers > 16 {
         return bad(format!("claimers {} must be between 1 and 16", c.claimers));

@@ -67,6 +67,12 @@ pub enum WorkerEvent {
         /// The job.
         id: JobId,
     },
+    /// The job waited in the prefetch buffer longer than `prefetch_wait` without a free slot:
+    /// it is handed back to `pending` (a [`Released`](Self::Released) event follows).
+    Unbuffered {
+        /// The job.
+        id: JobId,
+    },
     /// The job was handed back to `pending` without consuming its attempt.
     Released {
         /// The job.

@@ -15,6 +15,7 @@ use tracing::Instrument as _;
 use crate::context::{ContextParts, Heartbeat};
 use crate::hooks::JobRun;
 use crate::store::{self, ClaimedJob, Outcome, Written};
+use crate::worker::buffer::{Admitted, Hold};
 use crate::worker::release::release_one;
 use crate::worker::write::{WriteFailed, error_chain, write_retrying};
 use crate::worker::{InFlight, Key, Phase, Shared, WorkerEvent, unit_random};
@@ -47,14 +48,24 @@ impl Heartbeat for LeaseExtender {
     }
 }
 
-/// Starts the supervisor task of one claimed job; the permit is its slot. `lease_from` is when
-/// the claim that set the lease was sent.
+/// How a claimed job gets its running slot.
+pub(crate) enum Slot {
+    /// It has it already (the Redis transport takes slots before it reads).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Running(OwnedSemaphorePermit),
+    /// Claimed ahead by the claim loop: it waits in the prefetch buffer ([`crate::worker::buffer`])
+    /// for a slot of its queue and of the worker, at most `prefetch_wait` after the claim.
+    Buffered(Hold),
+}
+
+/// Starts the supervisor task of one claimed job. `lease_from` is when the claim that set the
+/// lease was sent.
 pub(crate) fn spawn(
     s: &Arc<Shared>,
     job: ClaimedJob,
     queue: &str,
     token: Arc<str>,
-    permit: OwnedSemaphorePermit,
+    slot: Slot,
     lease_from: tokio::time::Instant,
 ) {
     let key = Key { id: job.id, token };
@@ -92,8 +103,44 @@ pub(crate) fn spawn(
         queue.to_owned(),
         key,
         ctx,
-        permit,
+        (slot, lease_from),
     ));
+}
+
+/// What a job holds while it runs: its running slot(s) and, for a buffered job, its room in the
+/// lanes. Dropped when the handler returns.
+struct Running {
+    _slot: Option<OwnedSemaphorePermit>,
+    _admitted: Option<Admitted>,
+    _hold: Option<Hold>,
+}
+
+/// Waits for the job's running slot; `Err(true)` when it waited in the buffer past
+/// `prefetch_wait` (to be handed back), `Err(false)` when it was stopped first.
+async fn take_slot(
+    s: &Arc<Shared>,
+    ctx: &JobContext,
+    slot: Slot,
+    claimed: tokio::time::Instant,
+) -> Result<Running, bool> {
+    match slot {
+        Slot::Running(p) => Ok(Running {
+            _slot: Some(p),
+            _admitted: None,
+            _hold: None,
+        }),
+        Slot::Buffered(hold) => {
+            let until = claimed + s.config.buffer_wait();
+            tokio::select! {
+                a = hold.admit(&s.slots, until, &s.config) => match a {
+                    Some(a) => Ok(Running { _slot: None, _admitted: Some(a), _hold: Some(hold) }),
+                    None => Err(true),
+                },
+                () = ctx.cancelled() => Err(false),
+                () = s.stop_fetching.cancelled() => Err(false),
+            }
+        }
+    }
 }
 
 /// What became of one attempt.
@@ -110,8 +157,23 @@ async fn supervise(
     queue: String,
     key: Key,
     ctx: JobContext,
-    permit: OwnedSemaphorePermit,
+    (slot, claimed): (Slot, tokio::time::Instant),
 ) {
+    let permit = match take_slot(&s, &ctx, slot, claimed).await {
+        Ok(running) => running,
+        Err(expired) => {
+            s.slot_freed.notify_waiters();
+            if expired {
+                // Waited too long in the buffer: hand it back (the attempt is given back too)
+                // so that another worker can run it.
+                s.emit(WorkerEvent::Unbuffered { id: key.id });
+                release_one(&s, &key).await;
+            } else if ctx.cancel_reason() == Some(CancelReason::LeaseUnconfirmed) {
+                release_one(&s, &key).await;
+            }
+            return;
+        }
+    };
     let start = {
         let mut map = s.in_flight();
         match map.get_mut(&key) {
@@ -158,7 +220,9 @@ async fn supervise(
     let run = (!s.hooks.is_empty()).then(|| Arc::new(JobRun::new(ctx.clone(), span.clone(), meta)));
     let started = Instant::now();
     s.metrics.job_started();
-    s.metrics.job_picked_up(&kind_label, job.waited);
+    // Pickup latency: ready → started, including any wait in the prefetch buffer.
+    s.metrics
+        .job_picked_up(&kind_label, job.waited + claimed.elapsed());
     s.emit(WorkerEvent::Started { id: job.id });
 
     let ran = match registration {

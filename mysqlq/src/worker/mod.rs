@@ -1,12 +1,14 @@
 //! The worker: claims jobs, runs them, records their outcome.
 //!
 //! Services, one per file, each driven by the shared shutdown tokens:
-//! [`producer`] (claim loop) → [`executor`] (one task per job) → [`completer`] (batched,
-//! token-guarded completion), beside [`lease`] (batched heartbeats), [`maintenance`] (leader
+//! [`producer`] (claim loop) → [`buffer`] (claimed ahead, per-queue limits) → [`executor`] (one
+//! task per job) → [`completer`] (batched, token-guarded completion, carried in the next claim's
+//! transaction when one is due), beside [`lease`] (batched heartbeats), [`maintenance`] (leader
 //! election, reaper, pruner) and [`stats`] (per-minute counters for `mysqlq-cli stats`). They
 //! write through [`write`] (retried writes, error text) and hand jobs back through [`release`].
 //! The public face is [`config`] (settings), [`builder`] (start) and [`handle`] (shutdown).
 
+mod buffer;
 mod builder;
 mod completer;
 mod config;
@@ -94,7 +96,10 @@ pub(crate) struct Shared {
     /// This process's identity among workers (leader lease): `worker_id#random`.
     pub(crate) instance: String,
     pub(crate) extensions: Arc<Extensions>,
+    /// Running slots of the worker (`concurrency`).
     pub(crate) slots: Arc<Semaphore>,
+    /// Room to claim ahead (prefetch) and per-queue limits ([`buffer`]).
+    pub(crate) lanes: buffer::Lanes,
     pub(crate) in_flight: Mutex<HashMap<Key, InFlight>>,
     /// Cancelled when shutdown starts: no more claims.
     pub(crate) stop_fetching: CancellationToken,
@@ -105,7 +110,7 @@ pub(crate) struct Shared {
     /// Set when jobs were stopped because no heartbeat could renew their lease; no claims until
     /// the database answers again.
     pub(crate) lease_unconfirmed: AtomicBool,
-    pub(crate) completer: completer::Completer,
+    pub(crate) completer: Arc<completer::Completer>,
     pub(crate) periodic: Vec<crate::Periodic>,
     /// The global hooks at start, then the builder's.
     pub(crate) hooks: crate::hooks::Hooks,

@@ -1,6 +1,9 @@
-//! The claim loop: claims only for free slots, loops at once while batches come back full,
-//! backs off exponentially with jitter when idle, sleeps while saturated until a slot frees,
-//! and wakes at once when this process enqueues.
+//! The claim loop: claims as many jobs as the lanes have room for (free slots plus the
+//! prefetch buffer, per queue; see [`crate::worker::buffer`]), carrying the completions queued
+//! since the last claim in the same transaction; loops at once while batches come back full,
+//! backs off exponentially with jitter when idle (an idle loop asks one cheap index probe which
+//! queues have work before it opens a claim transaction), sleeps while saturated until a job
+//! returns, and wakes at once when this process enqueues.
 //!
 //! Lock conflicts (deadlocks, lock wait timeouts, Galera certification failures) are retried
 //! with jitter, past the rows just lost, and never lengthen the idle backoff: a worker that
@@ -14,9 +17,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::store::{self, ClaimParams, ClaimedJob};
+use crate::store::{self, ClaimParams, ClaimedJob, Owned};
 use crate::wake::LOCAL_WAKE;
-use crate::worker::{Shared, WorkerEvent, executor, unit_random, write};
+use crate::worker::executor::Slot;
+use crate::worker::{Key, Shared, WorkerEvent, executor, unit_random, write};
 
 /// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
 const CLAIM_LOCK_RETRIES: u32 = 5;
@@ -37,6 +41,8 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
     let mut idle = floor;
     let mut next_queue = claimer;
     let mut conflicts = Conflicts::default();
+    // The last round found nothing: probe cheaply before opening a claim transaction.
+    let mut probe = false;
     loop {
         if s.stop_fetching.is_cancelled() {
             return;
@@ -53,10 +59,10 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             }
             continue;
         }
-        if s.slots.available_permits() == 0 {
-            // Saturated: sleep until a job finishes (or shutdown).
+        if most_room(&s) == 0 {
+            // Saturated (every lane full): sleep until a job returns (or shutdown).
             let freed = s.slot_freed.notified();
-            if s.slots.available_permits() == 0 {
+            if most_room(&s) == 0 {
                 tokio::select! {
                     () = freed => {}
                     () = s.stop_fetching.cancelled() => return,
@@ -64,14 +70,19 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             }
             continue;
         }
-        gather_slots(&s).await;
+        gather_room(&s).await;
+        let queues: Vec<&String> = if probe {
+            ready_queues(&s).await
+        } else {
+            s.config.queues.iter().collect()
+        };
         let mut any = false;
         let mut full = false;
         let mut failed = false;
         let mut conflicted = false;
-        let n = s.config.queues.len();
+        let n = queues.len();
         for i in 0..n {
-            let queue = &s.config.queues[(next_queue + i) % n];
+            let queue = queues[(next_queue + i) % n];
             match claim_queue(&s, queue, &mut conflicts).await {
                 Ok((got, wanted)) => {
                     any |= got > 0;
@@ -80,11 +91,12 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
                 Err(ClaimError::Conflict) => conflicted = true,
                 Err(ClaimError::Other) => failed = true,
             }
-            if s.slots.available_permits() == 0 || s.stop_fetching.is_cancelled() {
+            if most_room(&s) == 0 || s.stop_fetching.is_cancelled() {
                 break;
             }
         }
-        next_queue = (next_queue + 1) % n.max(1);
+        next_queue = (next_queue + 1) % s.config.queues.len().max(1);
+        probe = !(any || conflicted || failed);
         if full {
             idle = floor;
             continue;
@@ -103,26 +115,57 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         let woken = LOCAL_WAKE.notified();
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            () = woken => idle = floor,
+            () = woken => {
+                idle = floor;
+                probe = false;
+            }
             () = s.stop_fetching.cancelled() => return,
         }
     }
 }
 
-/// While jobs are running and fewer slots are free than half a batch, waits a moment (at most
-/// the poll floor) for more to free up, so that a busy worker claims in batches instead of one
-/// claim transaction per finished job. Never waits when the worker is idle.
-async fn gather_slots(s: &Shared) {
+/// The most room any queue has to claim into now.
+fn most_room(s: &Shared) -> usize {
+    s.config
+        .queues
+        .iter()
+        .map(|q| s.lanes.room(q, &s.config))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The queues with a job ready now, by one index-only probe ([`store::job_ready_queues`]);
+/// every queue when the probe fails (the claim will say what is wrong).
+async fn ready_queues(s: &Shared) -> Vec<&String> {
+    let ready = async {
+        let mut conn = s.db.acquire().await?;
+        store::job_ready_queues(&mut conn, &s.config.queues).await
+    }
+    .await;
+    match ready {
+        Ok(ready) => s
+            .config
+            .queues
+            .iter()
+            .filter(|q| ready.contains(q))
+            .collect(),
+        Err(_) => s.config.queues.iter().collect(),
+    }
+}
+
+/// While jobs are held and no queue has room for half a batch, waits a moment (at most the
+/// poll floor) for more room, so that a busy worker claims in batches instead of one claim
+/// transaction per finished job. Never waits when the worker holds nothing.
+async fn gather_room(s: &Shared) {
     let threshold = usize::try_from(s.config.batch_size)
         .unwrap_or(usize::MAX)
-        .min(s.config.concurrency)
+        .min(s.lanes.capacity(&s.config))
         .div_ceil(s.config.claimers);
-    let free = s.slots.available_permits();
-    if free >= threshold || free >= s.config.concurrency {
+    if most_room(s) >= threshold || s.lanes.held() == 0 {
         return;
     }
     let deadline = tokio::time::Instant::now() + s.config.poll_floor;
-    while s.slots.available_permits() < threshold {
+    while most_room(s) < threshold && s.lanes.held() > 0 {
         let freed = s.slot_freed.notified();
         tokio::select! {
             () = freed => {}
@@ -132,22 +175,20 @@ async fn gather_slots(s: &Shared) {
     }
 }
 
-/// Claims up to the free slots from one queue and starts the jobs. Returns (claimed, asked).
+/// Claims from one queue as many jobs as its lanes have room for (at most a batch), carrying
+/// the queued completions in the same transaction, and starts the jobs. Returns (claimed,
+/// asked).
 async fn claim_queue(
     s: &Arc<Shared>,
     queue: &str,
     conflicts: &mut Conflicts,
 ) -> Result<(usize, usize), ClaimError> {
-    let want = s
-        .config
-        .batch_size
-        .min(u32::try_from(s.slots.available_permits()).unwrap_or(u32::MAX));
+    let batch = usize::try_from(s.config.batch_size).unwrap_or(usize::MAX);
+    let mut hold = s.lanes.reserve(queue, batch, &s.config);
+    let want = u32::try_from(hold.len()).unwrap_or(u32::MAX);
     if want == 0 {
         return Ok((0, 0));
     }
-    let Ok(permits) = s.slots.clone().try_acquire_many_owned(want) else {
-        return Ok((0, 0));
-    };
     let token = uuid::Uuid::new_v4().to_string();
     let mut params = ClaimParams {
         queue,
@@ -158,23 +199,39 @@ async fn claim_queue(
         lease: s.config.lease,
     };
     let m = &s.metrics;
+    let mut carried = Some(s.completer.carry());
     let mut attempt = 0;
     let (jobs, sent) = loop {
         attempt += 1;
         let sent = Instant::now();
+        let owned: Vec<Owned> = carried
+            .as_ref()
+            .map(|c| c.keys().iter().map(Key::owned).collect())
+            .unwrap_or_default();
         let result = match s.db.acquire().await {
-            Ok(mut conn) => store::job_claim_tracked(&mut conn, &params).await,
+            Ok(mut conn) => store::job_claim_completing(&mut conn, &params, &owned).await,
             Err(e) => Err(store::ClaimFailed {
                 error: e.into(),
                 in_doubt: Vec::new(),
             }),
         };
+        if result.is_err() {
+            // Not written (or not known to be): back to the completer, which writes them again
+            // and recognises an earlier write of its own.
+            carried = None;
+        }
         match result {
-            // Nothing beyond the contested rows: try the head of the queue again.
-            Ok(jobs) if jobs.is_empty() && params.skip > 0 && attempt < CLAIM_LOCK_RETRIES => {
-                params.skip = 0;
+            Ok((jobs, completed)) => {
+                if let Some(c) = carried.take() {
+                    c.written(s, &completed);
+                }
+                // Nothing beyond the contested rows: try the head of the queue again.
+                if jobs.is_empty() && params.skip > 0 && attempt < CLAIM_LOCK_RETRIES {
+                    params.skip = 0;
+                    continue;
+                }
+                break (jobs, sent);
             }
-            Ok(jobs) => break (jobs, sent),
             Err(f) if !f.in_doubt.is_empty() => {
                 m.add(&m.counters.db_errors, 1);
                 let jobs = resolve(s, &token, f).await;
@@ -213,13 +270,12 @@ async fn claim_queue(
     }
     m.add(&m.counters.claims, jobs.len() as u64);
     let token: Arc<str> = Arc::from(token);
-    let mut permits = permits;
     let count = jobs.len();
+    hold.shrink(count);
     for job in jobs {
-        let one = permits.split(1).expect("one permit per claimed job");
+        let one = Slot::Buffered(hold.split_one());
         executor::spawn(s, job, queue, token.clone(), one, sent);
     }
-    drop(permits); // unused slots go back
     Ok((count, want as usize))
 }
 

@@ -267,7 +267,7 @@ pub(super) async fn start(
             r.entry.claimed(),
             &side.queues[r.stream],
             token.clone(),
-            one,
+            executor::Slot::Running(one),
             sent,
         );
         started += 1;
