@@ -30,10 +30,12 @@ pub(crate) struct BenchArgs {
     /// Jobs per drain and bulk-enqueue run (single-row enqueue runs use at most 5000)
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub(crate) jobs: u32,
-    /// Jobs run at once by the worker (and baseline claim loops)
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    /// Jobs run at once by the worker (default: the worker's, WorkerConfig::DEFAULT_CONCURRENCY);
+    /// the baseline drain always runs 1 and 8 claim loops
+    #[arg(long, default_value_t = default_concurrency(), value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub(crate) concurrency: u16,
-    /// Most jobs per claim, for the worker and the baseline [default: the worker's default, 100]
+    /// Most jobs per claim, for the worker and the baseline [default: the worker's default,
+    /// WorkerConfig::DEFAULT_BATCH_SIZE]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5_000))]
     pub(crate) batch: Option<u32>,
     /// Which measurements to run
@@ -49,6 +51,11 @@ pub(crate) struct BenchArgs {
     /// path); `--scenario all` includes it when given [env: MYSQLQ_REDIS_URL]
     #[arg(long, env = "MYSQLQ_REDIS_URL", hide_env = true, value_name = "URL")]
     pub(crate) redis_url: Option<String>,
+}
+
+/// `--concurrency`'s default: the worker's own ([`mysqlq::WorkerConfig::DEFAULT_CONCURRENCY`]).
+fn default_concurrency() -> u16 {
+    u16::try_from(mysqlq::WorkerConfig::DEFAULT_CONCURRENCY).unwrap_or(u16::MAX)
 }
 
 /// `--scenario`.

@@ -403,8 +403,10 @@ impl Bench<'_> {
         Ok(ids)
     }
 
-    /// The framework's worker on the bench queue: default settings except the concurrency (and
-    /// the batch, if given), the probe as its state.
+    /// The framework's worker on the bench queue: [`WorkerConfig::default`] in everything
+    /// (claim loops, batch, poll intervals, …) except what a flag set — the concurrency when
+    /// `--concurrency` differs from the worker's default, the batch when `--batch` is given —
+    /// with the probe as its state.
     pub(crate) fn worker(
         &self,
         pool: &MySqlPool,
@@ -413,8 +415,12 @@ impl Bench<'_> {
         let builder = Worker::builder(pool.clone())
             .registry(job::registry()?)
             .queues([QUEUE])
-            .concurrency(self.concurrency)
             .state(Arc::clone(probe));
+        let builder = if self.concurrency == WorkerConfig::default().concurrency {
+            builder
+        } else {
+            builder.concurrency(self.concurrency)
+        };
         let builder = match &self.redis {
             Some(r) => builder.redis(r.clone()),
             None => builder,
