@@ -15,6 +15,7 @@ use mysqlq::{EnqueueOptions, NewJob, Worker};
 use serde_json::{Value, json};
 
 use crate::bench::{Bench, PICKUP_RATE, Side, wait_for};
+use crate::scenario::drain::Drainer;
 use crate::error::{BenchError, q_err};
 use crate::job::{BenchNoop, QUEUE};
 use crate::probe::{Probe, lock, now_us};
@@ -59,7 +60,7 @@ impl Bench<'_> {
         let result = async {
             for round in 0..rounds {
                 let first = self.checks.len();
-                out.side.drain.push(self.drain(true, round).await?);
+                out.side.drain.push(self.drain(Drainer::Framework, round).await?);
                 self.label_redis(first);
             }
             let first = self.checks.len();
