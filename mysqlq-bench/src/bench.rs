@@ -320,6 +320,11 @@ pub(crate) async fn run(
         }
     }
     if wants(Scenario::Pickup) {
+        // What an idle consumer sends to the server, counted by a proxy in front of its pool.
+        for framework in [true, false] {
+            let rate = b.idle(framework).await?;
+            side(&mut fw, &mut bl, framework).idle_statements = Some(rate);
+        }
         for cross in [false, true] {
             for framework in [true, false] {
                 let p = b.pickup(framework, cross).await?;

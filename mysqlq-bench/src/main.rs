@@ -33,6 +33,7 @@ mod db;
 mod error;
 mod job;
 mod probe;
+mod proxy;
 mod report;
 mod scenario;
 mod scratch;
