@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
+use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::sql;
 use crate::table::Table;
 
@@ -152,7 +153,10 @@ impl Report<'_> {
             (0..rounds)
                 .map(|r| {
                     let mut o = serde_json::Map::new();
-                    o.insert("framework_per_s".into(), json!(round_to(self.fw.drain[r], 1)));
+                    o.insert(
+                        "framework_per_s".into(),
+                        json!(round_to(self.fw.drain[r], 1)),
+                    );
                     for (i, &n) in BASELINE_LOOPS.iter().enumerate() {
                         let v = self.bl.drain_loops.get(i).and_then(|v| v.get(r));
                         o.insert(
@@ -207,6 +211,8 @@ impl Report<'_> {
             "enqueue_single_jobs": b.single_jobs,
             "pickup_jobs": b.pickup_jobs,
             "pickup_rate_per_s": PICKUP_RATE,
+            "idle_settle_s": IDLE_SETTLE.as_secs_f64(),
+            "idle_window_s": IDLE_WINDOW.as_secs_f64(),
             "peak_rss_note": if b.rss_reset {
                 "VmHWM of the bench process, reset just before the first framework drain"
             } else {
@@ -239,8 +245,10 @@ impl Report<'_> {
         let mut text = format!(
             "server {} (innodb_flush_log_at_trx_commit={}, sync_binlog={}, log_bin={}, buffer pool {})\n\
              scratch database {} ({})\n\
-             {} jobs, concurrency {}, batch {}, {} round(s) per throughput scenario in ABBA order; \
-             single-row enqueue: {} jobs from {} tasks; pickup: {} jobs at {}/s\n\n",
+             {} jobs, worker concurrency {}, batch {}, other worker settings default; {} round(s) \
+             per throughput scenario in ABBA order; drain baseline: the better of {} raw claim \
+             loops each round; single-row enqueue: {} jobs from {} tasks; pickup: {} jobs at {}/s; \
+             idle: statements counted for {} s after {} s\n\n",
             s.version,
             s.flush_log_at_trx_commit,
             s.sync_binlog,
@@ -256,10 +264,17 @@ impl Report<'_> {
             b.concurrency,
             b.batch,
             self.args.rounds,
+            BASELINE_LOOPS
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" and "),
             b.single_jobs,
             b.concurrency.min(SINGLE_TASKS_MAX),
             b.pickup_jobs,
             PICKUP_RATE,
+            IDLE_WINDOW.as_secs(),
+            IDLE_SETTLE.as_secs(),
         );
         let mut t = Table::new(&["METRIC", ">FRAMEWORK", ">BASELINE", ">RATIO"]);
         let fmt = |v: Option<f64>, places: usize| {

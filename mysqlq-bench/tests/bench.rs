@@ -61,6 +61,14 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
             }
         }
     }
+    // Counted by the proxy in front of each idle consumer: a worker always polls.
+    for side in ["framework", "baseline"] {
+        let idle = positive(
+            &v[side]["idle_statements_per_s"],
+            &format!("{side}.idle_statements_per_s"),
+        );
+        assert!(idle > 0.0, "{side}: {v:#}");
+    }
     let rss = positive(&v["framework"]["peak_rss_mib"], "framework.peak_rss_mib");
     assert!(rss > 0.0);
     for key in ["enqueue_single", "enqueue_bulk"] {
@@ -113,6 +121,8 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         "drain framework",
         "drain baseline 1 loop",
         "drain baseline 8 loops",
+        "idle framework",
+        "idle baseline",
         "pickup framework same process",
         "pickup baseline cross-process",
         "enqueue bulk framework",
