@@ -2,8 +2,14 @@
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
-/// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, pickup latency) in a scratch
-/// database on the same server, dropped afterwards.
+/// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, idle statements, pickup
+/// latency) in a scratch database on the same server, dropped afterwards.
+///
+/// The worker runs with its default settings (WorkerConfig::default()) except what
+/// --concurrency or --batch change. The drain baseline is the best raw loop: the article's
+/// claim transaction looped by 1 and by 8 claim loops every round, the better of the two being
+/// that round's baseline. For each side the drain prints jobs per claim transaction and per
+/// completion flush, and commits and fsyncs per job (server-wide counters).
 ///
 /// The server comes from DATABASE_URL or --database-url (mysql://user:password@host:3306/db);
 /// the user needs CREATE and DROP. Passwords are never printed.
@@ -30,16 +36,19 @@ pub(crate) struct BenchArgs {
     /// Jobs per drain and bulk-enqueue run (single-row enqueue runs use at most 5000)
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub(crate) jobs: u32,
-    /// Jobs run at once by the worker (and baseline claim loops)
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    /// Jobs run at once by the worker (default: the worker's, WorkerConfig::DEFAULT_CONCURRENCY);
+    /// the baseline drain always runs 1 and 8 claim loops
+    #[arg(long, default_value_t = default_concurrency(), value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub(crate) concurrency: u16,
-    /// Most jobs per claim, for the worker and the baseline [default: the worker's default, 100]
+    /// Most jobs per claim, for the worker and the baseline [default: the worker's default,
+    /// WorkerConfig::DEFAULT_BATCH_SIZE]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5_000))]
     pub(crate) batch: Option<u32>,
     /// Which measurements to run
     #[arg(long, value_enum, default_value_t = Scenario::All)]
     pub(crate) scenario: Scenario,
-    /// Framework/baseline pairs per throughput scenario (alternating, ABBA order)
+    /// Rounds per throughput scenario, framework and baseline alternating in ABBA order (a drain
+    /// round runs the framework and the baseline with 1 and with 8 claim loops)
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub(crate) rounds: u32,
     /// Print one JSON object
@@ -51,6 +60,11 @@ pub(crate) struct BenchArgs {
     pub(crate) redis_url: Option<String>,
 }
 
+/// `--concurrency`'s default: the worker's own ([`mysqlq::WorkerConfig::DEFAULT_CONCURRENCY`]).
+fn default_concurrency() -> u16 {
+    u16::try_from(mysqlq::WorkerConfig::DEFAULT_CONCURRENCY).unwrap_or(u16::MAX)
+}
+
 /// `--scenario`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Scenario {
@@ -58,7 +72,8 @@ pub(crate) enum Scenario {
     Enqueue,
     /// Draining pre-enqueued no-op jobs
     Drain,
-    /// Pickup latency of an idle worker, same process and another process
+    /// Statements per second of an idle consumer (counted by a proxy), then pickup latency of
+    /// an idle worker, same process and another process
     Pickup,
     /// The framework's drain and pickup over Redis Streams (needs --redis-url)
     Redis,

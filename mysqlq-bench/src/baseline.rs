@@ -74,20 +74,31 @@ pub(crate) async fn complete(
     }
 }
 
+/// What the tasks of one baseline drain run count together.
+#[derive(Debug, Default)]
+pub(crate) struct DrainCounters {
+    /// Completions refused because the token no longer held the row.
+    pub(crate) lost: AtomicU64,
+    /// Claim transactions (the final empty ones included).
+    pub(crate) claims: AtomicU64,
+    /// Completion statements (one per claimed batch).
+    pub(crate) flushes: AtomicU64,
+}
+
 /// One baseline drain task: claim a batch, "run" it, complete it, until the queue is empty.
 pub(crate) async fn baseline_drain_loop(
     pool: &MySqlPool,
     probe: &Probe,
     batch: u32,
     worker: &str,
-    (lost, claims): (&AtomicU64, &AtomicU64),
+    counters: &DrainCounters,
     bar: &ProgressBar,
 ) -> Result<(), BenchError> {
     loop {
         let mut conn = acquire_patiently(pool).await?;
         let token = new_token();
         let ids = claim(&mut conn, batch, worker, &token).await?;
-        claims.fetch_add(1, Ordering::Relaxed);
+        counters.claims.fetch_add(1, Ordering::Relaxed);
         if ids.is_empty() {
             return Ok(());
         }
@@ -95,7 +106,10 @@ pub(crate) async fn baseline_drain_loop(
             probe.ran(id);
         }
         let done = complete(&mut conn, &ids, &token).await?;
-        lost.fetch_add((ids.len() as u64).saturating_sub(done), Ordering::Relaxed);
+        counters.flushes.fetch_add(1, Ordering::Relaxed);
+        counters
+            .lost
+            .fetch_add((ids.len() as u64).saturating_sub(done), Ordering::Relaxed);
         bar.inc(done);
     }
 }

@@ -14,6 +14,7 @@ use crate::error::{BenchError, db_err, q_err};
 use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
+use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer};
 use crate::scratch::{Scratch, interrupted};
 use crate::{db, sql};
 
@@ -37,7 +38,12 @@ const STALL: Duration = Duration::from_secs(60);
 pub(crate) struct Side {
     pub(crate) enqueue_single: Vec<f64>,
     pub(crate) enqueue_bulk: Vec<f64>,
+    /// Drain jobs/s per round; for the baseline, the better of its loop counts in that round.
     pub(crate) drain: Vec<f64>,
+    /// Baseline only: drain jobs/s per round for each of [`BASELINE_LOOPS`], in that order.
+    pub(crate) drain_loops: Vec<Vec<f64>>,
+    /// Statements per second sent by an idle consumer on an empty queue.
+    pub(crate) idle_statements: Option<f64>,
     pub(crate) pickup_same: Option<(f64, f64)>,
     pub(crate) pickup_cross: Option<(f64, f64)>,
 }
@@ -69,60 +75,92 @@ pub(crate) struct Bench<'a> {
     pub(crate) redis: Option<mysqlq::redis::Redis>,
 }
 
-/// Where the drain's time goes: server counters and claim sizes, summed over drain runs.
-#[derive(Debug, Default, Clone)]
+/// Where the drain's time goes: claim and flush sizes and server counters, summed over the
+/// drain runs of each [`Drainer`].
+#[derive(Debug, Clone)]
 pub(crate) struct Diag {
-    /// Per side (framework, baseline): jobs, claim queries, server counter deltas.
-    pub(crate) sides: [DiagSide; 2],
+    pub(crate) sides: Vec<(Drainer, DiagSide)>,
+}
+
+impl Default for Diag {
+    fn default() -> Self {
+        Self {
+            sides: Drainer::all()
+                .into_iter()
+                .map(|d| (d, DiagSide::default()))
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct DiagSide {
     pub(crate) jobs: u64,
+    /// Claim transactions.
     pub(crate) claims: u64,
-    pub(crate) status: Vec<i64>,
+    /// Statements that wrote completions.
+    pub(crate) flushes: u64,
+    /// Completions written inside a claim's transaction.
+    pub(crate) piggybacked: u64,
+    /// [`sql::BENCH_STATUS`] deltas (`None`: the server lacks the counter).
+    pub(crate) status: Vec<Option<i64>>,
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn div(a: u64, b: u64, places: i32) -> Option<f64> {
+    (b > 0).then(|| round_to(a as f64 / b as f64, places))
 }
 
 impl Diag {
-    pub(crate) fn add(&mut self, framework: bool, jobs: u64, claims: u64, status: &[i64]) {
-        let s = &mut self.sides[usize::from(!framework)];
+    pub(crate) fn add(&mut self, who: Drainer, jobs: u64, run: &DrainRun, status: &[Option<i64>]) {
+        let Some((_, s)) = self.sides.iter_mut().find(|(d, _)| *d == who) else {
+            return;
+        };
         s.jobs += jobs;
-        s.claims += claims;
-        if s.status.len() < status.len() {
-            s.status.resize(status.len(), 0);
-        }
-        for (a, b) in s.status.iter_mut().zip(status) {
-            *a += b;
+        s.claims += run.claims;
+        s.flushes += run.flushes;
+        s.piggybacked += run.piggybacked;
+        if s.status.is_empty() {
+            s.status = status.to_vec();
+        } else {
+            for (a, b) in s.status.iter_mut().zip(status) {
+                *a = a.zip(*b).map(|(a, b)| a + b);
+            }
         }
     }
 
+    /// The `diagnostics` object: per drainer with runs, its totals and ratios.
     pub(crate) fn json(&self) -> Value {
         let mut out = serde_json::Map::new();
-        for (i, name) in ["drain_framework", "drain_baseline"].iter().enumerate() {
-            let s = &self.sides[i];
+        for (who, s) in &self.sides {
             if s.jobs == 0 {
                 continue;
             }
-            #[allow(clippy::cast_precision_loss)]
-            let per = |x: f64| round_to(x / s.jobs as f64, 4);
-            let mut per_job = serde_json::Map::new();
-            for (k, v) in sql::BENCH_STATUS.iter().zip(&s.status) {
-                #[allow(clippy::cast_precision_loss)]
-                per_job.insert((*k).to_owned(), json!(per(*v as f64)));
-            }
-            #[allow(clippy::cast_precision_loss)]
-            let jobs_per_claim = if s.claims == 0 {
-                None
-            } else {
-                Some(round_to(s.jobs as f64 / s.claims as f64, 2))
+            let counter = |name: &str| {
+                sql::BENCH_STATUS
+                    .iter()
+                    .position(|n| *n == name)
+                    .and_then(|i| s.status.get(i).copied().flatten())
             };
+            #[allow(clippy::cast_precision_loss)]
+            let per_job = |v: Option<i64>| v.map(|v| round_to(v as f64 / s.jobs as f64, 4));
+            let mut counters = serde_json::Map::new();
+            for name in sql::BENCH_STATUS {
+                counters.insert(name.to_owned(), json!(per_job(counter(name))));
+            }
             out.insert(
-                (*name).to_owned(),
+                who.key(),
                 json!({
                     "jobs": s.jobs,
                     "claim_transactions": s.claims,
-                    "jobs_per_claim": jobs_per_claim,
-                    "server_counters_per_job": per_job,
+                    "completion_flushes": s.flushes,
+                    "piggybacked_completions": s.piggybacked,
+                    "jobs_per_claim": div(s.jobs, s.claims, 2),
+                    "jobs_per_flush": div(s.jobs, s.flushes, 2),
+                    "commits_per_job": per_job(counter("Handler_commit")),
+                    "fsyncs_per_job": per_job(counter("Innodb_data_fsyncs")),
+                    "log_fsyncs_per_job": per_job(counter("Innodb_os_log_fsyncs")),
+                    "server_counters_per_job": counters,
                 }),
             );
         }
@@ -209,6 +247,8 @@ pub(crate) struct Finished {
     pub(crate) peak_rss: Option<u64>,
     pub(crate) rss_reset: bool,
     pub(crate) diag: Diag,
+    /// Per drain round: framework jobs/s over the round's best baseline.
+    pub(crate) drain_ratios: Vec<f64>,
     pub(crate) redis: crate::scenario::redis::RedisSide,
 }
 
@@ -240,11 +280,28 @@ pub(crate) async fn run(
     let mut bl = Side::default();
     let wants = |s: Scenario| a.scenario == s || a.scenario == Scenario::All;
     // Drain first: the worker's peak memory is then least mixed with the bench's own.
+    let mut drain_ratios = Vec::new();
     if wants(Scenario::Drain) {
+        bl.drain_loops = vec![Vec::new(); BASELINE_LOOPS.len()];
         for round in 0..a.rounds {
-            for framework in abba(round) {
-                let rate = b.drain(framework, round).await?;
-                side(&mut fw, &mut bl, framework).drain.push(rate);
+            let mut framework = 0.0;
+            let mut best: f64 = 0.0;
+            for who in Drainer::round(round) {
+                let rate = b.drain(who, round).await?;
+                match who {
+                    Drainer::Framework => framework = rate,
+                    Drainer::Baseline(loops) => {
+                        if let Some(i) = BASELINE_LOOPS.iter().position(|&l| l == loops) {
+                            bl.drain_loops[i].push(rate);
+                        }
+                        best = best.max(rate);
+                    }
+                }
+            }
+            fw.drain.push(framework);
+            bl.drain.push(best);
+            if best > 0.0 {
+                drain_ratios.push(framework / best);
             }
         }
     }
@@ -263,6 +320,11 @@ pub(crate) async fn run(
         }
     }
     if wants(Scenario::Pickup) {
+        // What an idle consumer sends to the server, counted by a proxy in front of its pool.
+        for framework in [true, false] {
+            let rate = b.idle(framework).await?;
+            side(&mut fw, &mut bl, framework).idle_statements = Some(rate);
+        }
         for cross in [false, true] {
             for framework in [true, false] {
                 let p = b.pickup(framework, cross).await?;
@@ -300,6 +362,7 @@ pub(crate) async fn run(
             peak_rss: b.peak_rss,
             rss_reset: b.rss_reset,
             diag: b.diag,
+            drain_ratios,
             redis: over_redis,
         },
     ))
@@ -348,7 +411,7 @@ impl Bench<'_> {
             .map_err(db_err("cannot empty the bench's job_queue"))
     }
 
-    pub(crate) async fn status(&self) -> Result<Vec<i64>, BenchError> {
+    pub(crate) async fn status(&self) -> Result<Vec<Option<i64>>, BenchError> {
         let mut conn = db::acquire(&self.setup).await?;
         sql::bench_status(&mut conn)
             .await
@@ -403,8 +466,10 @@ impl Bench<'_> {
         Ok(ids)
     }
 
-    /// The framework's worker on the bench queue: default settings except the concurrency (and
-    /// the batch, if given), the probe as its state.
+    /// The framework's worker on the bench queue: [`WorkerConfig::default`] in everything
+    /// (claim loops, batch, poll intervals, …) except what a flag set — the concurrency when
+    /// `--concurrency` differs from the worker's default, the batch when `--batch` is given —
+    /// with the probe as its state.
     pub(crate) fn worker(
         &self,
         pool: &MySqlPool,
@@ -413,8 +478,12 @@ impl Bench<'_> {
         let builder = Worker::builder(pool.clone())
             .registry(job::registry()?)
             .queues([QUEUE])
-            .concurrency(self.concurrency)
             .state(Arc::clone(probe));
+        let builder = if self.concurrency == WorkerConfig::default().concurrency {
+            builder
+        } else {
+            builder.concurrency(self.concurrency)
+        };
         let builder = match &self.redis {
             Some(r) => builder.redis(r.clone()),
             None => builder,

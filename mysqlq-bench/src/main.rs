@@ -11,15 +11,29 @@
 //! - [`scenario::enqueue_bulk`]: all jobs in one call (framework: [`mysqlq::enqueue_many`],
 //!   chunked by the framework; baseline: hand-written multi-row INSERTs of the same chunk size).
 //! - [`scenario::drain`]: pre-enqueued no-op jobs (the handler bumps a per-job atomic counter);
-//!   the framework is a real [`mysqlq::Worker`] with default settings except concurrency (and
-//!   batch if given); the baseline is `concurrency` tasks looping the article's claim transaction
-//!   and one token-guarded completion per batch ([`baseline`], SQL in [`sql`]).
+//!   the framework is a real [`mysqlq::Worker`] with its default settings
+//!   ([`mysqlq::WorkerConfig::default`]: concurrency, batch, claim loops, …) except what
+//!   `--concurrency` or `--batch` change. The baseline is the best raw loop a user could write:
+//!   the article's claim transaction and one token-guarded completion per batch ([`baseline`],
+//!   SQL in [`sql`]) looped by 1 and by 8 claim loops, both run every round (order: framework,
+//!   1 loop, 8 loops, then mirrored); the round's baseline is the better of the two, and the
+//!   ratio is the median over rounds of framework / that best. For every side it prints jobs per
+//!   claim transaction (worker: `polls`), jobs per completion flush (worker:
+//!   `completion_flushes`, with the `piggybacked` completions written inside a claim's
+//!   transaction; baseline: one flush per batch), and commits (`Handler_commit`) and fsyncs
+//!   (`Innodb_data_fsyncs`, and `Innodb_os_log_fsyncs` where the server has it) per job, from
+//!   server-wide counters read around each run (other sessions count too).
+//! - [`scenario::idle`] (part of the pickup scenario): a framework worker, then the baseline's
+//!   poller, on an empty queue with its pool behind an in-process TCP [`proxy`] that counts the
+//!   commands the client sends (packets with sequence id 0); after 1 s to settle, the commands
+//!   of the next 5 s give the idle statements per second. Nothing server-wide is used: the
+//!   server may be shared.
 //! - [`scenario::pickup`]: an idle consumer, jobs enqueued one at a time at 20/s, latency from
 //!   the enqueue's commit (the enqueue call returned) to the handler's start, both read from the
 //!   host's wall clock. Same process (the framework wakes local workers on enqueue) and another
-//!   process (a child of this binary, `bench-enqueue`, so no in-process wake-up can help). The
-//!   baseline is a raw polling loop with the worker's default idle backoff (5 ms doubling to the
-//!   1 s ceiling).
+//!   process (a child of this binary, `bench-enqueue`, so no in-process wake-up can help); the
+//!   worker runs with its default settings. The baseline is a raw polling loop with the worker's
+//!   default idle backoff (5 ms doubling to the 1 s ceiling).
 //! - [`scenario::memory`]: the worker's peak resident set during the first framework drain.
 //!
 //! Every run checks that each job ran exactly once and that its row is `completed` (or, for
@@ -33,6 +47,7 @@ mod db;
 mod error;
 mod job;
 mod probe;
+mod proxy;
 mod report;
 mod scenario;
 mod scratch;

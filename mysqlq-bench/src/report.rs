@@ -4,6 +4,8 @@ use serde_json::{Value, json};
 
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
+use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
+use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::sql;
 use crate::table::Table;
 
@@ -119,9 +121,61 @@ impl Report<'_> {
             ),
             (
                 "drain",
-                ratio(median(&self.fw.drain), median(&self.bl.drain)),
+                median(&self.bench.drain_ratios).map(|r| round_to(r, 3)),
             ),
         ]
+    }
+
+    /// The baseline's drain per loop count: (JSON key, label, median jobs/s).
+    pub(crate) fn drain_loops(&self) -> Vec<(String, String, Option<f64>)> {
+        BASELINE_LOOPS
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let plural = if n == 1 { "loop" } else { "loops" };
+                (
+                    format!("drain_{n}_{plural}_per_s"),
+                    format!("  baseline with {n} claim {plural} (jobs/s)"),
+                    self.bl
+                        .drain_loops
+                        .get(i)
+                        .and_then(|v| median(v))
+                        .map(|x| round_to(x, 1)),
+                )
+            })
+            .collect()
+    }
+
+    /// Each drain round: the framework, every baseline loop count, the best, the ratio.
+    fn drain_rounds(&self) -> Value {
+        let rounds = self.fw.drain.len();
+        Value::Array(
+            (0..rounds)
+                .map(|r| {
+                    let mut o = serde_json::Map::new();
+                    o.insert(
+                        "framework_per_s".into(),
+                        json!(round_to(self.fw.drain[r], 1)),
+                    );
+                    for (i, &n) in BASELINE_LOOPS.iter().enumerate() {
+                        let v = self.bl.drain_loops.get(i).and_then(|v| v.get(r));
+                        o.insert(
+                            format!("{}_per_s", Drainer::Baseline(n).key()),
+                            json!(v.map(|x| round_to(*x, 1))),
+                        );
+                    }
+                    o.insert(
+                        "baseline_best_per_s".into(),
+                        json!(self.bl.drain.get(r).map(|x| round_to(*x, 1))),
+                    );
+                    o.insert(
+                        "ratio".into(),
+                        json!(self.bench.drain_ratios.get(r).map(|x| round_to(*x, 3))),
+                    );
+                    Value::Object(o)
+                })
+                .collect(),
+        )
     }
 
     pub(crate) fn json(&self) -> Value {
@@ -135,6 +189,12 @@ impl Report<'_> {
         };
         let mut fw = obj(values(&self.fw));
         fw["peak_rss_mib"] = json!(self.peak_rss_mib());
+        fw["idle_statements_per_s"] = json!(self.fw.idle_statements.map(|x| round_to(x, 2)));
+        let mut bl = obj(values(&self.bl));
+        for (key, _, v) in self.drain_loops() {
+            bl[key] = json!(v);
+        }
+        bl["idle_statements_per_s"] = json!(self.bl.idle_statements.map(|x| round_to(x, 2)));
         let b = &self.bench;
         json!({
             "server": self.server.version,
@@ -142,13 +202,17 @@ impl Report<'_> {
             "concurrency": b.concurrency,
             "batch": b.batch,
             "framework": fw,
-            "baseline": obj(values(&self.bl)),
+            "baseline": bl,
+            "baseline_drain_loops": BASELINE_LOOPS,
+            "drain_rounds": self.drain_rounds(),
             "ratio": obj(self.ratios()),
             "scenario": format!("{:?}", self.args.scenario).to_lowercase(),
             "rounds": self.args.rounds,
             "enqueue_single_jobs": b.single_jobs,
             "pickup_jobs": b.pickup_jobs,
             "pickup_rate_per_s": PICKUP_RATE,
+            "idle_settle_s": IDLE_SETTLE.as_secs_f64(),
+            "idle_window_s": IDLE_WINDOW.as_secs_f64(),
             "peak_rss_note": if b.rss_reset {
                 "VmHWM of the bench process, reset just before the first framework drain"
             } else {
@@ -181,8 +245,10 @@ impl Report<'_> {
         let mut text = format!(
             "server {} (innodb_flush_log_at_trx_commit={}, sync_binlog={}, log_bin={}, buffer pool {})\n\
              scratch database {} ({})\n\
-             {} jobs, concurrency {}, batch {}, {} round(s) per throughput scenario in ABBA order; \
-             single-row enqueue: {} jobs from {} tasks; pickup: {} jobs at {}/s\n\n",
+             {} jobs, worker concurrency {}, batch {}, other worker settings default; {} round(s) \
+             per throughput scenario in ABBA order; drain baseline: the better of {} raw claim \
+             loops each round; single-row enqueue: {} jobs from {} tasks; pickup: {} jobs at {}/s; \
+             idle: statements counted for {} s after {} s\n\n",
             s.version,
             s.flush_log_at_trx_commit,
             s.sync_binlog,
@@ -198,10 +264,17 @@ impl Report<'_> {
             b.concurrency,
             b.batch,
             self.args.rounds,
+            BASELINE_LOOPS
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" and "),
             b.single_jobs,
             b.concurrency.min(SINGLE_TASKS_MAX),
             b.pickup_jobs,
             PICKUP_RATE,
+            IDLE_WINDOW.as_secs(),
+            IDLE_SETTLE.as_secs(),
         );
         let mut t = Table::new(&["METRIC", ">FRAMEWORK", ">BASELINE", ">RATIO"]);
         let fmt = |v: Option<f64>, places: usize| {
@@ -211,7 +284,7 @@ impl Report<'_> {
         let labels = [
             "enqueue single (jobs/s)",
             "enqueue bulk (jobs/s)",
-            "drain (jobs/s)",
+            "drain (jobs/s; baseline: its best loop count)",
             "pickup same process p50 (ms)",
             "pickup same process p99 (ms)",
             "pickup cross-process p50 (ms)",
@@ -234,6 +307,19 @@ impl Report<'_> {
                 fmt(bl, places),
                 r,
             ]);
+            if i == 2 && !self.bl.drain.is_empty() {
+                for (_, label, v) in self.drain_loops() {
+                    t.row(vec![label, String::new(), fmt(v, 0), String::new()]);
+                }
+            }
+        }
+        if self.fw.idle_statements.is_some() || self.bl.idle_statements.is_some() {
+            t.row(vec![
+                "idle, empty queue (statements/s)".to_owned(),
+                fmt(self.fw.idle_statements, 2),
+                fmt(self.bl.idle_statements, 2),
+                String::new(),
+            ]);
         }
         text.push_str(&t.render());
         if b.redis.server.is_some() {
@@ -254,46 +340,8 @@ impl Report<'_> {
                 }
             ));
         }
-        if b.diag.sides.iter().any(|s| s.jobs > 0) {
-            text.push_str("\ndrain, where the work goes (server-wide counters per job; other sessions count too):\n");
-            let d = b.diag.json();
-            let mut t = Table::new(&[
-                "SIDE",
-                ">JOBS/CLAIM",
-                ">QUESTIONS",
-                ">SELECT",
-                ">UPDATE",
-                ">COMMIT",
-                ">FSYNCS",
-                ">LOCK WAITS",
-                ">LOCK WAIT MS",
-            ]);
-            for (name, key) in [
-                ("framework", "drain_framework"),
-                ("baseline", "drain_baseline"),
-            ] {
-                let v = &d[key];
-                if v.is_null() {
-                    continue;
-                }
-                let c = &v["server_counters_per_job"];
-                let f = |x: &Value| {
-                    x.as_f64()
-                        .map_or_else(|| "-".to_owned(), |x| format!("{x:.3}"))
-                };
-                t.row(vec![
-                    name.to_owned(),
-                    f(&v["jobs_per_claim"]),
-                    f(&c["Questions"]),
-                    f(&c["Com_select"]),
-                    f(&c["Com_update"]),
-                    f(&c["Com_commit"]),
-                    f(&c["Innodb_data_fsyncs"]),
-                    f(&c["Innodb_row_lock_waits"]),
-                    f(&c["Innodb_row_lock_time"]),
-                ]);
-            }
-            text.push_str(&t.render());
+        if b.diag.sides.iter().any(|(_, s)| s.jobs > 0) {
+            text.push_str(&diag_tables(&b.diag.json()));
         }
         let failed = b.checks.iter().filter(|c| !c.ok).count();
         text.push_str(&format!(
@@ -311,6 +359,74 @@ impl Report<'_> {
         }
         text
     }
+}
+
+/// The drain's diagnostics as text: claim and flush sizes, commits and fsyncs per job, then
+/// the raw server counters per job.
+fn diag_tables(d: &Value) -> String {
+    let f = |x: &Value, places: usize| {
+        x.as_f64()
+            .map_or_else(|| "-".to_owned(), |x| format!("{x:.places$}"))
+    };
+    let mut text = String::from(
+        "\ndrain, where the work goes (commits and fsyncs are server-wide counters per job; \
+         other sessions count too):\n",
+    );
+    let mut t = Table::new(&[
+        "SIDE",
+        ">JOBS/CLAIM TX",
+        ">JOBS/COMPLETION FLUSH",
+        ">PIGGYBACKED/JOB",
+        ">COMMITS/JOB",
+        ">FSYNCS/JOB",
+        ">LOG FSYNCS/JOB",
+    ]);
+    let mut raw = Table::new(&[
+        "SIDE",
+        ">QUESTIONS",
+        ">SELECT",
+        ">UPDATE",
+        ">COM_COMMIT",
+        ">LOCK WAITS",
+        ">LOCK WAIT MS",
+    ]);
+    for who in Drainer::all() {
+        let v = &d[who.key()];
+        if v.is_null() {
+            continue;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let piggy = match (v["piggybacked_completions"].as_u64(), v["jobs"].as_u64()) {
+            (Some(p), Some(j)) if j > 0 => json!(p as f64 / j as f64),
+            _ => Value::Null,
+        };
+        t.row(vec![
+            who.label(),
+            f(&v["jobs_per_claim"], 1),
+            f(&v["jobs_per_flush"], 1),
+            f(&piggy, 3),
+            f(&v["commits_per_job"], 3),
+            f(&v["fsyncs_per_job"], 3),
+            f(&v["log_fsyncs_per_job"], 3),
+        ]);
+        let c = &v["server_counters_per_job"];
+        raw.row(vec![
+            who.label(),
+            f(&c["Questions"], 3),
+            f(&c["Com_select"], 3),
+            f(&c["Com_update"], 3),
+            f(&c["Com_commit"], 3),
+            f(&c["Innodb_row_lock_waits"], 3),
+            f(&c["Innodb_row_lock_time"], 3),
+        ]);
+    }
+    text.push_str(&t.render());
+    text.push_str(
+        "(commits: Handler_commit; fsyncs: Innodb_data_fsyncs; log fsyncs: Innodb_os_log_fsyncs, \
+         `-` where the server has none)\n\nserver counters per job:\n",
+    );
+    text.push_str(&raw.render());
+    text
 }
 
 #[cfg(test)]

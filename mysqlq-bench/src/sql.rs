@@ -286,36 +286,40 @@ pub(crate) async fn bench_counts(
 }
 
 /// Server-wide counters the bench reads around a run to count statements, commits and log
-/// flushes per job (`SHOW GLOBAL STATUS`; other sessions on the server count too).
-pub(crate) const BENCH_STATUS: [&str; 8] = [
+/// flushes per job (`SHOW GLOBAL STATUS`; other sessions on the server count too). Read by
+/// name: a counter the server lacks (`Innodb_os_log_fsyncs` is gone from MariaDB 10.8 and
+/// later) is reported as missing, not as 0.
+pub(crate) const BENCH_STATUS: [&str; 9] = [
     "Questions",
     "Com_select",
     "Com_update",
     "Com_commit",
     "Handler_commit",
     "Innodb_data_fsyncs",
+    "Innodb_os_log_fsyncs",
     "Innodb_row_lock_waits",
     "Innodb_row_lock_time",
 ];
 
-/// `bench_status`: the [`BENCH_STATUS`] counters, in that order (0 for one the server lacks).
-pub(crate) async fn bench_status(conn: &mut MySqlConnection) -> Result<Vec<i64>, sqlx::Error> {
-    let mut q = sqlx::query(
-        "/* mysqlq:bench_status */ SELECT VARIABLE_NAME AS name, CAST(VARIABLE_VALUE AS SIGNED) AS value \
-         FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN (?, ?, ?, ?, ?, ?, ?, ?)",
-    );
-    for name in BENCH_STATUS {
-        q = q.bind(name);
-    }
-    let rows = q.fetch_all(&mut *conn).await?;
-    let mut out = vec![0i64; BENCH_STATUS.len()];
+/// `bench_status`: the [`BENCH_STATUS`] counters, in that order (`None` for one the server
+/// lacks).
+pub(crate) async fn bench_status(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<Option<i64>>, sqlx::Error> {
+    // `SHOW GLOBAL STATUS` exists on MariaDB and MySQL alike (MySQL 8 has no
+    // information_schema.GLOBAL_STATUS); the few hundred rows are filtered here.
+    let rows = sqlx::raw_sql("/* mysqlq:bench_status */ SHOW GLOBAL STATUS")
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut out = vec![None; BENCH_STATUS.len()];
     for r in rows {
-        let name: String = r.try_get("name")?;
+        let name: String = r.try_get(0)?;
         if let Some(i) = BENCH_STATUS
             .iter()
             .position(|n| n.eq_ignore_ascii_case(&name))
         {
-            out[i] = r.try_get("value")?;
+            let value: String = r.try_get(1)?;
+            out[i] = value.trim().parse().ok();
         }
     }
     Ok(out)

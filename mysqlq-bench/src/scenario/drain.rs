@@ -1,45 +1,109 @@
-//! The drain scenario: pre-enqueued no-op jobs drained by a real [`mysqlq::Worker`] (framework)
-//! or by `concurrency` tasks looping the article's claim and completion (baseline).
+//! The drain scenario: pre-enqueued no-op jobs drained by a real [`mysqlq::Worker`] with its
+//! default settings (framework), or by the best raw loop a user could write (baseline): the
+//! article's claim and completion looped by 1 and by 8 claim loops, both measured every round,
+//! the better of the two being the round's baseline.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mysqlq::Worker;
 use tokio::task::JoinSet;
 
-use crate::baseline::baseline_drain_loop;
-use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, wait_for, who};
+use crate::baseline::{DrainCounters, baseline_drain_loop};
+use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, wait_for};
 use crate::error::{BenchError, q_err};
 use crate::probe::Probe;
 use crate::scenario::memory::{peak_rss_bytes, reset_peak_rss};
 
+/// Claim loops of the baseline drain: each round runs every one of these, and the fastest is
+/// that round's baseline (one loop claims full batches without contention; more loops overlap
+/// round trips and commits but contend for the same rows).
+pub(crate) const BASELINE_LOOPS: [usize; 2] = [1, 8];
+
+/// Who drains the queue in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drainer {
+    /// A real worker with its default settings (except `--concurrency` / `--batch`).
+    Framework,
+    /// The raw claim loop, run by this many tasks side by side.
+    Baseline(usize),
+}
+
+impl Drainer {
+    /// Every drainer, in the order of the diagnostics.
+    pub(crate) fn all() -> Vec<Self> {
+        std::iter::once(Self::Framework)
+            .chain(BASELINE_LOOPS.iter().map(|&n| Self::Baseline(n)))
+            .collect()
+    }
+
+    /// The runs of round `r`: framework first then the baselines on even rounds, the mirror
+    /// image on odd ones (ABBA order extended to three runs), so drift falls on every side.
+    pub(crate) fn round(r: u32) -> Vec<Self> {
+        let mut v = Self::all();
+        if !r.is_multiple_of(2) {
+            v.reverse();
+        }
+        v
+    }
+
+    /// `framework`, `baseline 1 loop`, `baseline 8 loops`.
+    pub(crate) fn label(self) -> String {
+        match self {
+            Self::Framework => "framework".to_owned(),
+            Self::Baseline(n) => format!("baseline {n} loop{}", if n == 1 { "" } else { "s" }),
+        }
+    }
+
+    /// The diagnostics key: `drain_framework`, `drain_baseline_1_loop`, `drain_baseline_8_loops`.
+    pub(crate) fn key(self) -> String {
+        format!("drain_{}", self.label().replace(' ', "_"))
+    }
+}
+
+/// What one drain run counted besides its time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DrainRun {
+    pub(crate) took: Duration,
+    /// Claim transactions (the last, empty ones included).
+    pub(crate) claims: u64,
+    /// Statements that wrote completions (framework: alone or inside a claim's transaction;
+    /// baseline: one per completed batch).
+    pub(crate) flushes: u64,
+    /// Completions written inside a claim's transaction (framework only).
+    pub(crate) piggybacked: u64,
+}
+
 impl Bench<'_> {
-    /// One drain run; returns jobs/s.
-    pub(crate) async fn drain(&mut self, framework: bool, round: u32) -> Result<f64, BenchError> {
+    /// One drain run by `who`; returns jobs/s.
+    pub(crate) async fn drain(&mut self, who: Drainer, round: u32) -> Result<f64, BenchError> {
         let n = self.jobs;
-        let label = format!("drain {} round {}", who(framework), round + 1);
+        let label = format!("drain {} round {}", who.label(), round + 1);
         let ids = self.prepare(&label, n).await?;
         let probe = Arc::new(Probe::counting(ids));
         self.phase(&label, n);
         let before = self.status().await?;
-        let (took, claims) = if framework {
-            self.drain_framework(&probe).await?
-        } else {
-            self.drain_baseline(&probe).await?
+        let run = match who {
+            Drainer::Framework => self.drain_framework(&probe).await?,
+            Drainer::Baseline(loops) => self.drain_baseline(&probe, loops).await?,
         };
         let after = self.status().await?;
-        let delta: Vec<i64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-        self.diag.add(framework, u64::from(n), claims, &delta);
+        let delta: Vec<Option<i64>> = after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| Some((*a)? - (*b)?))
+            .collect();
+        self.diag.add(who, u64::from(n), &run, &delta);
         self.check(format!("{label}: handlers"), probe.exactly_once());
         self.check_rows_completed(&label, n).await?;
-        Ok(per_s(n, took))
+        Ok(per_s(n, run.took))
     }
 
     pub(crate) async fn drain_framework(
         &mut self,
         probe: &Arc<Probe>,
-    ) -> Result<(Duration, u64), BenchError> {
+    ) -> Result<DrainRun, BenchError> {
         let n = u64::from(self.jobs);
         let pool = self
             .scratch
@@ -62,8 +126,14 @@ impl Bench<'_> {
         if first {
             self.peak_rss = peak_rss_bytes();
         }
-        let lost = metrics.counters.lost.load(Ordering::Relaxed);
-        let claims = metrics.counters.polls.load(Ordering::Relaxed);
+        let c = &metrics.counters;
+        let lost = c.lost.load(Ordering::Relaxed);
+        let run = DrainRun {
+            took,
+            claims: c.polls.load(Ordering::Relaxed),
+            flushes: c.completion_flushes.load(Ordering::Relaxed),
+            piggybacked: c.piggybacked.load(Ordering::Relaxed),
+        };
         let _ = handle.shutdown().await;
         pool.close().await;
         waited?;
@@ -73,33 +143,34 @@ impl Bench<'_> {
                 Err(format!("{lost} completions refused (lease lost)")),
             );
         }
-        Ok((took, claims))
+        Ok(run)
     }
 
+    /// `loops` tasks looping the raw claim and completion until the queue is empty.
     pub(crate) async fn drain_baseline(
         &mut self,
         probe: &Arc<Probe>,
-    ) -> Result<(Duration, u64), BenchError> {
-        let c = self.concurrency;
-        let max = u32::try_from(c).unwrap_or(u32::MAX).min(BASELINE_POOL_MAX);
+        loops: usize,
+    ) -> Result<DrainRun, BenchError> {
+        let max = u32::try_from(loops)
+            .unwrap_or(u32::MAX)
+            .min(BASELINE_POOL_MAX);
         let pool = self.scratch.pool(max).await?;
         let worker = format!("bench-baseline:{}", std::process::id());
-        let lost = Arc::new(AtomicU64::new(0));
-        let claims = Arc::new(AtomicU64::new(0));
+        let counters = Arc::new(DrainCounters::default());
         let started = Instant::now();
         let mut tasks = JoinSet::new();
-        for _ in 0..c {
-            let (pool, probe, worker, lost, claims, bar) = (
+        for _ in 0..loops {
+            let (pool, probe, worker, counters, bar) = (
                 pool.clone(),
                 probe.clone(),
                 worker.clone(),
-                lost.clone(),
-                claims.clone(),
+                counters.clone(),
                 self.bar.clone(),
             );
             let batch = self.batch;
             tasks.spawn(async move {
-                baseline_drain_loop(&pool, &probe, batch, &worker, (&lost, &claims), &bar).await
+                baseline_drain_loop(&pool, &probe, batch, &worker, &counters, &bar).await
             });
         }
         let mut result = Ok(());
@@ -123,13 +194,18 @@ impl Bench<'_> {
         let took = started.elapsed();
         pool.close().await;
         result?;
-        let lost = lost.load(Ordering::Relaxed);
+        let lost = counters.lost.load(Ordering::Relaxed);
         if lost > 0 {
             self.check(
-                "drain baseline: ownership".to_owned(),
+                format!("drain {}: ownership", Drainer::Baseline(loops).label()),
                 Err(format!("{lost} completions refused (token no longer held)")),
             );
         }
-        Ok((took, claims.load(Ordering::Relaxed)))
+        Ok(DrainRun {
+            took,
+            claims: counters.claims.load(Ordering::Relaxed),
+            flushes: counters.flushes.load(Ordering::Relaxed),
+            piggybacked: 0,
+        })
     }
 }

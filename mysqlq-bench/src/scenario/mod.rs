@@ -3,6 +3,7 @@
 pub(crate) mod drain;
 pub(crate) mod enqueue_bulk;
 pub(crate) mod enqueue_single;
+pub(crate) mod idle;
 pub(crate) mod memory;
 pub(crate) mod pickup;
 pub(crate) mod redis;

@@ -19,6 +19,7 @@ use crate::error::{BenchError, q_err};
 use crate::job::{BenchNoop, QUEUE};
 use crate::probe::{Probe, lock, now_us};
 use crate::report::{percentile, round_to, values};
+use crate::scenario::drain::Drainer;
 use crate::table::Table;
 
 /// What the Redis runs measured: the drain and pickup fields of a [`Side`], and the server.
@@ -59,7 +60,9 @@ impl Bench<'_> {
         let result = async {
             for round in 0..rounds {
                 let first = self.checks.len();
-                out.side.drain.push(self.drain(true, round).await?);
+                out.side
+                    .drain
+                    .push(self.drain(Drainer::Framework, round).await?);
                 self.label_redis(first);
             }
             let first = self.checks.len();
