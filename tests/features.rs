@@ -405,7 +405,10 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
     let mut empty_polls = 0;
     while empty_polls < 5 {
         match tokio::time::timeout(Duration::from_secs(20), events.recv()).await {
-            Ok(Ok(mysqlq::WorkerEvent::Polled { claimed: 0 })) => empty_polls += 1,
+            Ok(Ok(
+                mysqlq::WorkerEvent::Polled { claimed: 0 }
+                | mysqlq::WorkerEvent::Probed { ready: 0 },
+            )) => empty_polls += 1,
             Ok(Ok(mysqlq::WorkerEvent::Polled { claimed })) => {
                 panic!("claimed {claimed} from a paused queue")
             }

@@ -492,7 +492,10 @@ async fn an_enqueue_in_this_process_wakes_an_idle_worker() {
     let mut empty_polls = 0;
     while empty_polls < 9 {
         match tokio::time::timeout(Duration::from_secs(30), events.recv()).await {
-            Ok(Ok(mysqlq::WorkerEvent::Polled { claimed: 0 })) => empty_polls += 1,
+            Ok(Ok(
+                mysqlq::WorkerEvent::Polled { claimed: 0 }
+                | mysqlq::WorkerEvent::Probed { ready: 0 },
+            )) => empty_polls += 1,
             Ok(_) => {}
             Err(_) => panic!("timed out waiting for the worker's polls"),
         }

@@ -29,6 +29,10 @@ const MAX_FLUSH: usize = 1000;
 
 pub(crate) struct Completer {
     queue: Mutex<Vec<Key>>,
+    /// Completions a claim's transaction failed to write (a lock wait on one of them, a lost
+    /// connection): written by the completer alone from now on, never carried again, so that
+    /// a row an application transaction keeps locked cannot stall claim after claim.
+    solo: Mutex<Vec<Key>>,
     arrived: Notify,
     /// How long queued completions wait for a claim to carry them (zero: not at all).
     carry_wait: Duration,
@@ -38,6 +42,7 @@ impl Completer {
     pub(crate) fn new(carry_wait: Duration) -> Self {
         Self {
             queue: Mutex::new(Vec::new()),
+            solo: Mutex::new(Vec::new()),
             arrived: Notify::new(),
             carry_wait,
         }
@@ -79,12 +84,36 @@ impl Completer {
         if keys.is_empty() {
             return;
         }
+        self.solo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(keys);
+        self.arrived.notify_one();
+    }
+
+    /// The next statement's worth: completions given back first, then queued ones.
+    fn next_batch(&self) -> Vec<Key> {
+        let mut batch: Vec<Key> = {
+            let mut solo = self
+                .solo
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = solo.len().min(MAX_FLUSH);
+            solo.drain(..n).collect()
+        };
         let mut q = self.queue();
-        let was_empty = q.is_empty();
-        q.extend(keys);
-        if was_empty {
-            self.arrived.notify_one();
-        }
+        let n = q.len().min(MAX_FLUSH - batch.len());
+        batch.extend(q.drain(..n));
+        batch
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue().is_empty()
+            && self
+                .solo
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
     }
 }
 
@@ -121,7 +150,7 @@ impl Drop for Carried {
 pub(crate) async fn run(s: Arc<Shared>) {
     let c = s.completer.clone();
     loop {
-        if c.queue().is_empty() {
+        if c.is_empty() {
             tokio::select! {
                 () = c.arrived.notified() => {}
                 () = s.stop_services.cancelled() => {}
@@ -143,15 +172,11 @@ pub(crate) async fn run(s: Arc<Shared>) {
                 }
             }
         }
-        let mut batch: Vec<Key> = {
-            let mut q = c.queue();
-            let n = q.len().min(MAX_FLUSH);
-            q.drain(..n).collect()
-        };
+        let mut batch = c.next_batch();
         if !batch.is_empty() {
             flush(&s, &mut batch).await;
         }
-        if stopping && c.queue().is_empty() {
+        if stopping && c.is_empty() {
             return;
         }
     }
@@ -160,10 +185,14 @@ pub(crate) async fn run(s: Arc<Shared>) {
 async fn flush(s: &Arc<Shared>, batch: &mut Vec<Key>) {
     let keys = std::mem::take(batch);
     let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
-    let result = write_retrying(s, "complete jobs", keys.len() > 1, || complete(s, &jobs)).await;
+    let result = write_retrying(s, "complete jobs", true, || complete(s, &jobs)).await;
     match result {
         Ok(report) => done(s, &keys, &report),
-        Err(WriteFailed::Locked(_) | WriteFailed::Refused(_)) if keys.len() > 1 => {
+        // A locked row is waited for by its own task (as is each job of a refused batch), so
+        // that the completer goes on with the others.
+        Err(e @ (WriteFailed::Locked(_) | WriteFailed::Refused(_)))
+            if keys.len() > 1 || matches!(e, WriteFailed::Locked(_)) =>
+        {
             tracing::warn!(
                 jobs = keys.len(),
                 "completion batch blocked or refused; completing these jobs one by one"

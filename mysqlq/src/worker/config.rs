@@ -92,7 +92,7 @@ impl Config {
     pub const DEFAULT_BATCH_SIZE: u32 = 100;
     /// One claim loop: with slot gathering it claims full batches, which beats more loops
     /// claiming smaller ones (measured with `mysqlq-bench`, see BENCHMARKS.md).
-    pub const DEFAULT_CLAIMERS: usize = 1;
+    pub const DEFAULT_CLAIMERS: usize = 2;
     /// Up to 200 jobs claimed ahead of free slots (two default batches).
     pub const DEFAULT_PREFETCH: usize = 200;
     /// A claimed job waits at most 1 s in the prefetch buffer.
@@ -102,7 +102,7 @@ impl Config {
     /// 5 ms after work was seen.
     pub const DEFAULT_POLL_FLOOR: Duration = Duration::from_millis(5);
     /// 1 s when the queue stays empty (jittered down by up to a quarter).
-    pub const DEFAULT_POLL_CEILING: Duration = Duration::from_secs(1);
+    pub const DEFAULT_POLL_CEILING: Duration = Duration::from_millis(100);
     /// 30 s of grace at shutdown.
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
     /// 30 minutes per attempt.

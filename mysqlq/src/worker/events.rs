@@ -23,6 +23,12 @@ pub enum WorkerEvent {
         /// Jobs it claimed.
         claimed: usize,
     },
+    /// An idle claim loop asked which queues have a job ready (one index probe, no claim
+    /// transaction).
+    Probed {
+        /// Queues with a job ready: the next claims go to them.
+        ready: usize,
+    },
     /// A claim whose COMMIT reply was lost turned out to have committed: its jobs are run.
     ClaimAdopted {
         /// How many jobs the claim held.

@@ -7,7 +7,9 @@
 //! 2. the **leader lease** (a row in `mysqlq_leader`), held under a per-process identity;
 //! 3. the **scheduler** for periodic jobs, on every worker that declares schedules (the ledger
 //!    makes each tick exactly-once), each schedule on its own;
-//! 4. on the leader only, the **pruner**: batched deletes of old finished rows and statistics;
+//! 4. on the leader only, the **pruner**: batched deletes of old finished rows and statistics,
+//!    every twelfth round at most (every minute at the default interval), each round while a
+//!    backlog remains;
 //! 5. on the leader only, the **queue gauges** (`mysqlq_queue_*` in `/metrics`), read at most
 //!    every `gauge_interval` with index-backed statements (`store/gauges.rs`). A worker that is
 //!    not the leader, or stops being it, shows none, so exactly one worker reports them; a
@@ -83,7 +85,7 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
     // Every worker that declares schedules runs the scheduler (not only the leader, which may
     // declare none): the ledger's primary key makes each tick exactly-once anyway.
     report.scheduled = super::scheduler::run_once(s, &mut conn).await;
-    if report.leader {
+    if report.leader && prune_due(s) {
         match prune(s, &mut conn).await {
             Ok(n) => report.pruned = n,
             Err(e) => failed(s, "pruner", &e),
@@ -130,8 +132,31 @@ async fn reap(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate
     Ok(reaped)
 }
 
+/// The pruner runs every twelfth round (every minute at the default interval), so that an idle
+/// leader does not send its half-dozen statements every few seconds; a round that left a
+/// backlog (a full batch deleted) runs again next round.
+fn prune_due(s: &Shared) -> bool {
+    let every = (s.config.maintenance_interval * 12).min(PRUNE_AT_MOST_EVERY);
+    let mut last = s
+        .last_prune
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = tokio::time::Instant::now();
+    match *last {
+        Some(t) if now < t + every => false,
+        _ => {
+            *last = Some(now);
+            true
+        }
+    }
+}
+
+/// Longest gap between two pruner runs on the leader.
+const PRUNE_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+
 async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate::Error> {
     let mut pruned = 0;
+    let mut backlog = false;
     let plan = [
         (PruneStatus::Completed, s.config.completed_retention),
         (PruneStatus::Cancelled, s.config.completed_retention),
@@ -145,7 +170,14 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crat
             if n < u64::from(BATCH) {
                 break;
             }
+            backlog = true;
         }
+    }
+    if backlog {
+        // Come back next round for the rest.
+        *s.last_prune
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
     let m = &s.metrics;
     m.add(&m.counters.pruned, pruned);

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use sqlx::MySql;
+use sqlx::pool::PoolConnection;
 use tokio::time::Instant;
 
 use crate::store::{self, ClaimParams, ClaimedJob, Owned};
@@ -43,6 +45,7 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
     let mut conflicts = Conflicts::default();
     // The last round found nothing: probe cheaply before opening a claim transaction.
     let mut probe = false;
+    let mut conn = Held::default();
     loop {
         if s.stop_fetching.is_cancelled() {
             return;
@@ -72,7 +75,7 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         }
         gather_room(&s).await;
         let queues: Vec<&String> = if probe {
-            ready_queues(&s).await
+            ready_queues(&s, &mut conn).await
         } else {
             s.config.queues.iter().collect()
         };
@@ -83,7 +86,7 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         let n = queues.len();
         for i in 0..n {
             let queue = queues[(next_queue + i) % n];
-            match claim_queue(&s, queue, &mut conflicts).await {
+            match claim_queue(&s, queue, &mut conflicts, &mut conn).await {
                 Ok((got, wanted)) => {
                     any |= got > 0;
                     full |= got > 0 && got == wanted;
@@ -97,6 +100,10 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         }
         next_queue = (next_queue + 1) % s.config.queues.len().max(1);
         probe = !(any || conflicted || failed);
+        if any {
+            // Work again: the parked claim loops join in.
+            s.work_seen.notify_waiters();
+        }
         if full {
             idle = floor;
             continue;
@@ -110,9 +117,23 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         } else {
             idle = (idle * 2).min(ceiling);
         }
+        let woken = LOCAL_WAKE.notified();
+        if probe && claimer > 0 {
+            // Idle: one claim loop (the first) keeps polling; the others park, holding no
+            // connection, until it finds work or this process enqueues.
+            conn.release();
+            let seen = s.work_seen.notified();
+            tokio::select! {
+                () = seen => {}
+                () = woken => {}
+                () = s.stop_fetching.cancelled() => return,
+            }
+            idle = floor;
+            probe = false;
+            continue;
+        }
         // Jitter downwards only, so the ceiling stays a true bound on the idle wait.
         let wait = idle.mul_f64(0.75 + 0.25 * unit_random());
-        let woken = LOCAL_WAKE.notified();
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = woken => {
@@ -136,20 +157,27 @@ fn most_room(s: &Shared) -> usize {
 
 /// The queues with a job ready now, by one index-only probe ([`store::job_ready_queues`]);
 /// every queue when the probe fails (the claim will say what is wrong).
-async fn ready_queues(s: &Shared) -> Vec<&String> {
-    let ready = async {
-        let mut conn = s.db.acquire().await?;
-        store::job_ready_queues(&mut conn, &s.config.queues).await
-    }
-    .await;
+async fn ready_queues<'a>(s: &'a Shared, conn: &mut Held) -> Vec<&'a String> {
+    let ready = match conn.get(s).await {
+        Ok(c) => store::job_ready_queues(c, &s.config.queues).await,
+        Err(e) => Err(e),
+    };
     match ready {
-        Ok(ready) => s
-            .config
-            .queues
-            .iter()
-            .filter(|q| ready.contains(q))
-            .collect(),
-        Err(_) => s.config.queues.iter().collect(),
+        Ok(ready) => {
+            s.emit(WorkerEvent::Probed { ready: ready.len() });
+            s.config
+                .queues
+                .iter()
+                .filter(|q| ready.contains(q))
+                .collect()
+        }
+        Err(e) => {
+            conn.release();
+            let m = &s.metrics;
+            m.add(&m.counters.db_errors, 1);
+            tracing::warn!(error = %write::error_chain(&e), "ready probe failed; claiming instead");
+            s.config.queues.iter().collect()
+        }
     }
 }
 
@@ -182,6 +210,7 @@ async fn claim_queue(
     s: &Arc<Shared>,
     queue: &str,
     conflicts: &mut Conflicts,
+    conn: &mut Held,
 ) -> Result<(usize, usize), ClaimError> {
     let batch = usize::try_from(s.config.batch_size).unwrap_or(usize::MAX);
     let mut hold = s.lanes.reserve(queue, batch, &s.config);
@@ -208,17 +237,19 @@ async fn claim_queue(
             .as_ref()
             .map(|c| c.keys().iter().map(Key::owned).collect())
             .unwrap_or_default();
-        let result = match s.db.acquire().await {
-            Ok(mut conn) => store::job_claim_completing(&mut conn, &params, &owned).await,
-            Err(e) => Err(store::ClaimFailed {
-                error: e.into(),
+        let result = match conn.get(s).await {
+            Ok(c) => store::job_claim_completing(c, &params, &owned).await,
+            Err(error) => Err(store::ClaimFailed {
+                error,
                 in_doubt: Vec::new(),
             }),
         };
         if result.is_err() {
             // Not written (or not known to be): back to the completer, which writes them again
-            // and recognises an earlier write of its own.
+            // and recognises an earlier write of its own. The connection may be broken, or on
+            // a server that stopped being the writer: take a fresh one from the pool.
             carried = None;
+            conn.release();
         }
         match result {
             Ok((jobs, completed)) => {
@@ -277,6 +308,36 @@ async fn claim_queue(
         executor::spawn(s, job, queue, token.clone(), one, sent);
     }
     Ok((count, want as usize))
+}
+
+/// How long a claim loop keeps one connection from the worker's pool before handing it back
+/// and taking one again: long enough that a busy or idle loop does not pay the pool's
+/// ping-on-release per claim, short enough that a switch of writer ([`crate::cluster`], which
+/// retires connections at acquire) reaches the loop within a second.
+const HOLD_CONNECTION: Duration = Duration::from_secs(1);
+
+/// The connection a claim loop works on, kept across claims (see [`HOLD_CONNECTION`]).
+#[derive(Default)]
+struct Held(Option<(PoolConnection<MySql>, Instant)>);
+
+impl Held {
+    async fn get(&mut self, s: &Shared) -> Result<&mut sqlx::MySqlConnection, crate::Error> {
+        if self
+            .0
+            .as_ref()
+            .is_some_and(|(_, since)| since.elapsed() >= HOLD_CONNECTION)
+        {
+            self.0 = None;
+        }
+        if self.0.is_none() {
+            self.0 = Some((s.db.acquire().await?, Instant::now()));
+        }
+        Ok(&mut **self.0.as_mut().map(|(c, _)| c).expect("just set"))
+    }
+
+    fn release(&mut self) {
+        self.0 = None;
+    }
 }
 
 /// Resolves a claim whose COMMIT reply was lost: asks the database, on a fresh connection,
