@@ -78,15 +78,29 @@ pub(crate) enum Command {
 /// `work`.
 #[derive(Debug, Args)]
 pub(crate) struct WorkArgs {
-    /// Queues to serve, comma-separated [default: the queues of the registered jobs]
-    #[arg(long, value_delimiter = ',', value_parser = parse_queue)]
-    pub(crate) queues: Vec<String>,
-    /// Jobs run at once
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
-    pub(crate) concurrency: u16,
+    /// Queues to serve, comma-separated, each optionally with its own concurrency limit
+    /// (`emails=10,reports=2`: at most 10 emails and 2 reports at once, so a slow queue cannot
+    /// take every slot) [default: the queues of the registered jobs]
+    #[arg(long, value_delimiter = ',', value_parser = parse_queue_spec, value_name = "QUEUE[=N]")]
+    pub(crate) queues: Vec<(String, Option<usize>)>,
+    /// Jobs run at once [default: 16, or the sum of the per-queue limits when every queue
+    /// has one]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) concurrency: Option<u16>,
     /// Most jobs claimed per query
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5_000))]
     pub(crate) batch: u32,
+    /// Most jobs claimed ahead of free slots, so that claims and commits carry whole batches
+    /// (0: claim only for free slots)
+    #[arg(long, default_value_t = mysqlq::WorkerConfig::DEFAULT_PREFETCH, value_name = "N")]
+    pub(crate) prefetch: usize,
+    /// Longest a job claimed ahead waits for a free slot before it is handed back (without
+    /// losing its attempt) for any worker to take
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
+    pub(crate) prefetch_wait: Duration,
+    /// Claim loops side by side (one polls while idle; the others join when work appears)
+    #[arg(long, default_value_t = mysqlq::WorkerConfig::DEFAULT_CLAIMERS as u16, value_parser = clap::value_parser!(u16).range(1..=16), value_name = "N")]
+    pub(crate) claimers: u16,
     /// Lease of a claimed job, renewed by heartbeats while it runs (e.g. 60s, 5m)
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) lease: Duration,
@@ -105,8 +119,9 @@ pub(crate) struct WorkArgs {
     /// Shortest idle wait between claims
     #[arg(long, default_value = "5ms", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) poll_floor: Duration,
-    /// Longest idle wait between claims: the pickup latency for jobs enqueued by other processes
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DUR")]
+    /// Longest idle wait between polls: the worst pickup latency for jobs enqueued by other
+    /// processes (an idle worker sends one index probe per wait)
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) poll_ceiling: Duration,
     /// Per-attempt timeout of jobs that set none
     #[arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DUR")]
@@ -312,6 +327,20 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e}; write a duration such as 30s, 5m, 7d or 1h30m"))
 }
 
+/// `QUEUE` or `QUEUE=N` of `work --queues`.
+fn parse_queue_spec(s: &str) -> Result<(String, Option<usize>), String> {
+    let (name, limit) = match s.split_once('=') {
+        None => (s, None),
+        Some((name, n)) => {
+            let n: usize = n.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                format!("`{s}`: the limit after `=` must be a whole number of jobs above 0, e.g. {name}=10")
+            })?;
+            (name, Some(n))
+        }
+    };
+    Ok((parse_queue(name.trim())?, limit))
+}
+
 fn parse_queue(s: &str) -> Result<String, String> {
     mysqlq::validate_queue_name(s).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
@@ -331,6 +360,34 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn queues_take_an_optional_limit() {
+        use clap::Parser;
+        let cli =
+            Cli::try_parse_from(["w", "work", "--queues", "emails=10,reports=2,default"]).unwrap();
+        let Command::Work(a) = cli.command else {
+            panic!("not the work command");
+        };
+        assert_eq!(
+            a.queues,
+            vec![
+                ("emails".to_owned(), Some(10)),
+                ("reports".to_owned(), Some(2)),
+                ("default".to_owned(), None)
+            ]
+        );
+        assert_eq!(a.concurrency, None);
+        for bad in ["emails=0", "emails=x", "emails=-1", "bad queue=2"] {
+            let e = parse_queue_spec(bad).unwrap_err();
+            assert!(e.contains('`') || e.contains("queue"), "{bad}: {e}");
+        }
+        assert!(
+            parse_queue_spec("emails=0")
+                .unwrap_err()
+                .contains("emails=10")
+        );
     }
 
     #[test]

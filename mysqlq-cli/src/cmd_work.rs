@@ -31,8 +31,13 @@ pub(crate) async fn work(
     let queues: Vec<String> = if a.queues.is_empty() {
         registry.queues().into_iter().map(str::to_owned).collect()
     } else {
-        a.queues.clone()
+        a.queues.iter().map(|(q, _)| q.clone()).collect()
     };
+    let limits: Vec<(String, usize)> = a
+        .queues
+        .iter()
+        .filter_map(|(q, n)| n.map(|n| (q.clone(), n)))
+        .collect();
     // Bind the metrics address first: a taken port is a start-up error, not a silent gap.
     let listener = match a.metrics_addr {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
@@ -43,20 +48,30 @@ pub(crate) async fn work(
         })?),
         None => None,
     };
-    let concurrency = usize::from(a.concurrency);
+    let all_limited = !limits.is_empty() && limits.len() == queues.len();
+    let concurrency = match a.concurrency {
+        Some(n) => usize::from(n),
+        None if all_limited => limits.iter().map(|(_, n)| n).sum(),
+        None => mysqlq::WorkerConfig::DEFAULT_CONCURRENCY,
+    };
     let pool = target
         .pool(mysqlq::Worker::recommended_pool_size(concurrency))
         .await?;
-    let builder = mysqlq::Worker::builder(pool.clone())
+    let mut builder = mysqlq::Worker::builder(pool.clone())
         .registry(registry)
         .queues(queues.clone())
         .concurrency(concurrency)
         .batch_size(a.batch)
+        .prefetch(a.prefetch, a.prefetch_wait)
+        .claimers(usize::from(a.claimers))
         .lease(a.lease)
         .shutdown_timeout(a.shutdown_timeout)
         .poll_interval(a.poll_floor, a.poll_ceiling)
         .job_timeout(a.job_timeout)
         .maintenance(a.maintenance_interval, a.leader_ttl);
+    for (q, n) in limits {
+        builder = builder.queue_concurrency(q, n);
+    }
     let mut builder = Cli::configure(app.configure, builder);
     if let Some(every) = a.heartbeat {
         builder = builder.heartbeat_interval(every);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::Error;
 
-/// Connections of the worker's own pool with the default single claim loop: claims, the
+/// Connections of the worker's own pool with one claim loop: claims, the
 /// completer, heartbeats, maintenance and statistics (one more per extra claim loop). The
 /// worker opens this small pool itself, from the connect options of the pool it is given, so
 /// handlers borrowing connections through [`JobContext::pool`] can never starve the claims,
@@ -90,8 +90,8 @@ impl Config {
     pub const DEFAULT_CONCURRENCY: usize = 16;
     /// Up to 100 jobs per claim (never more than the free slots).
     pub const DEFAULT_BATCH_SIZE: u32 = 100;
-    /// One claim loop: with slot gathering it claims full batches, which beats more loops
-    /// claiming smaller ones (measured with `mysqlq-bench`, see BENCHMARKS.md).
+    /// Two claim loops: one's round trips and commit overlap the other's (measured with
+    /// `mysqlq-bench`, see BENCHMARKS.md). While the queues are empty only the first polls.
     pub const DEFAULT_CLAIMERS: usize = 2;
     /// Up to 200 jobs claimed ahead of free slots (two default batches).
     pub const DEFAULT_PREFETCH: usize = 200;
@@ -101,7 +101,9 @@ impl Config {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
     /// 5 ms after work was seen.
     pub const DEFAULT_POLL_FLOOR: Duration = Duration::from_millis(5);
-    /// 1 s when the queue stays empty (jittered down by up to a quarter).
+    /// 100 ms when the queue stays empty (jittered down by up to a quarter): the worst pickup
+    /// latency for jobs enqueued by other processes; an idle worker sends one index probe per
+    /// wait.
     pub const DEFAULT_POLL_CEILING: Duration = Duration::from_millis(100);
     /// 30 s of grace at shutdown.
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
