@@ -53,8 +53,9 @@ macro_rules! counters {
 }
 
 counters! {
-    polls: "Claim queries run.",
-    empty_polls: "Claim queries that found no job.",
+    polls: "Polls for work: claim transactions, and the ready probes of idle claim loops.",
+    empty_polls: "Polls that found no job.",
+    probes: "Ready probes of idle claim loops (one index-only statement; also counted in polls).",
     claims: "Jobs claimed.",
     completions: "Jobs completed.",
     completion_flushes: "Statements that wrote completions, alone or inside the next claim's transaction.",

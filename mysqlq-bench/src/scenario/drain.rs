@@ -130,7 +130,11 @@ impl Bench<'_> {
         let lost = c.lost.load(Ordering::Relaxed);
         let run = DrainRun {
             took,
-            claims: c.polls.load(Ordering::Relaxed),
+            // Claim transactions: polls less the ready probes of idle loops.
+            claims: c
+                .polls
+                .load(Ordering::Relaxed)
+                .saturating_sub(c.probes.load(Ordering::Relaxed)),
             flushes: c.completion_flushes.load(Ordering::Relaxed),
             piggybacked: c.piggybacked.load(Ordering::Relaxed),
         };

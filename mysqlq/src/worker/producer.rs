@@ -63,11 +63,14 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             continue;
         }
         if most_room(&s) == 0 {
-            // Saturated (every lane full): sleep until a job returns (or shutdown).
+            // Saturated (every lane full, or another loop's claim reserved the room): sleep
+            // until a job returns or a claim gives back room (or shutdown); at most a poll
+            // ceiling, as a backstop.
             let freed = s.slot_freed.notified();
             if most_room(&s) == 0 {
                 tokio::select! {
                     () = freed => {}
+                    () = tokio::time::sleep(ceiling) => {}
                     () = s.stop_fetching.cancelled() => return,
                 }
             }
@@ -86,7 +89,11 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         let n = queues.len();
         for i in 0..n {
             let queue = queues[(next_queue + i) % n];
-            match claim_queue(&s, queue, &mut conflicts, &mut conn).await {
+            let claimed = claim_queue(&s, queue, &mut conflicts, &mut conn).await;
+            // The room this claim reserved and did not use is free again: another claim loop
+            // may be waiting for it (with nothing running, no finishing job would wake it).
+            s.slot_freed.notify_waiters();
+            match claimed {
                 Ok((got, wanted)) => {
                     any |= got > 0;
                     full |= got > 0 && got == wanted;
@@ -164,6 +171,12 @@ async fn ready_queues<'a>(s: &'a Shared, conn: &mut Held) -> Vec<&'a String> {
     };
     match ready {
         Ok(ready) => {
+            let m = &s.metrics;
+            m.add(&m.counters.polls, 1);
+            m.add(&m.counters.probes, 1);
+            if ready.is_empty() {
+                m.add(&m.counters.empty_polls, 1);
+            }
             s.emit(WorkerEvent::Probed { ready: ready.len() });
             s.config
                 .queues
