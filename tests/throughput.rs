@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use mysqlq::{EnqueueOptions, Job as _, JobContext, JobError, JobId, NewJob, WorkerEvent};
+use mysqlq::{EnqueueOptions, JobContext, JobError, JobId, NewJob, WorkerEvent};
 use mysqlq_tests::TestDb;
 use mysqlq_tests::jobs::record;
 use tokio::sync::Notify;
@@ -232,7 +232,10 @@ async fn shutdown_hands_buffered_jobs_back_at_once() {
         .unwrap();
     assert_eq!(status, "processing", "the running job still runs");
     let report = shutdown.await.unwrap().unwrap();
-    assert!(report.released as i64 >= held, "{report:?}, {held} held");
+    assert!(
+        i64::try_from(report.released).unwrap() >= held,
+        "{report:?}, {held} held"
+    );
     each_completed_once(&db, &ids[..61]).await;
     let given_back: Vec<(u64, String, u32)> =
         sqlx::query_as("SELECT id, status, attempts FROM job_queue WHERE id > ? ORDER BY id")
@@ -342,7 +345,7 @@ async fn a_completion_locked_by_an_application_stalls_no_claim() {
         .expect("the gated job started");
     // An application transaction locks the running job's row, then the handler returns.
     let mut tries = 0;
-    let mut app = loop {
+    let app = loop {
         // A heartbeat may be renewing that very row: retry as an application would.
         let mut app = db.pool.begin().await.unwrap();
         match sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
