@@ -6,17 +6,15 @@
 //! given, so its claims, maintenance and statistics go through the proxy too.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mysqlq::Worker;
 use sqlx::MySqlPool;
 use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
-use tokio::sync::Notify;
 
-use crate::baseline::baseline_poller;
 use crate::bench::{Bench, who};
-use crate::error::{BenchError, q_err};
+use crate::scenario::consumer::Consumer;
+use crate::error::BenchError;
 use crate::probe::{Probe, lock};
 use crate::proxy::{Proxy, command_name};
 
@@ -58,47 +56,14 @@ impl Bench<'_> {
             .connect_lazy_with(proxied);
         lock(&self.scratch.pools).push(pool.clone());
         let probe = Arc::new(Probe::counting(Vec::new()));
-        let stop = Arc::new((AtomicBool::new(false), Notify::new()));
-        let (worker, poller) = if framework {
-            let h = self
-                .worker(&pool, &probe)?
-                .start()
-                .await
-                .map_err(q_err("the bench worker could not start"))?;
-            (Some(h), None)
-        } else {
-            let (pool, probe, stop, batch) =
-                (pool.clone(), probe.clone(), stop.clone(), self.batch);
-            (
-                None,
-                Some(tokio::spawn(async move {
-                    baseline_poller(&pool, &probe, batch, &stop).await
-                })),
-            )
-        };
+        let consumer = Consumer::start(self, framework, &pool, &probe).await?;
         tokio::time::sleep(IDLE_SETTLE).await;
         let (before, by_before) = proxy.counts();
         let started = Instant::now();
         tokio::time::sleep(IDLE_WINDOW).await;
         let (after, by_after) = proxy.counts();
         let took = started.elapsed();
-        if let Some(h) = worker {
-            let _ = h.shutdown().await;
-        }
-        if let Some(p) = poller {
-            stop.0.store(true, Ordering::SeqCst);
-            stop.1.notify_waiters();
-            match p.await {
-                Ok(Err(e)) => return Err(e),
-                Err(e) => {
-                    return Err(BenchError::new(
-                        format!("the baseline poller failed: {e}"),
-                        "this is a bug in the bench",
-                    ));
-                }
-                Ok(Ok(())) => {}
-            }
-        }
+        consumer.stop().await?;
         pool.close().await;
         drop(proxy);
         let sent = after.saturating_sub(before);

@@ -3,18 +3,17 @@
 //! hidden `bench-enqueue`, so no in-process wake-up can help).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use indicatif::ProgressBar;
 use mysqlq::Worker;
 use sqlx::MySqlPool;
 use tokio::io::AsyncBufReadExt as _;
-use tokio::sync::Notify;
 
 use crate::args::EnqueueArgs;
-use crate::baseline::baseline_poller;
 use crate::bench::{Bench, PICKUP_RATE, wait_for, who};
+use crate::scenario::consumer::Consumer;
 use crate::error::{BenchError, db_err, q_err};
 use crate::job::{BenchNoop, KIND, QUEUE};
 use crate::probe::{Probe, lock, now_us};
@@ -45,24 +44,7 @@ impl Bench<'_> {
             .scratch
             .pool(Worker::recommended_pool_size(self.concurrency))
             .await?;
-        let stop = Arc::new((AtomicBool::new(false), Notify::new()));
-        let (worker, poller) = if framework {
-            let h = self
-                .worker(&pool, &probe)?
-                .start()
-                .await
-                .map_err(q_err("the bench worker could not start"))?;
-            (Some(h), None)
-        } else {
-            let (pool, probe, stop, batch) =
-                (pool.clone(), probe.clone(), stop.clone(), self.batch);
-            (
-                None,
-                Some(tokio::spawn(async move {
-                    baseline_poller(&pool, &probe, batch, &stop).await
-                })),
-            )
-        };
+        let consumer = Consumer::start(self, framework, &pool, &probe).await?;
         // Let the consumer reach its idle poll interval.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         self.bar.set_message(label.clone());
@@ -84,28 +66,14 @@ impl Bench<'_> {
             Err(_) => Ok(()),
         };
         // Let the framework's completer write the last completions before stopping.
-        if let Some(h) = worker {
+        if let Some(h) = consumer.worker() {
             let m = h.metrics();
             let _ = wait_for(&ProgressBar::hidden(), total, || {
                 m.counters.completions.load(Ordering::Relaxed)
             })
             .await;
-            let _ = h.shutdown().await;
         }
-        if let Some(p) = poller {
-            stop.0.store(true, Ordering::SeqCst);
-            stop.1.notify_waiters();
-            match p.await {
-                Ok(Err(e)) => return Err(e),
-                Err(e) => {
-                    return Err(BenchError::new(
-                        format!("the baseline poller failed: {e}"),
-                        "this is a bug in the bench",
-                    ));
-                }
-                Ok(Ok(())) => {}
-            }
-        }
+        consumer.stop().await?;
         pool.close().await;
         let commits = commits?;
         waited?;
