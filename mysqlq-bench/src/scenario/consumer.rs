@@ -41,8 +41,7 @@ impl Consumer {
         }
         let stop = Arc::new((AtomicBool::new(false), Notify::new()));
         let (pool, probe, flag, batch) = (pool.clone(), probe.clone(), stop.clone(), bench.batch);
-        let task =
-            tokio::spawn(async move { baseline_poller(&pool, &probe, batch, &flag).await });
+        let task = tokio::spawn(async move { baseline_poller(&pool, &probe, batch, &flag).await });
         Ok(Self::Poller { task, stop })
     }
 

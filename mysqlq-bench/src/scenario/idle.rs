@@ -13,10 +13,10 @@ use sqlx::MySqlPool;
 use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
 
 use crate::bench::{Bench, who};
-use crate::scenario::consumer::Consumer;
 use crate::error::BenchError;
 use crate::probe::{Probe, lock};
 use crate::proxy::{Proxy, command_name};
+use crate::scenario::consumer::Consumer;
 
 /// How long the consumer runs before counting starts (start-up, the idle backoff's ramp).
 pub(crate) const IDLE_SETTLE: Duration = Duration::from_secs(1);

@@ -13,11 +13,11 @@ use tokio::io::AsyncBufReadExt as _;
 
 use crate::args::EnqueueArgs;
 use crate::bench::{Bench, PICKUP_RATE, wait_for, who};
-use crate::scenario::consumer::Consumer;
 use crate::error::{BenchError, db_err, q_err};
 use crate::job::{BenchNoop, KIND, QUEUE};
 use crate::probe::{Probe, lock, now_us};
 use crate::report::percentile;
+use crate::scenario::consumer::Consumer;
 use crate::{db, sql};
 
 impl Bench<'_> {
