@@ -372,8 +372,7 @@ fn claim_loops(shared: &Arc<Shared>) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>
 /// multi-host pool ([`crate::cluster`]), this one joins its failover group, so that both always
 /// talk to the same writer.
 fn service_pool(app: &MySqlPool, config: &Config) -> MySqlPool {
-    let size =
-        RESERVED_CONNECTIONS + u32::try_from(config.claimers.saturating_sub(1)).unwrap_or(16);
+    let size = RESERVED_CONNECTIONS + u32::try_from(config.claimers).unwrap_or(16);
     let lock_wait = config.lock_wait_timeout.as_secs().max(1);
     let options = MySqlPoolOptions::new()
         .max_connections(size)

@@ -65,7 +65,9 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         if most_room(&s) == 0 {
             // Saturated (every lane full, or another loop's claim reserved the room): sleep
             // until a job returns or a claim gives back room (or shutdown); at most a poll
-            // ceiling, as a backstop.
+            // ceiling, as a backstop. The connection goes back to the pool meanwhile: the jobs
+            // running now need it for their outcomes.
+            conn.release();
             let freed = s.slot_freed.notified();
             if most_room(&s) == 0 {
                 tokio::select! {
