@@ -132,7 +132,17 @@ impl WorkerHandle {
             released,
         };
         tracing::info!(worker = %s.worker_id, finished = report.finished, released = report.released, "worker stopped");
-        s.db.close().await;
+        // Every service has ended, so every connection should be back; a connection still out
+        // (a task left behind) must not hold the shutdown forever: the pool goes with the worker.
+        if tokio::time::timeout(Duration::from_secs(5), s.db.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                worker = %s.worker_id,
+                "a connection of the worker's pool was not handed back within 5 s of the shutdown; not waiting for it"
+            );
+        }
         Ok(report)
     }
 }
