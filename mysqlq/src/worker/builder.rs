@@ -320,7 +320,6 @@ impl WorkerBuilder {
             stop_services: CancellationToken::new(),
             slot_freed: Notify::new(),
             work_seen: Notify::new(),
-            last_prune: Mutex::new(None),
             stopping: AtomicBool::new(false),
             lease_unconfirmed: AtomicBool::new(false),
             completer: Arc::new(completer::Completer::new(carry_wait)),

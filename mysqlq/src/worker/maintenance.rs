@@ -41,8 +41,10 @@ pub(crate) struct Report {
 
 pub(crate) async fn run(s: Arc<Shared>) {
     let mut was_leader = false;
+    // When the pruner last ran (`None`: due at the next round as leader).
+    let mut last_prune = None;
     loop {
-        let r = run_once(&s).await;
+        let r = run_once(&s, &mut last_prune).await;
         if r.leader != was_leader {
             tracing::info!(worker = %s.worker_id, instance = %s.instance, leader = r.leader, "leadership changed");
             s.emit(WorkerEvent::Leadership { leader: r.leader });
@@ -64,7 +66,10 @@ pub(crate) async fn run(s: Arc<Shared>) {
 }
 
 /// One round; a step that fails is logged and counted, and the next steps still run.
-pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
+pub(crate) async fn run_once(
+    s: &Arc<Shared>,
+    last_prune: &mut Option<tokio::time::Instant>,
+) -> Report {
     let mut report = Report::default();
     let mut conn = match s.db.acquire().await {
         Ok(c) => c,
@@ -85,9 +90,15 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Report {
     // Every worker that declares schedules runs the scheduler (not only the leader, which may
     // declare none): the ledger's primary key makes each tick exactly-once anyway.
     report.scheduled = super::scheduler::run_once(s, &mut conn).await;
-    if report.leader && prune_due(s) {
+    if report.leader && prune_due(s, last_prune) {
         match prune(s, &mut conn).await {
-            Ok(n) => report.pruned = n,
+            Ok((n, backlog)) => {
+                report.pruned = n;
+                if backlog {
+                    // Come back next round for the rest.
+                    *last_prune = None;
+                }
+            }
             Err(e) => failed(s, "pruner", &e),
         }
         if let Err(e) = gauges(s, &mut conn).await {
@@ -135,12 +146,8 @@ async fn reap(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate
 /// The pruner runs every twelfth round (every minute at the default interval), so that an idle
 /// leader does not send its half-dozen statements every few seconds; a round that left a
 /// backlog (a full batch deleted) runs again next round.
-fn prune_due(s: &Shared) -> bool {
+fn prune_due(s: &Shared, last: &mut Option<tokio::time::Instant>) -> bool {
     let every = (s.config.maintenance_interval * 12).min(PRUNE_AT_MOST_EVERY);
-    let mut last = s
-        .last_prune
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let now = tokio::time::Instant::now();
     match *last {
         Some(t) if now < t + every => false,
@@ -154,7 +161,8 @@ fn prune_due(s: &Shared) -> bool {
 /// Longest gap between two pruner runs on the leader.
 const PRUNE_AT_MOST_EVERY: Duration = Duration::from_secs(60);
 
-async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crate::Error> {
+/// Deletes what is past its retention; returns the rows deleted and whether a backlog is left.
+async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, bool), crate::Error> {
     let mut pruned = 0;
     let mut backlog = false;
     let plan = [
@@ -173,16 +181,10 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<u64, crat
             backlog = true;
         }
     }
-    if backlog {
-        // Come back next round for the rest.
-        *s.last_prune
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    }
     let m = &s.metrics;
     m.add(&m.counters.pruned, pruned);
     store::stats_prune(conn, STATS_RETENTION).await?;
-    Ok(pruned)
+    Ok((pruned, backlog))
 }
 
 /// Reads the queue gauges when the last reading is `gauge_interval` old (the leader only).

@@ -108,8 +108,6 @@ pub(crate) struct Shared {
     pub(crate) slot_freed: Notify,
     /// A claim loop found work after an idle round: the claim loops parked while idle join in.
     pub(crate) work_seen: Notify,
-    /// When the pruner last ran (the leader's maintenance).
-    pub(crate) last_prune: Mutex<Option<tokio::time::Instant>>,
     pub(crate) stopping: AtomicBool,
     /// Set when jobs were stopped because no heartbeat could renew their lease; no claims until
     /// the database answers again.
