@@ -395,7 +395,9 @@ async fn bulk_ids_stay_right_when_a_node_leaves_mid_call(cluster: &mut GaleraClu
         .await
     };
     assert_eq!(step(node0.clone()).await, 3);
-    let n = 40_000 * scale();
+    // Big enough that stopping a node (which returns once the node is down) ends before the
+    // call does: 40,000 rows once finished first under load.
+    let n = 100_000 * scale();
     let jobs = noops(n);
     let bulk = {
         let pool = node0.clone();
