@@ -177,8 +177,12 @@ impl ReplicaPair {
                     .unwrap_or_default()
                     .to_owned()
             };
-            let applied = field("Master_Log_File") == field("Relay_Master_Log_File")
-                && field("Read_Master_Log_Pos") == field("Exec_Master_Log_Pos");
+            // Applied: up to the position read, or (the IO thread stopped in the middle of a
+            // transaction, which never fully arrived and so never commits here) the SQL thread
+            // has applied every whole transaction and waits for more.
+            let applied = (field("Master_Log_File") == field("Relay_Master_Log_File")
+                && field("Read_Master_Log_Pos") == field("Exec_Master_Log_Pos"))
+                || field("Slave_SQL_Running_State").contains("has read all relay log");
             if applied || field("Slave_SQL_Running") != "Yes" {
                 break;
             }
