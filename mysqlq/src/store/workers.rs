@@ -137,15 +137,21 @@ pub(super) async fn stats_add(
 /// `worker_session_setup`: run on every new connection of a worker's own pool. A short
 /// `innodb_lock_wait_timeout` (whole seconds; the same variable on MySQL and MariaDB) makes a
 /// write blocked by an application transaction fail fast with 1205 instead of stalling the
-/// worker for the server default of 50 s.
+/// worker for the server default of 50 s. The same bound on `lock_wait_timeout` (metadata
+/// locks: a `LOCK TABLES` or a DDL statement on `job_queue`) keeps a claim from waiting behind
+/// one for the server default of a year; it too fails with 1205 and is retried.
 pub async fn worker_session_setup(
     conn: &mut MySqlConnection,
     lock_wait_secs: u64,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("/* mysqlq:worker_session_setup */ SET SESSION innodb_lock_wait_timeout = ?")
-        .bind(lock_wait_secs)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "/* mysqlq:worker_session_setup */ SET SESSION innodb_lock_wait_timeout = ?, \
+         lock_wait_timeout = ?",
+    )
+    .bind(lock_wait_secs)
+    .bind(lock_wait_secs)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 

@@ -78,7 +78,9 @@ pub struct Config {
     /// `innodb_lock_wait_timeout` of the worker's own sessions (whole seconds, at least 1): a
     /// completion or heartbeat blocked by an application transaction that holds a lock on a job
     /// row gives up after this long and is retried for that job alone, so one blocked row never
-    /// stalls the others. Default [`Config::DEFAULT_LOCK_WAIT_TIMEOUT`].
+    /// stalls the others. Also their `lock_wait_timeout` (metadata locks): a claim behind a
+    /// `LOCK TABLES` or a DDL statement on `job_queue` gives up and is retried as well.
+    /// Default [`Config::DEFAULT_LOCK_WAIT_TIMEOUT`].
     pub lock_wait_timeout: Duration,
     /// Attempts kept per job in its history (`mysqlq_job_attempt`: error, worker, start and
     /// end of every attempt that did not complete), newest first; 0 keeps none. Default

@@ -12,6 +12,10 @@ use super::{Phase, Shared, WorkerEvent, release, stats};
 use crate::Error;
 use crate::metrics::Metrics;
 
+/// How long a shutdown waits, past its grace, for the fetchers' last statements to return (a
+/// claim, a take, the relay's hand-back, each bounded by its own timeouts well below this).
+const FETCHERS_LIMIT: Duration = Duration::from_secs(15);
+
 /// What a graceful shutdown did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShutdownReport {
@@ -112,9 +116,30 @@ impl WorkerHandle {
                 () = &mut force => break,
             }
         }
-        // Phase 2: cancel what is left and hand it back.
-        for p in &producers {
-            p.abort();
+        // Phase 2: cancel what is left and hand it back. The fetchers are not aborted: each
+        // ends on its own once the statement it has in flight returns (a claim, a take, the
+        // relay handing back what it holds), and what that statement claimed is released with
+        // the rest. Aborting one mid-statement would leave the rows it claimed to their lease
+        // (the relay's is a minute) and its connection in the middle of a reply.
+        released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
+        let fetchers_by = tokio::time::Instant::now() + FETCHERS_LIMIT;
+        while !producers.is_empty() {
+            producers.retain(|p| !p.is_finished());
+            if producers.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= fetchers_by {
+                tracing::warn!(
+                    worker = %s.worker_id,
+                    "a claim still had not returned {}s into the shutdown; abandoning it (what it claimed comes back with its lease)",
+                    FETCHERS_LIMIT.as_secs()
+                );
+                for p in &producers {
+                    p.abort();
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
         // Outcomes already being written get a moment to land.
