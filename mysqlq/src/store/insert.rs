@@ -65,13 +65,30 @@ macro_rules! insert_values {
     };
 }
 const INSERT_COLUMNS: &str = insert_columns!();
-const INSERT_NARROW_COLUMNS: &str = "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, status, created_at) VALUES ";
-const INSERT_NARROW_VALUES: &str = "(?, ?, ?, ?, ?, UTC_TIMESTAMP(6), 'pending', UTC_TIMESTAMP(6))";
+macro_rules! insert_narrow_columns {
+    () => {
+        "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, status, created_at) VALUES "
+    };
+}
+macro_rules! insert_narrow_values {
+    () => {
+        "(?, ?, ?, ?, ?, UTC_TIMESTAMP(6), 'pending', UTC_TIMESTAMP(6))"
+    };
+}
+const INSERT_NARROW_COLUMNS: &str = insert_narrow_columns!();
+const INSERT_NARROW_VALUES: &str = insert_narrow_values!();
 const INSERT_VALUES: &str = insert_values!();
 const INSERT_ONE_SQL: &str = concat!(
     "/* mysqlq:job_insert */ ",
     insert_columns!(),
     insert_values!()
+);
+/// A row with no options (see [`InsertRow::is_plain`]): five values and no expression to
+/// evaluate, the shape of the bulk enqueue's narrow statement.
+const INSERT_ONE_NARROW_SQL: &str = concat!(
+    "/* mysqlq:job_insert */ ",
+    insert_narrow_columns!(),
+    insert_narrow_values!()
 );
 // Rows with meta or a dedupe window (migration 5) name those columns too; other rows leave them
 // out, so an application whose database is not migrated yet keeps enqueueing what it did.
@@ -191,7 +208,14 @@ pub async fn job_insert_one(
     }
     // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
     for _ in 0..5 {
-        let insert = if row.has_meta_columns() {
+        let insert = if row.is_plain() {
+            sqlx::query(INSERT_ONE_NARROW_SQL)
+                .bind(&row.queue)
+                .bind(&row.kind)
+                .bind(&row.payload)
+                .bind(row.priority)
+                .bind(row.max_attempts)
+        } else if row.has_meta_columns() {
             bind_meta_row(sqlx::query(INSERT_ONE_META_SQL), row)
         } else {
             bind_row(sqlx::query(INSERT_ONE_SQL), row)
