@@ -68,7 +68,8 @@ pub struct Config {
     pub completed_retention: Duration,
     /// Age after which failed rows are pruned. Default [`Config::DEFAULT_FAILED_RETENTION`].
     pub failed_retention: Duration,
-    /// How often counters are flushed to the statistics tables. Default
+    /// How often counters are flushed to the statistics tables (an idle worker, with nothing
+    /// but polls since its last flush, flushes every sixth interval). Default
     /// [`Config::DEFAULT_STATS_INTERVAL`].
     pub stats_interval: Duration,
     /// How often the leader reads the queue gauges (`mysqlq_queue_*`) from the database: at the

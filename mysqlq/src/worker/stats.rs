@@ -1,8 +1,11 @@
 //! Flushes the worker's counters to the statistics tables every interval, and keeps the
 //! worker's row in `mysqlq_worker` fresh, in one transaction: a failed flush is rolled back
-//! whole and its counts go into the next one, never twice.
+//! whole and its counts go into the next one, never twice. An idle worker (only polls since the
+//! last flush) flushes every [`IDLE_FLUSH_EVERY`] intervals instead.
 
 use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use crate::metrics::CounterSnapshot;
 use crate::store;
@@ -30,15 +33,44 @@ pub(crate) async fn unregister_worker(s: &Arc<Shared>) {
     }
 }
 
+/// Flushes skipped in a row by an idle worker: when only its polls changed (nothing claimed,
+/// run or failed, the running count unchanged), it flushes every sixth interval (30 s at the
+/// default interval), so that it does not send a transaction every interval to add its empty
+/// polls (the counters are kept per minute anyway); its `last_seen_at` is then at most six
+/// intervals old.
+pub(crate) const IDLE_FLUSH_EVERY: u32 = 6;
+
+/// `true` when `d` holds nothing but polls (and probes, which are polls).
+fn only_polls(d: &CounterSnapshot) -> bool {
+    let polls = CounterSnapshot {
+        polls: d.polls,
+        empty_polls: d.empty_polls,
+        probes: d.probes,
+        ..CounterSnapshot::default()
+    };
+    *d == polls
+}
+
 pub(crate) async fn run(s: Arc<Shared>) {
     let mut flushed = CounterSnapshot::default();
     let mut kinds_flushed: std::collections::HashMap<String, crate::metrics::KindStats> =
         std::collections::HashMap::new();
+    let mut last_flush = Instant::now();
+    let mut last_running = 0;
     loop {
         let go_on = sleep_or_cancel(s.config.stats_interval, &s.stop_services).await;
         let now = s.metrics.counters.snapshot();
         let kinds = s.metrics.kinds();
         let delta = now.delta(&flushed);
+        let running = s.metrics.running();
+        if go_on
+            && only_polls(&delta)
+            && running == last_running
+            && last_flush.elapsed() + s.config.stats_interval
+                <= s.config.stats_interval * IDLE_FLUSH_EVERY
+        {
+            continue;
+        }
         let kind_deltas: Vec<(String, crate::metrics::KindStats)> = kinds
             .iter()
             .filter_map(|(k, v)| {
@@ -54,20 +86,15 @@ pub(crate) async fn run(s: Arc<Shared>) {
             .collect();
         let result = async {
             let mut conn = s.db.acquire().await?;
-            store::stats_flush(
-                &mut conn,
-                &s.worker_id,
-                &delta,
-                &kind_deltas,
-                s.metrics.running(),
-            )
-            .await
+            store::stats_flush(&mut conn, &s.worker_id, &delta, &kind_deltas, running).await
         }
         .await;
         match result {
             Ok(()) => {
                 flushed = now;
                 kinds_flushed = kinds;
+                last_flush = Instant::now();
+                last_running = running;
             }
             Err(e) => {
                 let m = &s.metrics;
@@ -77,6 +104,36 @@ pub(crate) async fn run(s: Arc<Shared>) {
         }
         if !go_on {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_polls_is_true_for_an_idle_delta_alone() {
+        let idle = CounterSnapshot {
+            polls: 12,
+            empty_polls: 12,
+            probes: 11,
+            ..CounterSnapshot::default()
+        };
+        assert!(only_polls(&idle));
+        assert!(only_polls(&CounterSnapshot::default()));
+        for busy in [
+            CounterSnapshot { claims: 1, ..idle },
+            CounterSnapshot {
+                lock_waits: 1,
+                ..idle
+            },
+            CounterSnapshot {
+                released: 1,
+                ..CounterSnapshot::default()
+            },
+        ] {
+            assert!(!only_polls(&busy), "{busy:?}");
         }
     }
 }
