@@ -76,6 +76,8 @@ pub struct Summary {
     pub peak_per_place: u64,
     /// Enqueues refused by the dedupe key, over the round.
     pub duplicates: u64,
+    /// Jobs the stopped consumer held when it was stopped (read from `job_queue` just before).
+    pub in_flight: usize,
     /// Jobs the stopped consumer released to `pending`: those in flight, and those of a claim
     /// in flight at the stop.
     pub released: usize,
@@ -105,7 +107,7 @@ impl fmt::Display for Summary {
         write!(
             f,
             "periodic-refresh: {} producer ticks, {} with consumers down → queue peaked at {} jobs for {} active places \
-             (max {} per place, {} duplicates refused); consumer stopped with {} jobs in flight → {} finished by its successor; \
+             (max {} per place, {} duplicates refused); consumer stopped with {} jobs in flight ({} released) → {} finished by its successor; \
              {}/{} places refreshed ({} refreshes, {} × 503 retried), poisoned place failed {} time{} — ",
             self.ticks,
             self.ticks_stopped,
@@ -113,6 +115,7 @@ impl fmt::Display for Summary {
             self.active,
             self.peak_per_place,
             self.duplicates,
+            self.in_flight,
             self.released,
             self.released_finished,
             self.refreshed,
@@ -486,6 +489,7 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
         peak_queue,
         peak_per_place,
         duplicates: p.duplicates.load(Ordering::SeqCst),
+        in_flight: in_flight.len(),
         released: report.released,
         released_finished,
         refreshed,
