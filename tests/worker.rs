@@ -258,6 +258,17 @@ async fn a_lost_lease_cancels_the_job_and_its_late_result_is_refused() {
     assert_eq!(runs(&db, id, "done").await, 0, "the handler was cancelled");
 }
 
+/// (pending rows, rows with no attempt taken, rows under a lease) of the test's `job_queue`.
+async fn released_state(db: &TestDb) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED), \
+         CAST(SUM(lease_expires_at IS NOT NULL) AS SIGNED) FROM job_queue",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
     let db = TestDb::new().await;
@@ -283,15 +294,8 @@ async fn graceful_shutdown_releases_running_jobs_without_consuming_attempts() {
         (3..=6).contains(&report.released) && report.finished == 0,
         "{report:?}"
     );
-    let (pending, zero_attempts, owned): (i64, i64, i64) = sqlx::query_as(
-        "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED), \
-         CAST(SUM(lease_expires_at IS NOT NULL) AS SIGNED) FROM job_queue",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
     assert_eq!(
-        (pending, zero_attempts, owned),
+        released_state(&db).await,
         (6, 6, 0),
         "all back to pending at once, attempts given back"
     );
@@ -358,15 +362,8 @@ async fn a_claim_in_flight_at_a_zero_grace_shutdown_is_let_finish_and_released()
     let report = stop.await.unwrap().unwrap();
     // The claim came back with jobs; the shutdown handed them back instead of abandoning them.
     assert!(report.released >= 1 && report.finished == 0, "{report:?}");
-    let (pending, zero_attempts, owned): (i64, i64, i64) = sqlx::query_as(
-        "SELECT CAST(SUM(status = 'pending') AS SIGNED), CAST(SUM(attempts = 0) AS SIGNED), \
-         CAST(SUM(lease_expires_at IS NOT NULL) AS SIGNED) FROM job_queue",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
     assert_eq!(
-        (pending, zero_attempts, owned),
+        released_state(&db).await,
         (4, 4, 0),
         "all pending, attempts given back ({report:?})"
     );
