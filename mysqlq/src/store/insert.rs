@@ -113,6 +113,18 @@ const INSERT_ONE_META_SQL: &str = concat!(
     insert_meta_values!()
 );
 
+/// The five values of the narrow statements (a row with no options).
+fn bind_narrow_row<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    r: &'q InsertRow,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    q.bind(&r.queue)
+        .bind(&r.kind)
+        .bind(&r.payload)
+        .bind(r.priority)
+        .bind(r.max_attempts)
+}
+
 fn bind_row<'q>(
     q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
     r: &'q InsertRow,
@@ -209,12 +221,7 @@ pub async fn job_insert_one(
     // A dedupe key's holder can finish between our failed INSERT and the lookup: try again.
     for _ in 0..5 {
         let insert = if row.is_plain() {
-            sqlx::query(INSERT_ONE_NARROW_SQL)
-                .bind(&row.queue)
-                .bind(&row.kind)
-                .bind(&row.payload)
-                .bind(row.priority)
-                .bind(row.max_attempts)
+            bind_narrow_row(sqlx::query(INSERT_ONE_NARROW_SQL), row)
         } else if row.has_meta_columns() {
             bind_meta_row(sqlx::query(INSERT_ONE_META_SQL), row)
         } else {
@@ -499,11 +506,7 @@ pub async fn job_insert_many(
         for &i in &chunk {
             let r = &rows[i];
             q = if narrow {
-                q.bind(&r.queue)
-                    .bind(&r.kind)
-                    .bind(&r.payload)
-                    .bind(r.priority)
-                    .bind(r.max_attempts)
+                bind_narrow_row(q, r)
             } else if with_meta {
                 bind_meta_row(q, r)
             } else {
