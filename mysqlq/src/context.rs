@@ -273,7 +273,7 @@ impl JobContext {
         let _gate = self.inner.meta.write.lock().await;
         let mut next = self.meta();
         next.insert(key.to_owned(), value);
-        let text = crate::enqueue::meta_json(&self.inner.kind, &next)?;
+        let text = crate::meta::meta_json(&self.inner.kind, &next)?;
         if let Some(pool) = &self.inner.pool {
             let owned = crate::store::Owned {
                 id: self.inner.id,

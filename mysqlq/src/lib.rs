@@ -75,8 +75,10 @@ mod error_chain;
 pub mod hooks;
 mod job;
 mod job_id;
+mod meta;
 mod metrics;
 mod migrate;
+mod new_job;
 mod periodic;
 mod queue;
 #[cfg(feature = "redis")]
@@ -110,15 +112,13 @@ pub mod __private;
 pub use backoff::{Backoff, RetryPolicy};
 pub use cluster::ClusterUrl;
 pub use context::{CancelReason, Extensions, JobContext};
-pub use enqueue::{
-    DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_META_BYTES, MAX_PAYLOAD_BYTES, Meta, NewJob,
-    enqueue_many,
-};
+pub use enqueue::enqueue_many;
 pub use error::{Classify, Error, ErrorClass, JobError};
 #[doc(hidden)]
 pub use error_chain::error_chain;
 pub use job::Job;
 pub use job_id::{Enqueued, JobId};
+pub use meta::{MAX_META_BYTES, Meta};
 pub use metrics::{CounterSnapshot, Counters, HISTOGRAM_BUCKETS, KindStats, Metrics, QueueGauges};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_version};
 /// Turns an `async fn` into a job: a struct holding its arguments, a [`Job`] implementation, and
@@ -204,6 +204,7 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// }
 /// ```
 pub use mysqlq_macros::job;
+pub use new_job::{DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob};
 pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use registry::{JobRegistration, PayloadError, Registry};
