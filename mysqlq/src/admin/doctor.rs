@@ -1,54 +1,12 @@
 //! `Admin::doctor`: health checks of the server and the schema, as data ([`Check`]); the CLI's
 //! `doctor` prints them.
 
-use serde::Serialize;
 use sqlx::MySqlConnection;
 
 use super::Admin;
+use super::check::{Check, Level, check};
 use crate::Error;
 use crate::store::{self, admin, server};
-
-/// How a check came out, from best to worst.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    /// Fine.
-    Ok,
-    /// Worth knowing, nothing to do.
-    Info,
-    /// Works, but something should be fixed.
-    Warn,
-    /// Claims are unsafe or impossible until it is fixed.
-    Fail,
-}
-
-/// One health check of the server and the schema.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    /// How it came out.
-    pub level: Level,
-    /// What was checked (`server`, `binlog`, `writer`, `schema`, `claim plan`, …).
-    pub name: &'static str,
-    /// What was found.
-    pub detail: String,
-    /// How to fix it, when there is something to fix. Commands are written as `mysqlq-cli …`;
-    /// a binary of its own shows its own name.
-    pub fix: Option<String>,
-}
-
-pub(super) fn check(
-    level: Level,
-    name: &'static str,
-    detail: impl Into<String>,
-    fix: Option<&str>,
-) -> Check {
-    Check {
-        level,
-        name,
-        detail: detail.into(),
-        fix: fix.map(str::to_owned),
-    }
-}
 
 /// The indexes the queries need.
 const INDEXES: [&str; 4] = [
@@ -106,9 +64,7 @@ async fn doctor(
     registered: &[String],
     checks: &mut Vec<Check>,
 ) -> Result<(), Error> {
-    let db = |e: Error| e;
-
-    let version = server::version(conn).await.map_err(db)?;
+    let version = server::version(conn).await?;
     let info = match server::detect(conn).await {
         Ok(info) => {
             checks.push(check(
@@ -128,10 +84,10 @@ async fn doctor(
             ));
             server::ServerInfo::parse(&version).ok()
         }
-        Err(e) => return Err(db(e)),
+        Err(e) => return Err(e),
     };
 
-    let node = server::node_state(conn).await.map_err(db)?;
+    let node = server::node_state(conn).await?;
     if let Some(g) = &node.galera {
         checks.extend(super::doctor_galera::checks(&node, g));
         if g.cluster_status != "Primary"
@@ -149,7 +105,7 @@ async fn doctor(
     }
 
     if let Some(info) = &info {
-        let s = admin::server_settings(conn, info).await.map_err(db)?;
+        let s = admin::server_settings(conn, info).await?;
         let fmt = s.binlog_format.to_ascii_uppercase();
         if node.galera.is_some() {
             // Checked above: on Galera binlog_format=ROW matters whether or not log_bin is on.
@@ -239,7 +195,7 @@ async fn doctor(
         }
     }
 
-    let version = crate::schema_version(conn).await.map_err(db)?;
+    let version = crate::schema_version(conn).await?;
     if version == crate::SCHEMA_VERSION {
         checks.push(check(
             Level::Ok,
@@ -263,7 +219,7 @@ async fn doctor(
         ));
     }
     if version > 0 {
-        let have = admin::table_indexes(conn, "job_queue").await.map_err(db)?;
+        let have = admin::table_indexes(conn, "job_queue").await?;
         let missing: Vec<&str> = INDEXES
             .iter()
             .copied()

@@ -2,7 +2,7 @@
 //! place in the cluster, the settings Galera needs, and what a cluster means for mysqlq
 //! (single writer, ids that are not contiguous). `docs/clusters.md` explains each.
 
-use super::doctor::{Check, Level, check};
+use super::check::{Check, Level, check};
 use crate::store::server::{GaleraState, NodeState};
 
 /// The Galera checks of `node`, whose wsrep state is `g`.

@@ -25,12 +25,13 @@ use crate::{Error, JobId};
 
 mod cancel;
 mod causal;
+mod check;
 mod doctor;
 mod doctor_galera;
 mod stats;
 
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
-pub use doctor::{Check, Level};
+pub use check::{Check, Level};
 pub use stats::{PerMinute, Stats};
 
 /// Which failed jobs a bulk operation touches.
