@@ -17,6 +17,7 @@ mod executor;
 mod handle;
 mod lease;
 mod maintenance;
+mod outcome;
 mod producer;
 #[cfg(feature = "redis")]
 mod redis;
