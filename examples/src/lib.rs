@@ -23,6 +23,7 @@
 
 mod fake_http;
 pub mod inventory;
+mod job_rows;
 pub mod order_email;
 pub mod periodic_refresh;
 pub mod runner;

@@ -27,6 +27,18 @@ pub use mysqlq_testkit::PrivateServer;
 /// The server the examples use when `DATABASE_URL` is not set.
 pub const LOCAL_URL: &str = "mysql://root@127.0.0.1:3306";
 
+/// `DATABASE_URL`, when it is set and not blank.
+pub fn configured_url() -> Option<String> {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+}
+
+/// `DATABASE_URL`, else [`LOCAL_URL`]: the server the examples' tests run their rounds on.
+pub fn url_or_local() -> String {
+    configured_url().unwrap_or_else(|| LOCAL_URL.to_owned())
+}
+
 /// A database server for an example: its URL, and the private server process if one was started.
 #[derive(Debug)]
 pub struct Server {
@@ -42,10 +54,7 @@ impl Server {
         if forced {
             return Self::start_private().await;
         }
-        if let Some(url) = std::env::var("DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        {
+        if let Some(url) = configured_url() {
             return Ok(Self { url, private: None });
         }
         let local: SocketAddr = ([127, 0, 0, 1], 3306).into();

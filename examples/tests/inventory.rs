@@ -7,13 +7,9 @@
 
 use mysqlq_examples::inventory::{self, Options};
 
-fn server_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| mysqlq_examples::server::LOCAL_URL.to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_checkouts_never_oversell_and_abandoned_reservations_return() {
-    let url = server_url();
+    let url = mysqlq_examples::server::url_or_local();
     let options = Options {
         verbose: false,
         ..Options::default()

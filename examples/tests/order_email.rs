@@ -5,13 +5,9 @@
 
 use mysqlq_examples::order_email::{self, Options};
 
-fn server_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| mysqlq_examples::server::LOCAL_URL.to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_commits_rolls_back_retries_and_fails_as_described() {
-    let url = server_url();
+    let url = mysqlq_examples::server::url_or_local();
     let options = Options {
         verbose: false,
         ..Options::default()
@@ -47,7 +43,7 @@ async fn a_bounce_order_that_would_roll_back_is_refused() {
         rollback_every: 5,
         ..Options::default()
     };
-    let err = order_email::run_once_with(&server_url(), &options)
+    let err = order_email::run_once_with(&mysqlq_examples::server::url_or_local(), &options)
         .await
         .expect_err("order 10 rolls back, so it cannot be the bounce");
     assert!(err.contains("bounce order 10"), "{err}");

@@ -9,10 +9,6 @@
 
 use mysqlq_examples::periodic_refresh::{self, Options};
 
-fn server_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| mysqlq_examples::server::LOCAL_URL.to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queue_stays_bounded_and_a_restart_loses_nothing() {
     round(None).await;
@@ -29,7 +25,7 @@ async fn over_redis_streams_the_queue_stays_bounded_and_a_restart_loses_nothing(
 }
 
 async fn round(redis_url: Option<String>) {
-    let url = server_url();
+    let url = mysqlq_examples::server::url_or_local();
     let options = Options {
         verbose: false,
         redis_url,

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use mysqlq::Job;
 use sqlx::MySqlPool;
+
+use crate::job_rows::JobRow;
 
 use super::fake_mail::{Delivery, MailStats};
 use super::scenario::Summary;
@@ -43,38 +44,9 @@ pub(super) async fn wait_settled(
     }
 }
 
-/// A row of `job_queue` of kind [`SendOrderEmail`].
-#[derive(Debug, Clone)]
-pub(super) struct JobRow {
-    status: String,
-    order_id: Option<u64>,
-    last_error: Option<String>,
-}
-
-pub(super) async fn job_rows(pool: &MySqlPool) -> Result<HashMap<u64, JobRow>, String> {
-    let rows: Vec<(u64, String, String, Option<String>)> = sqlx::query_as(
-        "SELECT id, CAST(status AS CHAR), CAST(payload AS CHAR), last_error FROM job_queue WHERE kind = ?",
-    )
-    .bind(SendOrderEmail::KIND)
-    .fetch_all(pool)
-    .await
-    .map_err(|e| format!("cannot read job_queue: {e}"))?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, status, payload, last_error)| {
-            let order_id = serde_json::from_str::<serde_json::Value>(&payload)
-                .ok()
-                .and_then(|v| v["order_id"].as_u64());
-            (
-                id,
-                JobRow {
-                    status,
-                    order_id,
-                    last_error,
-                },
-            )
-        })
-        .collect())
+/// Every [`SendOrderEmail`] row, by id.
+async fn job_rows(pool: &MySqlPool) -> Result<HashMap<u64, JobRow<SendOrderEmail>>, String> {
+    crate::job_rows::job_rows(pool).await
 }
 
 /// Checks the invariants of a round.
@@ -92,7 +64,7 @@ pub(super) async fn check(
         .map_err(|e| format!("cannot read orders: {e}"))?;
     let mut jobs_per_order: HashMap<u64, usize> = HashMap::new();
     for row in jobs.values() {
-        match row.order_id {
+        match row.job.as_ref().map(|j| j.order_id) {
             Some(o) => *jobs_per_order.entry(o).or_default() += 1,
             None => v.push("a job row has no order_id in its payload".to_owned()),
         }

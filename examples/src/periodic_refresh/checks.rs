@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mysqlq::Job;
 use sqlx::MySqlPool;
 
 use super::{RefreshPlace, RefreshState};
@@ -30,40 +29,18 @@ pub(super) async fn wait_ticks(
 }
 
 /// A [`RefreshPlace`] row of `job_queue`.
-#[derive(Debug, Clone)]
-pub(super) struct JobRow {
-    pub(super) id: u64,
-    pub(super) status: String,
-    pub(super) place_id: u64,
-    pub(super) last_error: Option<String>,
+pub(super) type JobRow = crate::job_rows::JobRow<RefreshPlace>;
+
+impl JobRow {
+    /// The place the job refreshes (0 when its payload does not decode).
+    pub(super) fn place_id(&self) -> u64 {
+        self.job.as_ref().map_or(0, |j| j.place_id)
+    }
 }
 
+/// Every [`RefreshPlace`] row, by id.
 pub(super) async fn job_rows(pool: &MySqlPool) -> Result<HashMap<u64, JobRow>, String> {
-    let rows: Vec<(u64, String, String, Option<String>)> = sqlx::query_as(
-        "SELECT id, CAST(status AS CHAR), CAST(payload AS CHAR), last_error FROM job_queue WHERE kind = ?",
-    )
-    .bind(RefreshPlace::KIND)
-    .fetch_all(pool)
-    .await
-    .map_err(|e| format!("cannot read job_queue: {e}"))?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, status, payload, last_error)| {
-            let place_id = serde_json::from_str::<serde_json::Value>(&payload)
-                .ok()
-                .and_then(|v| v["place_id"].as_u64())
-                .unwrap_or(0);
-            (
-                id,
-                JobRow {
-                    id,
-                    status,
-                    place_id,
-                    last_error,
-                },
-            )
-        })
-        .collect())
+    crate::job_rows::job_rows(pool).await
 }
 
 /// Pending or running [`RefreshPlace`] jobs per place.
@@ -71,7 +48,7 @@ pub(super) async fn open_jobs_per_place(pool: &MySqlPool) -> Result<BTreeMap<u64
     let mut out = BTreeMap::new();
     for j in job_rows(pool).await?.into_values() {
         if j.status == "pending" || j.status == "processing" {
-            *out.entry(j.place_id).or_insert(0) += 1;
+            *out.entry(j.place_id()).or_insert(0) += 1;
         }
     }
     Ok(out)

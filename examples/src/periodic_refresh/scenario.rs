@@ -379,7 +379,8 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
         .iter()
         .filter(|id| {
             jobs.get(id).is_some_and(|j| {
-                j.status == "completed" || (j.place_id == options.poisoned && j.status == "failed")
+                j.status == "completed"
+                    || (j.place_id() == options.poisoned && j.status == "failed")
             })
         })
         .count();
@@ -420,7 +421,7 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
     let mut poisoned_failed = 0;
     for (id, active, count, at) in &places {
         refreshes += u64::from(*count);
-        let place_jobs: Vec<&JobRow> = jobs.values().filter(|j| j.place_id == *id).collect();
+        let place_jobs: Vec<&JobRow> = jobs.values().filter(|j| j.place_id() == *id).collect();
         if !active {
             if *count > 0 || !place_jobs.is_empty() {
                 v.push(format!(
@@ -466,7 +467,7 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
     if poisoned_failed > 0 {
         let last = jobs
             .values()
-            .filter(|j| j.place_id == options.poisoned && j.status == "failed")
+            .filter(|j| j.place_id() == options.poisoned && j.status == "failed")
             .max_by_key(|j| j.id)
             .and_then(|j| j.last_error.clone())
             .unwrap_or_default();
