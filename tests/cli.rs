@@ -70,20 +70,6 @@ fn fails(url: &str, args: &[&str], code: i32) -> String {
     lines[0].to_owned()
 }
 
-async fn exec(db: &TestDb, sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-async fn scalar_i64(db: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
 /// Inserts a job row by hand (the documented plain-SQL row format).
 async fn insert(db: &TestDb, queue: &str, status: &str, extra_cols: &str, extra_vals: &str) -> u64 {
     let sql = format!(
@@ -185,14 +171,14 @@ async fn migrate_prints_the_schema_version_and_unmigrated_databases_say_so() {
         out.contains(&format!("schema version {}", mysqlq::SCHEMA_VERSION)),
         "{out}"
     );
-    exec(&db, "DROP TABLE job_queue").await;
+    db.exec("DROP TABLE job_queue").await;
     let e = fails(&db.url(), &["stats"], 1);
     assert!(e.contains("migrate"), "{e}");
     let o = run(&db.url(), &["doctor"]);
     assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
     // Forget the applied migrations: `migrate` applies them again (idempotently) and the
     // dropped table comes back.
-    exec(&db, "DELETE FROM mysqlq_migrations").await;
+    db.exec("DELETE FROM mysqlq_migrations").await;
     let o = run(&db.url(), &["doctor"]);
     assert!(
         stdout(&o)
@@ -302,7 +288,7 @@ async fn enqueue_checks_the_payload_against_the_job_and_refuses_unknown_kinds() 
         2,
     );
     assert!(e.contains("JSON object"), "{e}");
-    let total: i64 = scalar_i64(&db, "SELECT COUNT(*) FROM job_queue").await;
+    let total: i64 = db.scalar("SELECT COUNT(*) FROM job_queue").await;
     assert_eq!(total, 0, "nothing was enqueued");
     ok(&url, &["enqueue", "noop", "--json", r#"{"n": 7}"#]);
 }
@@ -424,9 +410,7 @@ async fn stats_json_agrees_with_the_articles_monitoring_sql() {
     .await;
     ok(&db.url(), &["pause", "gamma"]);
     // What workers write: two workers' minutes and a kind's processing times.
-    exec(
-        &db,
-        "INSERT INTO mysqlq_worker (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at) \
+    db.exec("INSERT INTO mysqlq_worker (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at) \
          VALUES ('w1', 'h1', 11, 'alpha', 8, 2, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6)), \
                 ('w2', 'h2', 22, 'beta', 4, 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6)); \
          INSERT INTO mysqlq_stats_minute (minute, worker_id, claims, completions, retries, failures, polls, empty_polls, deadlocks, lock_waits) \
@@ -572,9 +556,7 @@ async fn stats_json_agrees_with_the_articles_monitoring_sql() {
 async fn stats_queries_never_scan_job_queue() {
     let db = TestDb::new().await;
     // Enough rows of every state for the optimizer to choose as it would in production.
-    exec(
-        &db,
-        "INSERT INTO job_queue (queue_name, kind, payload, status, available_at, finished_at, lease_expires_at) \
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, available_at, finished_at, lease_expires_at) \
          SELECT CONCAT('q', seq % 4), 'noop', '{}', \
                 ELT(1 + seq % 8, 'completed', 'completed', 'completed', 'completed', 'pending', 'processing', 'failed', 'cancelled'), \
                 UTC_TIMESTAMP(6) - INTERVAL (seq % 100) SECOND, \
@@ -727,11 +709,8 @@ async fn failed_list_show_retry_discard() {
     // Single discard.
     assert!(ok(&url, &["failed", "discard", &b.to_string()]).contains("discarded"));
     assert_eq!(
-        scalar_i64(
-            &db,
-            &format!("SELECT COUNT(*) FROM job_queue WHERE id = {b}")
-        )
-        .await,
+        db.scalar(&format!("SELECT COUNT(*) FROM job_queue WHERE id = {b}"))
+            .await,
         0
     );
     fails(&url, &["failed", "discard", &b.to_string()], 1);
@@ -823,10 +802,9 @@ async fn purge_deletes_old_finished_rows_only() {
     assert!(out.contains("deleted 5 completed jobs"), "{out}");
     assert_eq!(db.count("completed").await, 1);
     assert_eq!(
-        scalar_i64(
-            &db,
-            &format!("SELECT COUNT(*) FROM job_queue WHERE id IN ({recent}, {old_failed})")
-        )
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id IN ({recent}, {old_failed})"
+        ))
         .await,
         2
     );
@@ -837,7 +815,7 @@ async fn purge_deletes_old_finished_rows_only() {
     assert!(out.contains("deleted 1 completed jobs"), "{out}");
     let out = ok(&db.url(), &["purge", "--status", "failed"]);
     assert!(out.contains("deleted 1 failed jobs"), "{out}");
-    assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM job_queue").await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 0);
     fails(&db.url(), &["purge", "--status", "pending"], 2);
 }
 
@@ -899,7 +877,8 @@ async fn doctor_passes_on_the_test_server() {
     }
     assert!(!out.contains("FAIL"), "{out}");
     // An index dropped by hand is a failure naming it.
-    exec(&db, "ALTER TABLE job_queue DROP INDEX idx_job_finished").await;
+    db.exec("ALTER TABLE job_queue DROP INDEX idx_job_finished")
+        .await;
     let o = run(&db.url(), &["doctor"]);
     assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
     assert!(

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use mysqlq::ClusterUrl;
 use mysqlq_tests::invariants;
-use mysqlq_tests::{PrivateServer, Proc, ReplicaPair, Replication, TestDb, client};
+use mysqlq_tests::{PrivateServer, Proc, ReplicaPair, Replication, TestDb, client, scalar_on};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
@@ -245,7 +245,7 @@ async fn primary_failover(mode: Replication) {
     let replica = format!("127.0.0.1:{}", pair.replica.port());
     wait_writer(&app, &replica, Duration::from_secs(30)).await;
     // New orders land on the new primary and their jobs run there.
-    let before = scalar(
+    let before = scalar_on(
         &app,
         "SELECT CAST(COALESCE(MAX(order_no), 0) AS SIGNED) FROM orders",
     )
@@ -300,13 +300,6 @@ async fn primary_failover(mode: Replication) {
     }
     invariants::check(&app, 0).await;
     app.close().await;
-}
-
-async fn scalar(pool: &MySqlPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
 }
 
 /// Waits until `sql` (a truth value) holds on `pool`, at most `limit`; errors (a failover) are

@@ -105,20 +105,6 @@ impl Drop for Dash {
 // ---------------------------------------------------------------------------------------------
 // fixtures
 
-async fn exec(db: &TestDb, sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
 async fn status_of(db: &TestDb, id: u64) -> Option<String> {
     sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
         .bind(id)
@@ -161,8 +147,8 @@ async fn every_page_renders_what_the_database_holds() {
     let db = TestDb::new().await;
     let pending = enqueue_noops(&db, 3).await;
     let failed = insert_failed(&db, "test", r#"{"n": 5}"#, "upstream returned 503").await;
-    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) VALUES ('other', 'noop', '{\"n\": 1}', 'completed', UTC_TIMESTAMP(6))").await;
-    exec(&db, "INSERT INTO mysqlq_stats_minute (minute, worker_id, completions, failures) VALUES (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 2 MINUTE, '%Y-%m-%d %H:%i:00'), 'w1', 17, 2)").await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) VALUES ('other', 'noop', '{\"n\": 1}', 'completed', UTC_TIMESTAMP(6))").await;
+    db.exec("INSERT INTO mysqlq_stats_minute (minute, worker_id, completions, failures) VALUES (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 2 MINUTE, '%Y-%m-%d %H:%i:00'), 'w1', 17, 2)").await;
     let d = Dash::start(&db, DashboardOptions::new()).await;
 
     let r = d.get("/").await;
@@ -249,7 +235,7 @@ async fn every_page_renders_what_the_database_holds() {
 #[tokio::test]
 async fn job_pages_are_keyset_pages_that_cover_every_job_once() {
     let db = TestDb::new().await;
-    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload) SELECT IF(seq % 3 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq) FROM seq_1_to_120").await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload) SELECT IF(seq % 3 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq) FROM seq_1_to_120").await;
     let d = Dash::start(&db, DashboardOptions::new()).await;
     for (filter, want) in [("state=pending", 120), ("queue=other", 40), ("", 120)] {
         let mut seen = Vec::new();
@@ -378,7 +364,7 @@ async fn actions_need_the_csrf_token_and_then_work() {
         )
         .await;
     assert_eq!(r.status, 303);
-    assert_eq!(scalar(&db, paused).await, 1);
+    assert_eq!(db.scalar(paused).await, 1);
     assert!(d.get("/queues").await.body.contains("Resume test"));
     let r = d
         .post("/queues/pause", None, "queue=test&mysqlq_csrf=x")
@@ -390,7 +376,7 @@ async fn actions_need_the_csrf_token_and_then_work() {
         &format!("queue=test&mysqlq_csrf={token}"),
     )
     .await;
-    assert_eq!(scalar(&db, paused).await, 0);
+    assert_eq!(db.scalar(paused).await, 0);
     let r = d
         .post(
             "/queues/pause",
@@ -431,7 +417,7 @@ async fn read_only_hides_and_refuses_actions() {
     }
     assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
     assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM mysqlq_queue").await,
+        db.scalar("SELECT COUNT(*) FROM mysqlq_queue").await,
         0,
         "nothing paused"
     );
@@ -729,8 +715,8 @@ async fn payloads_and_errors_are_html_escaped() {
 #[tokio::test]
 async fn every_dashboard_query_uses_an_index() {
     let db = TestDb::new().await;
-    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) SELECT IF(seq % 10 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq), ELT(1 + seq % 4, 'pending', 'completed', 'failed', 'completed'), IF(seq % 4 = 0, NULL, UTC_TIMESTAMP(6)) FROM seq_1_to_5000").await;
-    exec(&db, "ANALYZE TABLE job_queue").await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) SELECT IF(seq % 10 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq), ELT(1 + seq % 4, 'pending', 'completed', 'failed', 'completed'), IF(seq % 4 = 0, NULL, UTC_TIMESTAMP(6)) FROM seq_1_to_5000").await;
+    db.exec("ANALYZE TABLE job_queue").await;
     let mut conn = db.connect().await;
     let mut plans: Vec<(String, Vec<admin::PlanRow>)> =
         dashboard::dashboard_explain(&mut conn).await.unwrap();
@@ -963,11 +949,8 @@ impl Browser {
 
 /// Sum of the worker's claim polls so far (flushed to `mysqlq_stats_minute` every 200 ms).
 async fn polls(db: &TestDb) -> i64 {
-    scalar(
-        db,
-        "SELECT CAST(IFNULL(SUM(polls), 0) AS SIGNED) FROM mysqlq_stats_minute",
-    )
-    .await
+    db.scalar("SELECT CAST(IFNULL(SUM(polls), 0) AS SIGNED) FROM mysqlq_stats_minute")
+        .await
 }
 
 #[tokio::test]
@@ -1007,7 +990,7 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
 
     // Overview: the counts are the database's, and the script refreshes them live.
     browser.goto(&format!("{base}/")).await;
-    let ready = scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE queue_name = 'test' AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6)").await;
+    let ready = db.scalar("SELECT COUNT(*) FROM job_queue WHERE queue_name = 'test' AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6)").await;
     let ready_cell = r#"td[data-q="test"][data-f="ready"]"#;
     assert_eq!(browser.text(ready_cell).await, ready.to_string());
     assert_eq!(
@@ -1123,20 +1106,19 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
 async fn page_timings_with_a_million_completed_rows() {
     let db = TestDb::new().await;
     let t = Instant::now();
-    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, created_at, available_at, first_claimed_at, finished_at) \
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, attempts, created_at, available_at, first_claimed_at, finished_at) \
         SELECT 'test', 'noop', JSON_OBJECT('n', seq), 'completed', 1, \
           UTC_TIMESTAMP(6) - INTERVAL (1000001 - seq) SECOND, UTC_TIMESTAMP(6) - INTERVAL (1000001 - seq) SECOND, \
           UTC_TIMESTAMP(6) - INTERVAL (1000001 - seq) SECOND, UTC_TIMESTAMP(6) - INTERVAL (1000000 - seq) SECOND \
         FROM seq_1_to_1000000").await;
-    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, max_attempts, last_error, finished_at) SELECT IF(seq % 2 = 0, 'test', 'other'), 'noop', JSON_OBJECT('n', seq), 'failed', 3, 3, 'boom', UTC_TIMESTAMP(6) FROM seq_1_to_100").await;
-    exec(&db, "INSERT INTO job_queue (queue_name, kind, payload) SELECT IF(seq % 2 = 0, 'test', 'other'), 'noop', JSON_OBJECT('n', seq) FROM seq_1_to_100").await;
-    exec(&db, "ANALYZE TABLE job_queue").await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, attempts, max_attempts, last_error, finished_at) SELECT IF(seq % 2 = 0, 'test', 'other'), 'noop', JSON_OBJECT('n', seq), 'failed', 3, 3, 'boom', UTC_TIMESTAMP(6) FROM seq_1_to_100").await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload) SELECT IF(seq % 2 = 0, 'test', 'other'), 'noop', JSON_OBJECT('n', seq) FROM seq_1_to_100").await;
+    db.exec("ANALYZE TABLE job_queue").await;
     println!("inserted 1,000,200 rows in {:.1?}", t.elapsed());
-    assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM job_queue").await,
-        1_000_200
-    );
-    let some_id = scalar(&db, "SELECT CAST(MAX(id) DIV 2 AS SIGNED) FROM job_queue").await;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 1_000_200);
+    let some_id = db
+        .scalar("SELECT CAST(MAX(id) DIV 2 AS SIGNED) FROM job_queue")
+        .await;
     let d = Dash::start(&db, DashboardOptions::new()).await;
     let paths = [
         "/".to_owned(),

@@ -35,13 +35,6 @@ async fn setup() -> (PrivateServer, TestDb) {
     (server, db)
 }
 
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
-}
-
 /// Waits until no job is `pending` or `processing`.
 async fn wait_final(db: &TestDb, limit: Duration) {
     db.wait_for(
@@ -95,13 +88,13 @@ async fn sigkill_of_random_workers_loses_nothing() {
         assert!(p.terminate(Duration::from_secs(30)).success());
     }
     check_invariants(&db, 0).await;
-    let completed = scalar(
-        &db,
-        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
-    )
-    .await;
+    let completed = db
+        .scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'completed'")
+        .await;
     assert_eq!(completed, i64::try_from(n).unwrap());
-    let reruns = scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE attempts > 1").await;
+    let reruns = db
+        .scalar("SELECT COUNT(*) FROM job_queue WHERE attempts > 1")
+        .await;
     println!(
         "sigkill: {n} jobs, {} kills, {reruns} jobs re-run after a kill",
         3 * scale()
@@ -138,7 +131,7 @@ async fn a_database_killed_and_restarted_mid_run_loses_nothing() {
         );
     }
     check_invariants(&db, 0).await;
-    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM orders").await, 150);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM orders").await, 150);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +165,9 @@ async fn a_network_stall_longer_than_the_lease_loses_nothing() {
         assert!(p.terminate(Duration::from_secs(30)).success());
     }
     check_invariants(&db, 0).await;
-    let reruns = scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE attempts > 1").await;
+    let reruns = db
+        .scalar("SELECT COUNT(*) FROM job_queue WHERE attempts > 1")
+        .await;
     println!("stall: {n} jobs, {reruns} re-run after their lease expired during the stall");
 }
 
@@ -205,9 +200,9 @@ async fn hanging_and_panicking_handlers_mixed_into_load() {
     // Forever records `start` but never `done`: its failures are checked by reason, not by owner.
     sqlx::query("DELETE FROM completion_log WHERE job_id IN (SELECT id FROM job_queue WHERE kind = 'forever')").execute(&db.pool).await.unwrap();
     check_invariants(&db, 4).await;
-    let timed_out = scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE kind = 'forever' AND last_error LIKE '%timed out after 1s%'").await;
+    let timed_out = db.scalar("SELECT COUNT(*) FROM job_queue WHERE kind = 'forever' AND last_error LIKE '%timed out after 1s%'").await;
     assert_eq!(timed_out, 4);
-    let panicked_then_ok = scalar(&db, "SELECT COUNT(*) FROM job_queue WHERE kind = 'panicker' AND status = 'completed' AND attempts = 2").await;
+    let panicked_then_ok = db.scalar("SELECT COUNT(*) FROM job_queue WHERE kind = 'panicker' AND status = 'completed' AND attempts = 2").await;
     assert_eq!(panicked_then_ok, 4);
 }
 
@@ -244,11 +239,8 @@ async fn graceful_shutdown_under_load_leaves_nothing_to_a_lease() {
         assert!(p.terminate(Duration::from_secs(30)).success());
     }
     assert_eq!(
-        scalar(
-            &db,
-            "SELECT COUNT(*) FROM job_queue WHERE status = 'processing'"
-        )
-        .await,
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'processing'")
+            .await,
         0,
         "no job waits for a lease after a clean stop"
     );
@@ -361,7 +353,9 @@ async fn deadlock_pressure_bulk_dedupe_enqueue_claims_and_purge() {
         assert!(p.terminate(Duration::from_secs(30)).success());
     }
     // Every inserted job was completed exactly once, whether or not it was purged since.
-    let logged = scalar(&db, "SELECT COUNT(DISTINCT job_id) FROM completion_log").await;
+    let logged = db
+        .scalar("SELECT COUNT(DISTINCT job_id) FROM completion_log")
+        .await;
     assert_eq!(
         logged,
         i64::try_from(all.len()).unwrap(),
@@ -412,12 +406,12 @@ async fn a_worker_stalled_past_its_lease_cannot_complete_the_jobs_it_lost() {
     assert!(a.terminate(Duration::from_secs(30)).success());
     assert!(b.terminate(Duration::from_secs(30)).success());
     check_invariants(&db, 0).await;
-    let stale_done = scalar(
-        &db,
-        "SELECT COUNT(*) FROM test_runs r JOIN job_queue j ON j.id = r.job_id \
+    let stale_done = db
+        .scalar(
+            "SELECT COUNT(*) FROM test_runs r JOIN job_queue j ON j.id = r.job_id \
          WHERE r.event = 'done' AND r.attempt < j.attempts",
-    )
-    .await;
+        )
+        .await;
     println!(
         "worker stall: {stale_done} handlers finished after losing their lease; none of them completed a job"
     );
@@ -655,11 +649,8 @@ async fn a_read_only_server_stalls_claims_until_it_is_writable_again() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        scalar(
-            &db,
-            "SELECT COUNT(*) FROM job_queue WHERE status = 'pending'"
-        )
-        .await,
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'pending'")
+            .await,
         5,
         "nothing claimed on a read-only server"
     );

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mysqlq::{ClusterUrl, EnqueueOptions, NewJob, WorkerHandle};
 use mysqlq_tests::invariants::{self, place_orders};
 use mysqlq_tests::jobs::{Noop, Sleepy};
-use mysqlq_tests::{GaleraCluster, Proc, TestDb};
+use mysqlq_tests::{GaleraCluster, Proc, TestDb, scalar_on};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
@@ -42,13 +42,6 @@ async fn pool_on(url: &str, max: u32) -> MySqlPool {
         .connect(MySqlPoolOptions::new().max_connections(max))
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
-}
-
-async fn scalar(pool: &MySqlPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
 }
 
 /// Waits until `sql` counts `n` on `pool`, at most `limit`.
@@ -111,7 +104,7 @@ async fn drain_with(db: &TestDb, pools: &[MySqlPool], n: usize) -> (u64, Duratio
         conflicts += c.deadlocks + c.lock_waits;
         w.shutdown().await.unwrap();
     }
-    let twice = scalar(
+    let twice = scalar_on(
         &db.pool,
         "SELECT COUNT(*) FROM (SELECT job_id FROM test_runs GROUP BY job_id HAVING COUNT(*) > 1) t",
     )
@@ -388,7 +381,7 @@ async fn stats_count_a_job_another_node_committed_a_moment_ago(
 async fn bulk_ids_stay_right_when_a_node_leaves_mid_call(cluster: &mut GaleraCluster, db: &TestDb) {
     let node0 = pool_on(&on_db(&cluster.node_url(0), db), 4).await;
     let step = |pool: MySqlPool| async move {
-        scalar(
+        scalar_on(
             &pool,
             "SELECT CAST(@@global.auto_increment_increment AS SIGNED)",
         )
@@ -408,7 +401,7 @@ async fn bulk_ids_stay_right_when_a_node_leaves_mid_call(cluster: &mut GaleraClu
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let inserting = scalar(
+        let inserting = scalar_on(
             &node0,
             "SELECT COUNT(*) FROM information_schema.processlist \
              WHERE info LIKE '/* mysqlq:job_insert_many */ INSERT%'",
@@ -597,7 +590,7 @@ async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
     let stop = tokio_util_like::Stop::default();
     let probe = commit_probe(probe_pool.clone(), stop.clone());
     tokio::time::sleep(Duration::from_millis(200)).await; // a few probe commits before
-    let before = scalar(&app, completed).await;
+    let before = scalar_on(&app, completed).await;
     let kill_instant = Instant::now();
     tokio::task::block_in_place(|| cluster.kill(0));
     wait_count(
@@ -757,7 +750,7 @@ async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
     }
     invariants::check(&app, 0).await;
     assert_eq!(
-        scalar(&app, "SELECT COUNT(*) FROM orders").await,
+        scalar_on(&app, "SELECT COUNT(*) FROM orders").await,
         i64::try_from(orders_n).unwrap(),
         "every order was placed, through the node loss"
     );
@@ -765,7 +758,7 @@ async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
         let log = p.log_text();
         assert!(!log.contains("panicked"), "{}:\n{log}", p.id);
         for id in lease_lost_ids(&log) {
-            let taken_over = scalar(
+            let taken_over = scalar_on(
                 &app,
                 &format!(
                     "SELECT (SELECT COUNT(DISTINCT claim_token) FROM test_runs WHERE job_id = {id}) > 1 \

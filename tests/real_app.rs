@@ -67,13 +67,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-async fn exec(db: &TestDb, sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
 async fn greetings(db: &TestDb) -> Vec<(u64, String)> {
     sqlx::query_as("SELECT n, greeting FROM outside_app_runs ORDER BY n")
         .fetch_all(&db.pool)
@@ -84,9 +77,7 @@ async fn greetings(db: &TestDb) -> Vec<(u64, String)> {
 #[tokio::test]
 async fn the_documented_worker_layout_runs_the_librarys_jobs_and_app_state_reaches_them() {
     let db = TestDb::new().await;
-    exec(
-        &db,
-        "CREATE TABLE outside_app_runs (n BIGINT UNSIGNED PRIMARY KEY, greeting VARCHAR(100) NOT NULL)",
+    db.exec("CREATE TABLE outside_app_runs (n BIGINT UNSIGNED PRIMARY KEY, greeting VARCHAR(100) NOT NULL)",
     )
     .await;
     let worker = app_bin("worker");
@@ -255,7 +246,7 @@ async fn log_format_json_writes_one_object_per_line() {
 #[tokio::test]
 async fn enqueue_into_an_unmigrated_database_says_what_is_wrong_and_what_to_do() {
     let db = TestDb::new().await;
-    exec(&db, "DROP TABLE job_queue").await;
+    db.exec("DROP TABLE job_queue").await;
     let e = mysqlq_tests::jobs::Noop { n: 1 }
         .enqueue(&db.pool)
         .await
@@ -277,7 +268,7 @@ async fn migrate_on_an_empty_database_says_what_it_applied() {
     .await
     .expect("list the tables");
     for t in tables {
-        exec(&db, &format!("DROP TABLE `{t}`")).await;
+        db.exec(&format!("DROP TABLE `{t}`")).await;
     }
     let o = run(Path::new(TEST_WORKER), Some(&db.url()), &["migrate"]);
     let out = text(&o.stdout);
@@ -308,8 +299,7 @@ async fn doctor_warns_about_stranded_jobs_and_passes_on_a_drained_queue() {
     let db = TestDb::new().await;
     // A drained queue: thousands of finished jobs, none pending. The optimizer has nothing to
     // plan over and may pick another index; that is not a failing claim plan.
-    exec(
-        &db,
+    db.exec(
         "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
          status, created_at, finished_at) \
          SELECT 'test', 'noop', '{\"n\": 0}', 0, 5, UTC_TIMESTAMP(6), 'completed', \
@@ -323,7 +313,7 @@ async fn doctor_warns_about_stranded_jobs_and_passes_on_a_drained_queue() {
          (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2) c",
     )
     .await;
-    exec(&db, "ANALYZE TABLE job_queue").await;
+    db.exec("ANALYZE TABLE job_queue").await;
     let o = run(Path::new(TEST_WORKER), Some(&db.url()), &["doctor"]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
@@ -335,8 +325,7 @@ async fn doctor_warns_about_stranded_jobs_and_passes_on_a_drained_queue() {
     );
 
     // Jobs in a queue no job of this binary uses wait forever: doctor warns and names it.
-    exec(
-        &db,
+    db.exec(
         "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
          status, created_at) VALUES ('orphans', 'gone_job', '{}', 0, 5, UTC_TIMESTAMP(6), \
          'pending', UTC_TIMESTAMP(6))",
@@ -365,14 +354,11 @@ async fn the_sweep_drops_only_databases_of_dead_processes_that_are_old_enough() 
     let alive = format!("{prefix}_1_b");
     let empty = format!("{prefix}_999999999_c");
     for name in [&dead, &alive, &empty] {
-        exec(&db, &format!("CREATE DATABASE `{name}`")).await;
+        db.exec(&format!("CREATE DATABASE `{name}`")).await;
     }
     for name in [&dead, &alive] {
-        exec(
-            &db,
-            &format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY)"),
-        )
-        .await;
+        db.exec(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY)"))
+            .await;
     }
     let exists = |name: String| {
         let pool = db.pool.clone();
@@ -405,7 +391,7 @@ async fn the_sweep_drops_only_databases_of_dead_processes_that_are_old_enough() 
         "an undatable database was dropped"
     );
     for name in [&alive, &empty] {
-        exec(&db, &format!("DROP DATABASE `{name}`")).await;
+        db.exec(&format!("DROP DATABASE `{name}`")).await;
     }
     let _ = admin.close().await;
 }

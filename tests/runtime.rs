@@ -30,20 +30,6 @@ async fn wait_event(
     }
 }
 
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
-}
-
-async fn exec(db: &TestDb, sql: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&db.pool)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"));
-}
-
 /// A job held by a dead worker ("ghost"): `processing`, lease expired a second ago.
 async fn orphan(db: &TestDb, n: u8) -> JobId {
     let id = Noop { n: u64::from(n) }
@@ -176,14 +162,12 @@ async fn absurd_delays_are_clamped_to_what_datetime_holds() {
     .await
     .unwrap();
     assert_eq!(written, store::Written::Now);
-    let year = scalar(
-        &db,
-        &format!(
+    let year = db
+        .scalar(&format!(
             "SELECT YEAR(available_at) FROM job_queue WHERE id = {}",
             id.0
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(year, 9999);
 }
 
@@ -291,20 +275,18 @@ async fn orphans_come_back_while_the_leader_is_dead_and_one_of_two_same_id_worke
             .await;
         }
     }
-    let leaders = scalar(
-        &db,
-        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'replica#%' AND expires_at > UTC_TIMESTAMP(6)",
+    let leaders = db.scalar("SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'replica#%' AND expires_at > UTC_TIMESTAMP(6)",
     )
     .await;
     assert_eq!(leaders, 1);
     // Before: both replicas matched the lease row's `leader_id = 'replica'` and both led.
-    let distinct: i64 = scalar(&db, "SELECT COUNT(DISTINCT leader_id) FROM mysqlq_leader").await;
+    let distinct: i64 = db
+        .scalar("SELECT COUNT(DISTINCT leader_id) FROM mysqlq_leader")
+        .await;
     assert_eq!(distinct, 1);
 
     // A dead leader: its lease row says someone else leads for an hour.
-    exec(
-        &db,
-        "UPDATE mysqlq_leader SET leader_id = 'dead#0', expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+    db.exec("UPDATE mysqlq_leader SET leader_id = 'dead#0', expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
     )
     .await;
     // And a dead worker's job, its lease expired.
@@ -331,7 +313,7 @@ async fn a_failed_statistics_flush_counts_nothing_twice() {
          BEGIN IF (SELECT on_off FROM fail_kind_stats) = 1 THEN \
          SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected deadlock'; END IF; END",
     ] {
-        exec(&db, sql).await;
+        db.exec(sql).await;
     }
     let worker = db.worker().start().await.unwrap();
     for n in 0..20 {
@@ -348,7 +330,7 @@ async fn a_failed_statistics_flush_counts_nothing_twice() {
     while failing_since.elapsed() < Duration::from_secs(1) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    exec(&db, "UPDATE fail_kind_stats SET on_off = 0").await;
+    db.exec("UPDATE fail_kind_stats SET on_off = 0").await;
     db.wait_for(
         "the statistics flushed",
         "SELECT COUNT(*) FROM mysqlq_kind_minute",
@@ -356,16 +338,12 @@ async fn a_failed_statistics_flush_counts_nothing_twice() {
     )
     .await;
     worker.shutdown().await.unwrap();
-    let claims = scalar(
-        &db,
-        "SELECT CAST(SUM(claims) AS SIGNED) FROM mysqlq_stats_minute",
-    )
-    .await;
-    let completions = scalar(
-        &db,
-        "SELECT CAST(SUM(completions) AS SIGNED) FROM mysqlq_stats_minute",
-    )
-    .await;
+    let claims = db
+        .scalar("SELECT CAST(SUM(claims) AS SIGNED) FROM mysqlq_stats_minute")
+        .await;
+    let completions = db
+        .scalar("SELECT CAST(SUM(completions) AS SIGNED) FROM mysqlq_stats_minute")
+        .await;
     assert_eq!((claims, completions), (20, 20));
 }
 
@@ -519,7 +497,7 @@ async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
          AND (SELECT on_off FROM conflict_on) = 1 THEN \
          SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected deadlock'; END IF; END",
     ] {
-        exec(&db, sql).await;
+        db.exec(sql).await;
     }
     let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
     let worker = db.worker().start().await.unwrap();
@@ -534,7 +512,7 @@ async fn lost_lock_races_in_claims_do_not_make_a_worker_back_off_as_if_idle() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut events = worker.events();
-    exec(&db, "UPDATE conflict_on SET on_off = 0").await;
+    db.exec("UPDATE conflict_on SET on_off = 0").await;
     let freed = std::time::Instant::now();
     wait_event(
         &mut events,
@@ -577,8 +555,7 @@ async fn a_failing_schedule_skips_neither_the_reaper_nor_the_other_schedules() {
     // Before: the scheduler ran first and any error ended the maintenance round, so one broken
     // schedule stopped the reaper and every other schedule.
     let db = TestDb::new().await;
-    exec(
-        &db,
+    db.exec(
         "CREATE TRIGGER cron_broken BEFORE INSERT ON mysqlq_cron FOR EACH ROW \
          BEGIN IF NEW.name = 'broken' THEN \
          SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected schedule failure'; END IF; END",
@@ -622,13 +599,11 @@ async fn an_enqueue_delay_of_any_size_is_written() {
         .await
         .unwrap()
         .id();
-    let year = scalar(
-        &db,
-        &format!(
+    let year = db
+        .scalar(&format!(
             "SELECT YEAR(available_at) FROM job_queue WHERE id = {}",
             id.0
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(year, 9999);
 }

@@ -3,7 +3,7 @@
 //! place, idempotently. Real server, one database per test.
 
 use mysqlq::{EnqueueOptions, Enqueued, Job, JobContext, JobError};
-use mysqlq_tests::TestDb;
+use mysqlq_tests::{TestDb, exec_on};
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, MySqlConnection};
 
@@ -23,13 +23,6 @@ impl Job for Noop {
 
 /// The keys of the issue: each differs from the first in case, trailing spaces or an accent.
 const KEYS: [&str; 4] = ["Video-aBc", "video-ABC", "Video-aBc   ", "Vidéo-aBc"];
-
-async fn exec(conn: &mut MySqlConnection, sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&mut *conn)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 /// Enqueues one job per key of [`KEYS`], then the first key again.
 async fn enqueue_keys(db: &TestDb) -> Vec<Enqueued> {
@@ -90,12 +83,12 @@ async fn keys_compare_byte_for_byte() {
         assert!(collation.ends_with("_bin"), "{column} is {collation}");
     }
     // Concurrency keys, queue names and kinds are byte strings too.
-    exec(
+    exec_on(
         &mut conn,
         "INSERT INTO mysqlq_concurrency (concurrency_key) VALUES ('Key'), ('key'), ('kéy')",
     )
     .await;
-    exec(
+    exec_on(
         &mut conn,
         "INSERT INTO mysqlq_queue (queue_name, paused) VALUES ('Email', 1), ('email', 0)",
     )
@@ -128,10 +121,10 @@ fn documented_insert() -> String {
 async fn plain_sql_inserts_from_any_time_zone_get_utc_defaults() {
     let db = TestDb::new().await;
     let mut conn = db.connect().await;
-    exec(&mut conn, "SET time_zone = '+08:00'").await;
-    exec(&mut conn, &documented_insert()).await;
+    exec_on(&mut conn, "SET time_zone = '+08:00'").await;
+    exec_on(&mut conn, &documented_insert()).await;
     // Only `payload` is required.
-    exec(
+    exec_on(
         &mut conn,
         "INSERT INTO job_queue (payload) VALUES (JSON_OBJECT('n', 1))",
     )
@@ -155,7 +148,7 @@ async fn plain_sql_inserts_from_any_time_zone_get_utc_defaults() {
         );
     }
     // Tables an operator may write by hand default to UTC as well.
-    exec(
+    exec_on(
         &mut conn,
         "INSERT INTO mysqlq_queue (queue_name, paused) VALUES ('by-hand', 1); \
          INSERT INTO mysqlq_cron (name, tick) VALUES ('by-hand', '2024-01-01 00:00:00')",
@@ -187,7 +180,7 @@ async fn plain_sql_inserts_from_any_time_zone_get_utc_defaults() {
 /// Drops every mysqlq table, then applies the migrations up to version 2 only.
 async fn schema_v2(db: &TestDb) {
     let mut conn = db.connect().await;
-    exec(
+    exec_on(
         &mut conn,
         "DROP TABLE job_queue, mysqlq_queue, mysqlq_leader, mysqlq_concurrency, mysqlq_cron, \
          mysqlq_worker, mysqlq_stats_minute, mysqlq_kind_minute, mysqlq_migrations",
@@ -248,7 +241,7 @@ async fn migration_3_upgrades_a_version_2_database_in_place() {
     let mut conn = db.connect().await;
     // Rows as version 2 left them: a held dedupe key, a finished one, ordering and concurrency
     // keys, a paused queue and per-kind statistics.
-    exec(
+    exec_on(
         &mut conn,
         "INSERT INTO job_queue (queue_name, kind, payload, dedupe_key, ordering_key, concurrency_key, \
            concurrency_limit, status, available_at, created_at) VALUES \
@@ -257,7 +250,7 @@ async fn migration_3_upgrades_a_version_2_database_in_place() {
          ('other', NULL, '{}', NULL, 'order-1', NULL, NULL, 'pending', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
     )
     .await;
-    exec(
+    exec_on(
         &mut conn,
         "INSERT INTO mysqlq_concurrency (concurrency_key) VALUES ('Tenant-A'); \
          INSERT INTO mysqlq_queue (queue_name, paused) VALUES ('Other', 1); \
@@ -318,7 +311,7 @@ async fn migration_3_upgrades_a_version_2_database_in_place() {
     let rows = all_rows(&mut conn).await;
     // Later migrations redefine columns 3 defines (5: `dedupe_active`), so 3 runs again together
     // with them, in order, as a run interrupted after its DDL would.
-    exec(
+    exec_on(
         &mut conn,
         "DELETE FROM mysqlq_migrations WHERE version >= 3",
     )

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use sqlx::MySqlPool;
 
-use crate::TestDb;
 use crate::jobs::Noop;
+use crate::{TestDb, scalar_on};
 
 /// Creates the completion log and its trigger ([`TestDb::log_completions`]), and the `orders`
 /// table of invariant 5.
@@ -28,36 +28,29 @@ pub async fn install(db: &TestDb) {
     .expect("create the orders table");
 }
 
-async fn scalar(db: &MySqlPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(db)
-        .await
-        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
-}
-
 /// Checks the invariants listed at the top of this module on the database behind `db`.
 /// `failed_ok` is the number of jobs expected to end `failed`.
 pub async fn check(db: &MySqlPool, failed_ok: i64) {
-    let not_final = scalar(
+    let not_final = scalar_on(
         db,
         "SELECT COUNT(*) FROM job_queue WHERE status NOT IN ('completed', 'failed')",
     )
     .await;
     assert_eq!(not_final, 0, "1: every job is final");
-    let failed = scalar(db, "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'").await;
+    let failed = scalar_on(db, "SELECT COUNT(*) FROM job_queue WHERE status = 'failed'").await;
     assert_eq!(failed, failed_ok, "1: only the expected jobs failed");
-    let silent = scalar(db, "SELECT COUNT(*) FROM job_queue WHERE status = 'failed' AND (last_error IS NULL OR last_error = '')").await;
+    let silent = scalar_on(db, "SELECT COUNT(*) FROM job_queue WHERE status = 'failed' AND (last_error IS NULL OR last_error = '')").await;
     assert_eq!(silent, 0, "1: a failed job carries its reason");
-    let twice = scalar(db, "SELECT COUNT(*) FROM (SELECT job_id FROM completion_log GROUP BY job_id HAVING COUNT(*) > 1) t").await;
+    let twice = scalar_on(db, "SELECT COUNT(*) FROM (SELECT job_id FROM completion_log GROUP BY job_id HAVING COUNT(*) > 1) t").await;
     assert_eq!(twice, 0, "2: no job completed twice");
-    let unlogged = scalar(
+    let unlogged = scalar_on(
         db,
         "SELECT COUNT(*) FROM job_queue j WHERE j.status = 'completed' \
          AND NOT EXISTS (SELECT 1 FROM completion_log c WHERE c.job_id = j.id)",
     )
     .await;
     assert_eq!(unlogged, 0, "2: every completion went through a transition");
-    let by_stranger = scalar(
+    let by_stranger = scalar_on(
         db,
         "SELECT COUNT(*) FROM completion_log c WHERE NOT EXISTS (\
            SELECT 1 FROM test_runs r WHERE r.job_id = c.job_id AND r.claim_token = c.claim_token \
@@ -68,7 +61,7 @@ pub async fn check(db: &MySqlPool, failed_ok: i64) {
         by_stranger, 0,
         "3: every completion was made by the job's owner after its handler returned"
     );
-    let started_never_finished = scalar(
+    let started_never_finished = scalar_on(
         db,
         "SELECT COUNT(DISTINCT r.job_id) FROM test_runs r JOIN job_queue j ON j.id = r.job_id \
          WHERE r.event = 'start' AND j.status NOT IN ('completed', 'failed')",
@@ -78,12 +71,12 @@ pub async fn check(db: &MySqlPool, failed_ok: i64) {
         started_never_finished, 0,
         "4: a started job was completed or re-run"
     );
-    let orphan_orders = scalar(
+    let orphan_orders = scalar_on(
         db,
         "SELECT COUNT(*) FROM orders o LEFT JOIN job_queue j ON j.id = o.job_id WHERE j.id IS NULL",
     )
     .await;
-    let orphan_jobs = scalar(
+    let orphan_jobs = scalar_on(
         db,
         "SELECT COUNT(*) FROM job_queue j WHERE j.queue_name = 'test' AND j.kind = 'noop' \
          AND JSON_EXTRACT(j.payload, '$.n') >= 1000000 \

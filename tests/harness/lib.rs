@@ -40,6 +40,25 @@ pub fn scale(var: &str) -> usize {
         .max(1)
 }
 
+/// The first column of the first row of `sql` on `on` (a pool or a connection), an integer (a
+/// count, a sum, a 0/1 test); panics on error. [`TestDb::scalar`] on the test's pool.
+pub async fn scalar_on<'e>(on: impl sqlx::Executor<'e, Database = sqlx::MySql>, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(on)
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+}
+
+/// Runs `sql` (one statement or several separated by `;`, as plain text: no prepared
+/// statement) on `on` (a pool, or a connection whose session settings it should see); panics on
+/// error. [`TestDb::exec`] on the test's pool.
+pub async fn exec_on<'e>(on: impl sqlx::Executor<'e, Database = sqlx::MySql>, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(on)
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}`: {e}"));
+}
+
 /// The server URL tests use: `DATABASE_URL`, else `mysql://root@127.0.0.1:3306`.
 pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
@@ -163,10 +182,12 @@ impl TestDb {
 
     /// The first column of the first row of `sql`, an integer (a count, a sum, a 0/1 test).
     pub async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(&self.pool)
-            .await
-            .unwrap_or_else(|e| panic!("`{sql}`: {e}"))
+        scalar_on(&self.pool, sql).await
+    }
+
+    /// Runs `sql` (one statement or several separated by `;`) for its effect; panics on error.
+    pub async fn exec(&self, sql: &str) {
+        exec_on(&self.pool, sql).await;
     }
 
     /// Waits (polling the database every 20 ms, at most `limit`) until `sql` returns a
