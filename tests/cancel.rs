@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mysqlq::admin::{Admin, AttemptOutcome, JobSelection, JobState};
 use mysqlq::hooks::{BoxFuture, Hook, Hooks, JobRun};
-use mysqlq::store::{self, ClaimParams, Outcome, Owned, Written};
+use mysqlq::store::{self, Outcome, Owned, Written};
 use mysqlq::{
     CancelReason, EnqueueOptions, Enqueued, JobContext, JobError, JobId, NewJob, WorkerEvent,
 };
@@ -17,18 +17,13 @@ use mysqlq_tests::TestDb;
 use mysqlq_tests::http::{request, send};
 use serde_json::json;
 
+#[path = "harness/claim.rs"]
+mod claim;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
 
 // ---------------------------------------------------------------------------------------------
 // fixtures
-
-fn uuid_like() -> String {
-    format!(
-        "{:08x}-0000-4000-8000-{:012x}",
-        fastrand::u32(..),
-        fastrand::u64(..) & 0xffff_ffff_ffff
-    )
-}
 
 /// Enqueues one `noop` job on `queue` with `opts`.
 async fn enqueue(db: &TestDb, queue: &str, opts: &EnqueueOptions) -> Enqueued {
@@ -40,29 +35,10 @@ async fn enqueue_id(db: &TestDb, queue: &str) -> JobId {
     enqueue(db, queue, &EnqueueOptions::new()).await.id()
 }
 
-/// Claims up to `limit` jobs of `queue` under a fresh token.
+/// Claims up to `limit` jobs of `queue` for 60 s under a fresh token: the jobs, as owned.
 async fn claim(db: &TestDb, queue: &str, limit: u32) -> Vec<Owned> {
-    let token = uuid_like();
-    let mut conn = db.pool.acquire().await.unwrap();
-    let jobs = store::job_claim(
-        &mut conn,
-        &ClaimParams {
-            queue,
-            limit,
-            skip: 0,
-            worker_id: "test-worker",
-            token: &token,
-            lease: Duration::from_secs(60),
-        },
-    )
-    .await
-    .unwrap();
-    jobs.into_iter()
-        .map(|j| Owned {
-            id: j.id,
-            token: token.clone(),
-        })
-        .collect()
+    let (token, jobs) = claim::claim(db, queue, limit, Duration::from_secs(60)).await;
+    claim::owned(&token, &jobs)
 }
 
 async fn status_of(db: &TestDb, id: JobId) -> String {
@@ -379,7 +355,7 @@ async fn a_cancelled_running_jobs_late_writes_change_nothing() {
     // Someone else's token is still "lost", not "cancelled".
     let stale = [Owned {
         id,
-        token: uuid_like(),
+        token: mysqlq_tests::token(),
     }];
     let beat = store::job_heartbeat(&mut conn, Duration::from_secs(60), &stale)
         .await
@@ -756,7 +732,7 @@ async fn an_attempt_is_recorded_only_with_its_outcome() {
     let mut conn = db.connect().await;
     let stale = Owned {
         id,
-        token: uuid_like(),
+        token: mysqlq_tests::token(),
     };
     let retry = Outcome::Retry {
         delay: Duration::from_secs(60),

@@ -9,6 +9,10 @@ use mysqlq::{EnqueueOptions, Enqueued, Job, JobContext, JobError, JobId, NewJob}
 use mysqlq_tests::TestDb;
 use serde::{Deserialize, Serialize};
 
+#[path = "harness/claim.rs"]
+mod claim;
+use claim::{claim, owned};
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Noop {
     n: u64,
@@ -34,38 +38,6 @@ impl Job for Big {
     async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
         Ok(())
     }
-}
-
-async fn claim(
-    db: &TestDb,
-    queue: &str,
-    limit: u32,
-    lease: Duration,
-) -> (String, Vec<store::ClaimedJob>) {
-    let token = uuid_like();
-    let mut conn = db.pool.acquire().await.unwrap();
-    let jobs = store::job_claim(
-        &mut conn,
-        &ClaimParams {
-            queue,
-            limit,
-            skip: 0,
-            worker_id: "test-worker",
-            token: &token,
-            lease,
-        },
-    )
-    .await
-    .unwrap();
-    (token, jobs)
-}
-
-fn uuid_like() -> String {
-    format!(
-        "{:08x}-0000-4000-8000-{:012x}",
-        fastrand::u32(..),
-        fastrand::u64(..) & 0xffff_ffff_ffff
-    )
 }
 
 #[tokio::test]
@@ -286,13 +258,7 @@ async fn dedupe_key_returns_the_holder() {
 
     // Once the holder finished, the key is free again.
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
-    let owned: Vec<Owned> = jobs
-        .iter()
-        .map(|j| Owned {
-            id: j.id,
-            token: token.clone(),
-        })
-        .collect();
+    let owned = owned(&token, &jobs);
     let mut conn = db.connect().await;
     assert_eq!(
         store::job_complete_many(&mut conn, &owned)
@@ -373,7 +339,7 @@ async fn concurrent_claimers_claim_every_job_exactly_once() {
             let mut mine = Vec::new();
             let mut conn = pool.acquire().await.unwrap();
             loop {
-                let token = uuid_like();
+                let token = mysqlq_tests::token();
                 let worker = format!("claimer-{w}");
                 let params = ClaimParams {
                     queue: "test",
@@ -423,7 +389,7 @@ async fn stale_token_changes_nothing_and_is_reported() {
 
     let stale = [Owned {
         id,
-        token: uuid_like(),
+        token: mysqlq_tests::token(),
     }];
     let report = store::job_complete_many(&mut conn, &stale).await.unwrap();
     assert_eq!((report.done, report.lost.clone()), (0, vec![id]));
@@ -475,13 +441,7 @@ async fn attempt_outcomes_move_jobs_as_documented() {
     }
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
     assert_eq!(jobs.len(), 4);
-    let owned: Vec<Owned> = jobs
-        .iter()
-        .map(|j| Owned {
-            id: j.id,
-            token: token.clone(),
-        })
-        .collect();
+    let owned = owned(&token, &jobs);
     let mut conn = db.connect().await;
     let delay = Duration::from_secs(100);
     assert!(

@@ -59,6 +59,16 @@ pub async fn exec_on<'e>(on: impl sqlx::Executor<'e, Database = sqlx::MySql>, sq
         .unwrap_or_else(|e| panic!("`{sql}`: {e}"));
 }
 
+/// A fresh random claim token shaped like a UUID (`xxxxxxxx-0000-4000-8000-xxxxxxxxxxxx`), for
+/// claims made by hand and for a stranger's token that owns nothing.
+pub fn token() -> String {
+    format!(
+        "{:08x}-0000-4000-8000-{:012x}",
+        fastrand::u32(..),
+        fastrand::u64(..) & 0xffff_ffff_ffff
+    )
+}
+
 /// The server URL tests use: `DATABASE_URL`, else `mysql://root@127.0.0.1:3306`.
 pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
