@@ -223,6 +223,31 @@ pub(super) async fn claim_rows(
         }
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let updated = mark_claimed(&mut tx, tag, take_attempt, &ids, p).await?;
+    if updated != ids.len() as u64 {
+        // Impossible while we hold the row locks; refuse to hand out jobs we may not own.
+        tx.rollback().await?;
+        return Err(ClaimFailed::from(Error::invalid(
+            "claim",
+            format!(
+                "claimed {} rows but updated {updated}; the claim was rolled back",
+                ids.len()
+            ),
+        )));
+    }
+    commit(tx, jobs, completed).await
+}
+
+/// The UPDATE of a claim: the locked `pending` rows `ids` become `processing` under `p`'s worker,
+/// token and lease, taking an attempt (and stamping the first claim) when `take_attempt`.
+/// Returns the rows updated (all of them while the caller holds their locks).
+pub(super) async fn mark_claimed(
+    conn: &mut MySqlConnection,
+    tag: &str,
+    take_attempt: bool,
+    ids: &[JobId],
+    p: &ClaimParams<'_>,
+) -> Result<u64, Error> {
     let attempt = if take_attempt {
         ", attempts = attempts + (attempts < 4294967295), \
          first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6))"
@@ -239,19 +264,7 @@ pub(super) async fn claim_rows(
         .bind(p.worker_id)
         .bind(p.token)
         .bind(micros(p.lease));
-    let updated = bind_ids(q, &ids).execute(&mut *tx).await?.rows_affected();
-    if updated != ids.len() as u64 {
-        // Impossible while we hold the row locks; refuse to hand out jobs we may not own.
-        tx.rollback().await?;
-        return Err(ClaimFailed::from(Error::invalid(
-            "claim",
-            format!(
-                "claimed {} rows but updated {updated}; the claim was rolled back",
-                ids.len()
-            ),
-        )));
-    }
-    commit(tx, jobs, completed).await
+    Ok(bind_ids(q, ids).execute(&mut *conn).await?.rows_affected())
 }
 
 /// Commits a claim. A server error on COMMIT (a deadlock, a Galera certification failure) means

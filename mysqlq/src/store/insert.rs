@@ -129,11 +129,7 @@ fn bind_row<'q>(
     q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
     r: &'q InsertRow,
 ) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    q.bind(&r.queue)
-        .bind(&r.kind)
-        .bind(&r.payload)
-        .bind(r.priority)
-        .bind(r.max_attempts)
+    bind_narrow_row(q, r)
         .bind(r.run_at.as_deref())
         .bind(r.delay_us)
         .bind(r.dedupe_key.as_deref())

@@ -42,6 +42,44 @@ macro_rules! reaped_attempts_sql {
     };
 }
 
+/// `job_reap_expired`'s UPDATE of expired leases matching `$cond` (the same rows as
+/// [`reaped_attempts_sql`]), setting `$set` and clearing the claim.
+macro_rules! reap_sql {
+    ($set:literal, $cond:literal) => {
+        concat!(
+            "/* mysqlq:job_reap_expired */ UPDATE job_queue SET ",
+            $set,
+            ", locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
+             WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
+               AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') AND ",
+            $cond,
+            " ORDER BY lease_expires_at LIMIT ?"
+        )
+    };
+}
+
+/// One reaper step in a transaction of its own: the lost attempts' history rows, then the
+/// UPDATE of the same rows. Returns the jobs updated.
+async fn reap_step(
+    conn: &mut MySqlConnection,
+    attempts_sql: &'static str,
+    update_sql: &'static str,
+    limit: u32,
+) -> Result<u64, Error> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query(attempts_sql)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
+    let updated = sqlx::query(update_sql)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(updated)
+}
+
 /// `job_reap_expired`: the article's recovery SQL — expired leases go back to `pending` when
 /// attempts remain, else to `failed` — in batches of `limit`, with `last_error` saying why.
 /// Relayed jobs (held by a Redis relay, `locked_by` `redis-relay:…`) took no attempt: they go
@@ -62,48 +100,30 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
         return Ok(ReapReport::default());
     }
     let relayed = super::relay::job_relay_expire(&mut *conn, limit).await?;
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    sqlx::query(reaped_attempts_sql!("retry", "attempts < max_attempts"))
-        .bind(limit)
-        .execute(&mut *tx)
-        .await?;
-    let retried = sqlx::query(
-        "/* mysqlq:job_reap_expired */ UPDATE job_queue \
-         SET status = 'pending', available_at = UTC_TIMESTAMP(6), \
+    let retried = reap_step(
+        conn,
+        reaped_attempts_sql!("retry", "attempts < max_attempts"),
+        reap_sql!(
+            "status = 'pending', available_at = UTC_TIMESTAMP(6), \
              last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
-                                 ' (worker presumed dead); attempt ', attempts), \
-             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
-         WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
-           AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') \
-           AND attempts < max_attempts \
-         ORDER BY lease_expires_at LIMIT ?",
+                                 ' (worker presumed dead); attempt ', attempts)",
+            "attempts < max_attempts"
+        ),
+        limit,
     )
-    .bind(limit)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    sqlx::query(reaped_attempts_sql!("fail", "attempts >= max_attempts"))
-        .bind(limit)
-        .execute(&mut *tx)
-        .await?;
-    let failed = sqlx::query(
-        "/* mysqlq:job_reap_expired */ UPDATE job_queue \
-         SET status = 'failed', finished_at = UTC_TIMESTAMP(6), \
+    .await?;
+    let failed = reap_step(
+        conn,
+        reaped_attempts_sql!("fail", "attempts >= max_attempts"),
+        reap_sql!(
+            "status = 'failed', finished_at = UTC_TIMESTAMP(6), \
              last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
-                                 ' on the last attempt (', attempts, ' of ', max_attempts, ')'), \
-             locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
-         WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
-           AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') \
-           AND attempts >= max_attempts \
-         ORDER BY lease_expires_at LIMIT ?",
+                                 ' on the last attempt (', attempts, ' of ', max_attempts, ')')",
+            "attempts >= max_attempts"
+        ),
+        limit,
     )
-    .bind(limit)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
+    .await?;
     Ok(ReapReport {
         retried,
         relayed,

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
+use super::claim::mark_claimed;
 use super::claim::{claim_rows, claimed_job};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use super::{ClaimFailed, ClaimParams, ClaimedJob, Owned};
@@ -315,16 +316,6 @@ pub async fn job_relay_claim_ids(
         return Ok(out);
     }
     let claimed: Vec<JobId> = out.iter().map(|r| r.job.id).collect();
-    let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_relay_claim_ids */ UPDATE job_queue SET status = 'processing', \
-         locked_by = ?, claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-         WHERE id IN ({}) AND status = 'pending'",
-        placeholders(padded_len(claimed.len()))
-    ));
-    let q = sqlx::query(sql)
-        .bind(p.worker_id)
-        .bind(p.token)
-        .bind(micros(p.lease));
-    bind_ids(q, &claimed).execute(&mut *conn).await?;
+    mark_claimed(conn, "job_relay_claim_ids", false, &claimed, p).await?;
     Ok(out)
 }
