@@ -13,8 +13,8 @@ use mysqlq::{
     CancelReason, EnqueueOptions, Enqueued, JobContext, JobError, JobId, NewJob, WorkerEvent,
 };
 use mysqlq_cli::dashboard::{DashboardOptions, router};
-use mysqlq_tests::TestDb;
 use mysqlq_tests::http::{request, send};
+use mysqlq_tests::{TestDb, wait_event};
 use serde_json::json;
 
 #[path = "harness/claim.rs"]
@@ -67,21 +67,8 @@ fn log<'a>(attempt: u32, outcome: &'a str, keep: u32) -> store::AttemptRecord<'a
     }
 }
 
-/// Waits for the first event `want` accepts (60 s at most: a stuck worker, not a slow one).
-async fn wait_event(
-    events: &mut tokio::sync::broadcast::Receiver<WorkerEvent>,
-    what: &str,
-    want: impl Fn(&WorkerEvent) -> bool,
-) {
-    loop {
-        match tokio::time::timeout(Duration::from_secs(60), events.recv()).await {
-            Ok(Ok(e)) if want(&e) => return,
-            Ok(Ok(_)) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
-            Ok(Err(e)) => panic!("event stream ended while waiting for {what}: {e}"),
-            Err(_) => panic!("timed out waiting for {what}"),
-        }
-    }
-}
+/// How long a test waits for a worker event: a stuck worker, not a slow one.
+const EVENT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Contexts of the running `waits_for_cancel` jobs, for the test to look at.
 static CONTEXTS: Mutex<Vec<JobContext>> = Mutex::new(Vec::new());
@@ -378,7 +365,7 @@ async fn a_running_handler_sees_the_cancel_through_its_context() {
         .unwrap();
     let mut events = worker.events();
     let id = WaitsForCancel {}.enqueue(&db.pool).await.unwrap().id();
-    wait_event(&mut events, "the handler to start", |e| {
+    wait_event(&mut events, "the handler to start", EVENT_LIMIT, |e| {
         *e == WorkerEvent::Started { id }
     })
     .await;
@@ -387,9 +374,12 @@ async fn a_running_handler_sees_the_cancel_through_its_context() {
         .await
         .unwrap();
     assert_eq!(r.running, vec![id]);
-    wait_event(&mut events, "the worker to see the cancel", |e| {
-        *e == WorkerEvent::CancelledByOperator { id }
-    })
+    wait_event(
+        &mut events,
+        "the worker to see the cancel",
+        EVENT_LIMIT,
+        |e| *e == WorkerEvent::CancelledByOperator { id },
+    )
     .await;
     let ctx = CONTEXTS
         .lock()
@@ -582,7 +572,7 @@ async fn failed_attempts_are_kept_bounded_with_worker_and_times() {
         .unwrap();
     let mut events = worker.events();
     let id = FailsFast {}.enqueue(&db.pool).await.unwrap().id();
-    wait_event(&mut events, "the job to fail for good", |e| {
+    wait_event(&mut events, "the job to fail for good", EVENT_LIMIT, |e| {
         *e == WorkerEvent::Recorded {
             id,
             outcome: "fail",

@@ -8,27 +8,8 @@ use std::time::Duration;
 use mysqlq::store::{self, ClaimedJob, Owned};
 use mysqlq::{JobContext, JobError, JobId, WorkerEvent};
 use mysqlq_tests::jobs::Noop;
-use mysqlq_tests::{PrivateServer, TestDb};
+use mysqlq_tests::{PrivateServer, TestDb, wait_event};
 use sqlx::Connection;
-use tokio::sync::broadcast;
-
-/// Waits for the first event `pick` accepts; panics with `what` after `limit`.
-async fn wait_event(
-    rx: &mut broadcast::Receiver<WorkerEvent>,
-    what: &str,
-    limit: Duration,
-    pick: impl Fn(&WorkerEvent) -> bool,
-) -> WorkerEvent {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Ok(e)) if pick(&e) => return e,
-            Ok(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => {}
-            Ok(Err(e)) => panic!("{what}: event channel closed: {e}"),
-            Err(_) => panic!("timed out waiting for {what}"),
-        }
-    }
-}
 
 /// A job held by a dead worker ("ghost"): `processing`, lease expired a second ago.
 async fn orphan(db: &TestDb, n: u8) -> JobId {
