@@ -41,14 +41,6 @@ async fn claim(db: &TestDb, queue: &str, limit: u32) -> Vec<Owned> {
     claim::owned(&token, &jobs)
 }
 
-async fn status_of(db: &TestDb, id: JobId) -> String {
-    sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
-        .bind(id.0)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 async fn attempt_rows(db: &TestDb, id: JobId) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM mysqlq_job_attempt WHERE job_id = ?")
         .bind(id.0)
@@ -140,8 +132,8 @@ async fn cancel_by_id_moves_waiting_jobs_and_records_who_when_why() {
         .unwrap_err();
     assert!(err.to_string().contains("name who cancels"), "{err}");
     assert_eq!(
-        status_of(&db, ready).await,
-        "pending",
+        db.status(ready.0).await.as_deref(),
+        Some("pending"),
         "a refused cancel changes nothing"
     );
 
@@ -164,8 +156,8 @@ async fn cancel_by_id_moves_waiting_jobs_and_records_who_when_why() {
         assert!(j.lease_expires_at.is_none());
     }
     assert_eq!(
-        status_of(&db, done).await,
-        "completed",
+        db.status(done.0).await.as_deref(),
+        Some("completed"),
         "a final job is left alone"
     );
     // Cancelled is final: a second cancel reports it.
@@ -404,7 +396,7 @@ async fn a_running_handler_sees_the_cancel_through_its_context() {
         report.released, 0,
         "nothing of the cancelled job is left to release"
     );
-    assert_eq!(status_of(&db, id).await, "cancelled");
+    assert_eq!(db.status(id.0).await.as_deref(), Some("cancelled"));
     assert_eq!(
         *heard_list.lock().unwrap(),
         vec![(id, "cancelled by an operator".to_owned())],
@@ -537,7 +529,7 @@ async fn delete_removes_any_job_but_a_running_one() {
         0,
         "the history goes with its job"
     );
-    assert_eq!(status_of(&db, running).await, "processing");
+    assert_eq!(db.status(running.0).await.as_deref(), Some("processing"));
     assert!(
         matches!(
             enqueue(&db, "x", &EnqueueOptions::new().dedupe_key("k")).await,
@@ -667,7 +659,7 @@ async fn purge_deletes_the_history_with_its_jobs_and_keeps_the_rest() {
         1,
         "a younger job keeps its history"
     );
-    assert_eq!(status_of(&db, failed[2]).await, "failed");
+    assert_eq!(db.status(failed[2].0).await.as_deref(), Some("failed"));
 }
 
 #[tokio::test]
@@ -862,7 +854,7 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
     assert!(out.contains("cancelled 1 jobs"), "{out}");
     let j = Admin::new(db.pool.clone()).job(b).await.unwrap().unwrap();
     assert_eq!(j.cancelled_by.as_deref(), Some("cli:tester"));
-    assert_eq!(status_of(&db, other).await, "pending");
+    assert_eq!(db.status(other.0).await.as_deref(), Some("pending"));
 
     let err = fails(&url, &["cancel", &a.to_string()], 1);
     assert!(err.contains("no job was cancelled"), "{err}");
@@ -905,7 +897,7 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
     claim(&db, "run", 1).await;
     let err = fails(&url, &["delete", &running.to_string()], 1);
     assert!(err.contains("no job was deleted"), "{err}");
-    assert_eq!(status_of(&db, running).await, "processing");
+    assert_eq!(db.status(running.0).await.as_deref(), Some("processing"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -965,7 +957,7 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
     )
     .await;
     assert_eq!(r.status, 403);
-    assert_eq!(status_of(&db, a).await, "pending");
+    assert_eq!(db.status(a.0).await.as_deref(), Some("pending"));
     // From the job page, with a reason.
     let r = post(
         "/jobs/cancel",
@@ -1009,7 +1001,7 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
             .unwrap()
             .starts_with("/jobs?msg=cancelled+1")
     );
-    assert_eq!(status_of(&db, b).await, "cancelled");
+    assert_eq!(db.status(b.0).await.as_deref(), Some("cancelled"));
     // Delete from the job page; a running job is refused.
     let r = post(
         "/jobs/delete",
@@ -1052,5 +1044,5 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
     )
     .await;
     assert_eq!(r.status, 403);
-    assert_eq!(status_of(&db, running).await, "processing");
+    assert_eq!(db.status(running.0).await.as_deref(), Some("processing"));
 }

@@ -105,14 +105,6 @@ impl Drop for Dash {
 // ---------------------------------------------------------------------------------------------
 // fixtures
 
-async fn status_of(db: &TestDb, id: u64) -> Option<String> {
-    sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
-        .bind(id)
-        .fetch_optional(&db.pool)
-        .await
-        .unwrap()
-}
-
 /// A failed `noop` row of queue `queue` with `error`, as the worker leaves it.
 async fn insert_failed(db: &TestDb, queue: &str, payload: &str, error: &str) -> u64 {
     sqlx::query(
@@ -304,13 +296,13 @@ async fn actions_need_the_csrf_token_and_then_work() {
         assert_eq!(r.status, 403, "{cookie_h:?} {body}: {}", r.body);
         assert!(r.body.contains("CSRF"), "{}", r.body);
     }
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+    assert_eq!(db.status(a).await.as_deref(), Some("failed"));
 
     // Retry one.
     let r = d.post("/failed/retry", Some(&cookie), &form).await;
     assert_eq!(r.status, 303, "{}", r.body);
     assert!(r.header("location").unwrap().contains("msg=retried+1"));
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(a).await.as_deref(), Some("pending"));
     let page = d.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("retried 1"), "the notice shows");
 
@@ -330,8 +322,8 @@ async fn actions_need_the_csrf_token_and_then_work() {
         "{:?}",
         r.header("location")
     );
-    assert_eq!(status_of(&db, b).await, None);
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(b).await, None);
+    assert_eq!(db.status(a).await.as_deref(), Some("pending"));
     let r = d
         .post(
             "/failed/retry",
@@ -344,7 +336,7 @@ async fn actions_need_the_csrf_token_and_then_work() {
             .unwrap()
             .starts_with(&format!("/jobs/{c}?"))
     );
-    assert_eq!(status_of(&db, c).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(c).await.as_deref(), Some("pending"));
     let r = d
         .post(
             "/failed/retry",
@@ -415,7 +407,7 @@ async fn read_only_hides_and_refuses_actions() {
         assert_eq!(r.status, 403, "{path}");
         assert!(r.body.contains("read-only"));
     }
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+    assert_eq!(db.status(a).await.as_deref(), Some("failed"));
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM mysqlq_queue").await,
         0,
@@ -544,7 +536,7 @@ async fn posts_from_other_origins_are_refused() {
         assert_eq!(r.status, 403, "{headers:?}: {}", r.body);
         assert!(r.body.contains("Origin"), "{}", r.body);
     }
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+    assert_eq!(db.status(a).await.as_deref(), Some("failed"));
     // The dashboard's own page posting to itself, as Chromium does it: `Sec-Fetch-Site`
     // decides, whatever `Origin` says (`null` under some referrer policies).
     let r = d
@@ -560,7 +552,7 @@ async fn posts_from_other_origins_are_refused() {
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(a).await.as_deref(), Some("pending"));
 
     // Behind a reverse proxy that rewrites `Host`, the origin a browser without
     // `Sec-Fetch-Site` sends is the public name: accepted once that name is configured.
@@ -597,7 +589,7 @@ async fn posts_from_other_origins_are_refused() {
     .await;
     let (_, cookie, token) = d.csrf("/failed").await;
     assert_eq!(proxied(&d, cookie, token).await.status, 303);
-    assert_eq!(status_of(&db, b).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(b).await.as_deref(), Some("pending"));
 }
 
 #[tokio::test]
@@ -626,7 +618,7 @@ async fn csrf_tokens_are_per_session_and_only_for_authenticated_callers() {
         )
         .await;
     assert_eq!(r.status, 403);
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("failed"));
+    assert_eq!(db.status(a).await.as_deref(), Some("failed"));
 
     // With a token: nothing is handed to a caller that has not authenticated.
     let d = Dash::start(&db, DashboardOptions::new().token("s3cret-token")).await;
@@ -654,7 +646,7 @@ async fn csrf_tokens_are_per_session_and_only_for_authenticated_callers() {
         )
         .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    assert_eq!(status_of(&db, a).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(a).await.as_deref(), Some("pending"));
 
     // Behind a TLS-terminating proxy the cookies are Secure.
     let r = d
@@ -968,7 +960,7 @@ async fn in_chromium_a_click_cancels_a_waiting_job_with_its_reason() {
         .expect("type the reason");
     browser.click("#cancel").await;
     browser.wait_contains("p.notice", "cancelled 1").await;
-    assert_eq!(status_of(&db, id).await.as_deref(), Some("cancelled"));
+    assert_eq!(db.status(id).await.as_deref(), Some("cancelled"));
     assert_eq!(browser.text("#cancelled-by").await, "dashboard");
     assert_eq!(browser.text("#cancel-reason").await, "duplicate order");
     assert!(
@@ -1026,7 +1018,7 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
         .click(&format!(r#"tr[data-id="{failed}"] button.retry-one"#))
         .await;
     browser.wait_contains(".notice", "retried 1").await;
-    assert_eq!(status_of(&db, failed).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(failed).await.as_deref(), Some("pending"));
 
     // A worker drains the queue; pause by clicking; a new job stays pending while the worker
     // keeps polling; resume by clicking and it completes.
@@ -1059,7 +1051,7 @@ async fn in_chromium_counts_retry_pause_and_no_script_runs() {
     )
     .await;
     assert_eq!(
-        status_of(&db, held.0).await.as_deref(),
+        db.status(held.0).await.as_deref(),
         Some("pending"),
         "a paused queue is not claimed from"
     );

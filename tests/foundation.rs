@@ -561,18 +561,8 @@ WHERE status = 'processing'
     .execute(&db.pool)
     .await
     .unwrap();
-    let status = |id: JobId| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, String>("SELECT status FROM job_queue WHERE id = ?")
-                .bind(id.0)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
-    assert_eq!(status(keep).await, "pending");
-    assert_eq!(status(last).await, "failed");
+    assert_eq!(db.status(keep.0).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(last.0).await.as_deref(), Some("failed"));
 
     // mysqlq's reaper does the same and says why.
     let (_t, again) = claim(&db, "test", 10, Duration::ZERO).await;

@@ -200,6 +200,15 @@ impl TestDb {
         exec_on(&self.pool, sql).await;
     }
 
+    /// The status of job `id`, `None` when there is no such row.
+    pub async fn status(&self, id: u64) -> Option<String> {
+        sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("the status of job {id}: {e}"))
+    }
+
     /// Waits (polling the database every 20 ms, at most `limit`) until `sql` returns a
     /// non-zero count; panics with `what` on time-out.
     pub async fn wait_for(&self, what: &str, sql: &str, limit: Duration) {
