@@ -7,25 +7,12 @@ use std::time::Duration;
 use mysqlq::store::{self, ClaimParams, Owned};
 use mysqlq::{EnqueueOptions, Enqueued, Job, JobContext, JobError, JobId, NewJob};
 use mysqlq_tests::TestDb;
+use mysqlq_tests::jobs::PlainNoop;
 use serde::{Deserialize, Serialize};
 
 #[path = "harness/claim.rs"]
 mod claim;
 use claim::{claim, owned};
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Noop {
-    n: u64,
-}
-
-impl Job for Noop {
-    const KIND: &'static str = "noop";
-    const QUEUE: &'static str = "test";
-
-    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
-        Ok(())
-    }
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Big {
@@ -115,7 +102,7 @@ async fn enqueue_follows_the_callers_transaction() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let rolled_back = Noop { n: 1 }.enqueue(&mut tx).await.unwrap();
+    let rolled_back = PlainNoop { n: 1 }.enqueue(&mut tx).await.unwrap();
     assert!(!rolled_back.is_duplicate());
     tx.rollback().await.unwrap();
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
@@ -129,7 +116,7 @@ async fn enqueue_follows_the_callers_transaction() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let id = Noop { n: 2 }.enqueue(&mut tx).await.unwrap().id();
+    let id = PlainNoop { n: 2 }.enqueue(&mut tx).await.unwrap().id();
     // Not visible to others before commit.
     let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
         .fetch_one(&db.pool)
@@ -156,9 +143,9 @@ async fn enqueue_follows_the_callers_transaction() {
     assert_eq!((attempts, max_attempts), (0, 5));
 
     // On a pool and on a plain connection too.
-    Noop { n: 3 }.enqueue(&db.pool).await.unwrap();
+    PlainNoop { n: 3 }.enqueue(&db.pool).await.unwrap();
     let mut conn = db.connect().await;
-    Noop { n: 4 }.enqueue(&mut conn).await.unwrap();
+    PlainNoop { n: 4 }.enqueue(&mut conn).await.unwrap();
     assert_eq!(db.count("pending").await, 3);
 }
 
@@ -171,7 +158,7 @@ async fn per_call_options_are_stored() {
         .max_attempts(9)
         .delay(Duration::from_secs(3600))
         .ordering_key("order-7");
-    let id = Noop { n: 1 }
+    let id = PlainNoop { n: 1 }
         .enqueue_with(&db.pool, &opts)
         .await
         .unwrap()
@@ -199,7 +186,7 @@ async fn per_call_options_are_stored() {
 
     // Absolute run time.
     let at = std::time::SystemTime::now() + Duration::from_secs(7200);
-    let id = Noop { n: 2 }
+    let id = PlainNoop { n: 2 }
         .enqueue_with(&db.pool, &EnqueueOptions::new().run_at(at))
         .await
         .unwrap()
@@ -217,7 +204,7 @@ async fn per_call_options_are_stored() {
     );
 
     // Bad input is refused with a message naming it, and nothing is written.
-    let err = Noop { n: 3 }
+    let err = PlainNoop { n: 3 }
         .enqueue_with(
             &db.pool,
             &EnqueueOptions::new().queue("bad queue'; DROP TABLE job_queue; --"),
@@ -226,7 +213,7 @@ async fn per_call_options_are_stored() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("queue name"), "{err}");
-    let err = Noop { n: 3 }
+    let err = PlainNoop { n: 3 }
         .enqueue_with(&db.pool, &EnqueueOptions::new().max_attempts(0))
         .await
         .unwrap_err()
@@ -243,15 +230,24 @@ async fn per_call_options_are_stored() {
 async fn dedupe_key_returns_the_holder() {
     let db = TestDb::new().await;
     let opts = EnqueueOptions::new().dedupe_key("refresh:place-1");
-    let first = Noop { n: 1 }.enqueue_with(&db.pool, &opts).await.unwrap();
-    let second = Noop { n: 2 }.enqueue_with(&db.pool, &opts).await.unwrap();
+    let first = PlainNoop { n: 1 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
+    let second = PlainNoop { n: 2 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
     assert!(matches!(first, Enqueued::Inserted(_)));
     assert_eq!(second, Enqueued::Duplicate(first.id()));
     // Inside a transaction, the duplicate does not poison it.
     let mut tx = db.pool.begin().await.unwrap();
-    let third = Noop { n: 3 }.enqueue_with(&mut tx, &opts).await.unwrap();
+    let third = PlainNoop { n: 3 }
+        .enqueue_with(&mut tx, &opts)
+        .await
+        .unwrap();
     assert_eq!(third, Enqueued::Duplicate(first.id()));
-    let other = Noop { n: 4 }.enqueue(&mut tx).await.unwrap();
+    let other = PlainNoop { n: 4 }.enqueue(&mut tx).await.unwrap();
     tx.commit().await.unwrap();
     assert!(!other.is_duplicate());
     assert_eq!(db.count("pending").await, 2);
@@ -267,7 +263,10 @@ async fn dedupe_key_returns_the_holder() {
             .done,
         2
     );
-    let again = Noop { n: 5 }.enqueue_with(&db.pool, &opts).await.unwrap();
+    let again = PlainNoop { n: 5 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
     assert!(matches!(again, Enqueued::Inserted(id) if id != first.id()));
 }
 
@@ -297,7 +296,7 @@ async fn oversized_payload_is_refused() {
 async fn bulk_enqueue_lands_every_row_with_its_id() {
     let db = TestDb::new().await;
     let jobs: Vec<NewJob> = (0..10_000u64)
-        .map(|n| NewJob::from_job(&Noop { n }, &EnqueueOptions::new()).unwrap())
+        .map(|n| NewJob::from_job(&PlainNoop { n }, &EnqueueOptions::new()).unwrap())
         .collect();
     let mut tx = db.pool.begin().await.unwrap();
     let out = mysqlq::enqueue_many(&mut tx, jobs).await.unwrap();
@@ -317,7 +316,9 @@ async fn bulk_enqueue_lands_every_row_with_its_id() {
     // Dedupe keys inside bulk: duplicates reported, within the batch and against the table.
     let keyed: Vec<NewJob> = ["a", "b", "a"]
         .iter()
-        .map(|k| NewJob::from_job(&Noop { n: 0 }, &EnqueueOptions::new().dedupe_key(*k)).unwrap())
+        .map(|k| {
+            NewJob::from_job(&PlainNoop { n: 0 }, &EnqueueOptions::new().dedupe_key(*k)).unwrap()
+        })
         .collect();
     let out = mysqlq::enqueue_many(&db.pool, keyed).await.unwrap();
     assert!(!out[0].is_duplicate() && !out[1].is_duplicate());
@@ -328,7 +329,7 @@ async fn bulk_enqueue_lands_every_row_with_its_id() {
 async fn concurrent_claimers_claim_every_job_exactly_once() {
     let db = TestDb::new().await;
     let jobs: Vec<NewJob> = (0..5_000u64)
-        .map(|n| NewJob::from_job(&Noop { n }, &EnqueueOptions::new()).unwrap())
+        .map(|n| NewJob::from_job(&PlainNoop { n }, &EnqueueOptions::new()).unwrap())
         .collect();
     mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
 
@@ -378,7 +379,7 @@ async fn concurrent_claimers_claim_every_job_exactly_once() {
 #[tokio::test]
 async fn stale_token_changes_nothing_and_is_reported() {
     let db = TestDb::new().await;
-    let id = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let id = PlainNoop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
     assert_eq!(jobs.len(), 1);
     assert_eq!(
@@ -437,7 +438,7 @@ async fn stale_token_changes_nothing_and_is_reported() {
 async fn attempt_outcomes_move_jobs_as_documented() {
     let db = TestDb::new().await;
     for n in 0..4 {
-        Noop { n }.enqueue(&db.pool).await.unwrap();
+        PlainNoop { n }.enqueue(&db.pool).await.unwrap();
     }
     let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
     assert_eq!(jobs.len(), 4);
@@ -523,8 +524,8 @@ async fn attempt_outcomes_move_jobs_as_documented() {
 #[tokio::test]
 async fn the_articles_recovery_sql_returns_expired_jobs() {
     let db = TestDb::new().await;
-    let keep = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
-    let last = Noop { n: 2 }
+    let keep = PlainNoop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let last = PlainNoop { n: 2 }
         .enqueue_with(&db.pool, &EnqueueOptions::new().max_attempts(1))
         .await
         .unwrap()
@@ -586,7 +587,7 @@ async fn claim_query_uses_the_claim_index_without_filesort() {
         .map(|n| {
             let queue = ["test", "mail", "reports"][(n % 3) as usize];
             let opts = EnqueueOptions::new().queue(queue).priority((n % 4) as i16);
-            NewJob::from_job(&Noop { n }, &opts).unwrap()
+            NewJob::from_job(&PlainNoop { n }, &opts).unwrap()
         })
         .collect();
     mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
@@ -611,9 +612,9 @@ async fn claim_query_uses_the_claim_index_without_filesort() {
 async fn priority_orders_claims_and_pause_stops_them() {
     let db = TestDb::new().await;
     for n in 0..5 {
-        Noop { n }.enqueue(&db.pool).await.unwrap();
+        PlainNoop { n }.enqueue(&db.pool).await.unwrap();
     }
-    let urgent = Noop { n: 99 }
+    let urgent = PlainNoop { n: 99 }
         .enqueue_with(&db.pool, &EnqueueOptions::new().priority(-10))
         .await
         .unwrap()
@@ -689,11 +690,17 @@ async fn complete_with_short_lock_wait(db: &TestDb, id: JobId) -> Result<u64, Op
 async fn a_duplicate_enqueue_leaves_no_lock_on_the_holder() {
     let db = TestDb::new().await;
     let opts = EnqueueOptions::new().dedupe_key("refresh:place-7");
-    let holder = Noop { n: 1 }.enqueue_with(&db.pool, &opts).await.unwrap();
+    let holder = PlainNoop { n: 1 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
     assert!(!holder.is_duplicate());
 
     // On a pool: the statement is its own transaction.
-    let dup = Noop { n: 2 }.enqueue_with(&db.pool, &opts).await.unwrap();
+    let dup = PlainNoop { n: 2 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
     assert_eq!(dup, Enqueued::Duplicate(holder.id()));
 
     // Inside an application transaction at READ COMMITTED that stays open: completing the
@@ -704,7 +711,10 @@ async fn a_duplicate_enqueue_leaves_no_lock_on_the_holder() {
         .await
         .unwrap();
     let mut tx = sqlx::Connection::begin(&mut app).await.unwrap();
-    let dup = Noop { n: 3 }.enqueue_with(&mut *tx, &opts).await.unwrap();
+    let dup = PlainNoop { n: 3 }
+        .enqueue_with(&mut *tx, &opts)
+        .await
+        .unwrap();
     assert_eq!(dup, Enqueued::Duplicate(holder.id()));
     assert_eq!(
         complete_with_short_lock_wait(&db, holder.id()).await,
@@ -712,7 +722,10 @@ async fn a_duplicate_enqueue_leaves_no_lock_on_the_holder() {
         "the holder completes while the enqueuing transaction is open"
     );
     // The key is free now: the same transaction can take it.
-    let next = Noop { n: 4 }.enqueue_with(&mut *tx, &opts).await.unwrap();
+    let next = PlainNoop { n: 4 }
+        .enqueue_with(&mut *tx, &opts)
+        .await
+        .unwrap();
     assert!(!next.is_duplicate(), "{next:?}");
     tx.commit().await.unwrap();
     assert_eq!(db.count("pending").await, 1);
@@ -757,7 +770,7 @@ async fn bulk_enqueue_on_a_pool_is_all_or_nothing() {
     .await
     .unwrap();
     let mut jobs: Vec<NewJob> = (0..store::INSERT_CHUNK_ROWS as u64 + 10)
-        .map(|n| NewJob::from_job(&Noop { n }, &EnqueueOptions::new()).unwrap())
+        .map(|n| NewJob::from_job(&PlainNoop { n }, &EnqueueOptions::new()).unwrap())
         .collect();
     jobs.push(
         NewJob::new(

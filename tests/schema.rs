@@ -2,24 +2,10 @@
 //! whatever the session's time zone; a database of schema version 2 with rows in it upgrades in
 //! place, idempotently. Real server, one database per test.
 
-use mysqlq::{EnqueueOptions, Enqueued, Job, JobContext, JobError};
+use mysqlq::{EnqueueOptions, Enqueued, Job};
+use mysqlq_tests::jobs::PlainNoop;
 use mysqlq_tests::{TestDb, exec_on};
-use serde::{Deserialize, Serialize};
 use sqlx::{Connection, MySqlConnection};
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Noop {
-    n: u64,
-}
-
-impl Job for Noop {
-    const KIND: &'static str = "noop";
-    const QUEUE: &'static str = "test";
-
-    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
-        Ok(())
-    }
-}
 
 /// The keys of the issue: each differs from the first in case, trailing spaces or an accent.
 const KEYS: [&str; 4] = ["Video-aBc", "video-ABC", "Video-aBc   ", "Vidéo-aBc"];
@@ -30,7 +16,7 @@ async fn enqueue_keys(db: &TestDb) -> Vec<Enqueued> {
     for (n, key) in KEYS.iter().chain(&KEYS[..1]).enumerate() {
         let opts = EnqueueOptions::new().dedupe_key(*key);
         out.push(
-            Noop { n: n as u64 }
+            PlainNoop { n: n as u64 }
                 .enqueue_with(&db.pool, &opts)
                 .await
                 .unwrap(),
@@ -258,7 +244,7 @@ async fn migration_3_upgrades_a_version_2_database_in_place() {
     )
     .await;
     // Version 2 compares keys case-insensitively: this is what the migration fixes.
-    let before = Noop { n: 9 }
+    let before = PlainNoop { n: 9 }
         .enqueue_with(&db.pool, &EnqueueOptions::new().dedupe_key("video-ABC"))
         .await
         .unwrap();
@@ -293,13 +279,13 @@ async fn migration_3_upgrades_a_version_2_database_in_place() {
 
     // The held key is still held, by the same job, byte for byte; other spellings are free.
     let held = rows_before[0].0;
-    let again = Noop { n: 10 }
+    let again = PlainNoop { n: 10 }
         .enqueue_with(&db.pool, &EnqueueOptions::new().dedupe_key("Video-aBc"))
         .await
         .unwrap();
     assert_eq!(again, Enqueued::Duplicate(mysqlq::JobId(held)));
     for key in &KEYS[1..] {
-        let e = Noop { n: 11 }
+        let e = PlainNoop { n: 11 }
             .enqueue_with(&db.pool, &EnqueueOptions::new().dedupe_key(*key))
             .await
             .unwrap();

@@ -36,6 +36,24 @@ pub async fn noop(ctx: JobContext, n: u64) -> Result<(), JobError> {
     record(&ctx, "noop", "done").await
 }
 
+/// A `noop` written by hand on the [`Job`](mysqlq::Job) trait's defaults (5 attempts, the
+/// default backoff), doing nothing when run: for tests that enqueue and read the rows back. Its
+/// rows are [`Noop`]'s (kind `noop`, queue `test`, payload `{"n": …}`) but for `max_attempts`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct PlainNoop {
+    /// The payload's only field.
+    pub n: u64,
+}
+
+impl mysqlq::Job for PlainNoop {
+    const KIND: &'static str = "noop";
+    const QUEUE: &'static str = "test";
+
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
 /// Records start, sleeps `ms` (stopping early if cancelled), records the end.
 #[mysqlq::job(queue = "test", retries = 3, backoff = "100ms")]
 pub async fn sleepy(ctx: JobContext, ms: u64) -> Result<(), JobError> {
