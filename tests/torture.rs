@@ -43,11 +43,7 @@ const CONCURRENCY: usize = 6;
 const FAULT_PHASE: Duration = Duration::from_secs(10);
 
 fn scale() -> u32 {
-    std::env::var("MYSQLQ_TORTURE_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    u32::try_from(mysqlq_tests::scale("MYSQLQ_TORTURE_SCALE")).unwrap_or(u32::MAX)
 }
 
 fn seed() -> u64 {
