@@ -77,10 +77,25 @@ impl Bench<'_> {
         pool.close().await;
         let commits = commits?;
         waited?;
+        self.check_pickups(&label, &probe, &commits, n, "enqueued one at a time")
+            .await
+    }
+
+    /// Checks that each job of `enqueued` (id, when its enqueue committed, in µs) started its
+    /// handler exactly once and that the `n` rows of the run are completed; returns the pickup
+    /// latency's (p50, p99) in milliseconds, from the commit to the handler's start.
+    pub(crate) async fn check_pickups(
+        &mut self,
+        label: &str,
+        probe: &Probe,
+        enqueued: &[(u64, i64)],
+        n: u32,
+        how: &str,
+    ) -> Result<(f64, f64), BenchError> {
         let starts = lock(probe.starts.as_ref().expect("timing probe")).clone();
-        let mut latencies = Vec::with_capacity(commits.len());
+        let mut latencies = Vec::with_capacity(enqueued.len());
         let mut wrong = 0usize;
-        for (id, committed) in &commits {
+        for (id, committed) in enqueued {
             let mine: Vec<i64> = starts
                 .iter()
                 .filter(|(i, _)| i == id)
@@ -90,22 +105,21 @@ impl Bench<'_> {
                 wrong += 1;
             }
             if let Some(t) = mine.first() {
-                let us = (t - committed).max(0);
                 #[allow(clippy::cast_precision_loss)]
-                latencies.push(us as f64 / 1000.0);
+                latencies.push((t - committed).max(0) as f64 / 1000.0);
             }
         }
         let detail = format!(
-            "{} handler runs for {} jobs enqueued one at a time, {wrong} not run exactly once",
+            "{} handler runs for {} jobs {how}, {wrong} not run exactly once",
             starts.len(),
-            commits.len()
+            enqueued.len()
         );
-        let ok = wrong == 0 && starts.len() == commits.len();
+        let ok = wrong == 0 && starts.len() == enqueued.len();
         self.check(
             format!("{label}: handlers"),
             if ok { Ok(detail) } else { Err(detail) },
         );
-        self.check_rows_completed(&label, n).await?;
+        self.check_rows_completed(label, n).await?;
         latencies.sort_by(f64::total_cmp);
         Ok((percentile(&latencies, 50.0), percentile(&latencies, 99.0)))
     }

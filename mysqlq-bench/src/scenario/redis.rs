@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use crate::bench::{Bench, PICKUP_RATE, Side, wait_for};
 use crate::error::{BenchError, q_err};
 use crate::job::{BenchNoop, QUEUE};
-use crate::probe::{Probe, lock, now_us};
-use crate::report::{percentile, round_to, values};
+use crate::probe::{Probe, now_us};
+use crate::report::{round_to, values};
 use crate::scenario::drain::Drainer;
 use crate::table::Table;
 
@@ -135,36 +135,8 @@ impl Bench<'_> {
             return Err(BenchError::mysqlq("the fast producer failed", &e));
         }
         waited?;
-        let starts = lock(probe.starts.as_ref().expect("timing probe")).clone();
-        let mut latencies = Vec::new();
-        let mut wrong = 0usize;
-        for (id, t0) in &calls {
-            let mine: Vec<i64> = starts
-                .iter()
-                .filter(|(i, _)| i == id)
-                .map(|(_, t)| *t)
-                .collect();
-            if mine.len() != 1 {
-                wrong += 1;
-            }
-            if let Some(t) = mine.first() {
-                #[allow(clippy::cast_precision_loss)]
-                latencies.push((t - t0).max(0) as f64 / 1000.0);
-            }
-        }
-        let detail = format!(
-            "{} handler runs for {} jobs enqueued one per call, {wrong} not run exactly once",
-            starts.len(),
-            calls.len()
-        );
-        let ok = wrong == 0 && starts.len() == calls.len();
-        self.check(
-            format!("{label}: handlers"),
-            if ok { Ok(detail) } else { Err(detail) },
-        );
-        self.check_rows_completed(&label, n).await?;
-        latencies.sort_by(f64::total_cmp);
-        Ok((percentile(&latencies, 50.0), percentile(&latencies, 99.0)))
+        self.check_pickups(&label, &probe, &calls, n, "enqueued one per call")
+            .await
     }
 
     /// The checks made since `first` are about runs over Redis.
