@@ -123,3 +123,95 @@ async fn doctor_returns_its_checks_as_data() {
         "{stranded:?}"
     );
 }
+
+/// Runs `op` while another transaction holds job `id`'s row, changed by `hold` (not yet
+/// committed); commits that transaction once `op` waits on the row, then returns what `op` did.
+async fn while_row_held<T: Send + 'static>(
+    db: &TestDb,
+    id: JobId,
+    hold: &'static str,
+    op: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let mut other = db.pool.begin().await.unwrap();
+    sqlx::query(hold)
+        .bind(id.0)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let op = tokio::spawn(op);
+    // `op` reaches the locked row and waits for it (its locking check, or the write itself).
+    db.wait_for(
+        "the operation to wait for the other transaction's row lock",
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = DATABASE() AND ID <> CONNECTION_ID() \
+           AND (INFO LIKE '%mysqlq:job_failed_check%FOR UPDATE%' \
+                OR INFO LIKE '%mysqlq:job_discard_failed%' \
+                OR INFO LIKE '%mysqlq:job_retry_failed%')",
+        Duration::from_secs(30),
+    )
+    .await;
+    other.commit().await.unwrap();
+    op.await.unwrap()
+}
+
+/// An attempt-history row of job `id`; returns the query counting them.
+async fn with_history(db: &TestDb, id: JobId) -> String {
+    sqlx::query(
+        "INSERT INTO mysqlq_job_attempt (job_id, attempt, outcome, worker, started_at, \
+         finished_at, error, error_bytes) \
+         VALUES (?, 3, 'fail', 'w1', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 'boom', 4)",
+    )
+    .bind(id.0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    format!(
+        "SELECT COUNT(*) FROM mysqlq_job_attempt WHERE job_id = {}",
+        id.0
+    )
+}
+
+/// An operator retries a failed job while another discards it. The discard's check locks the
+/// rows it deletes, so it waits for the retry and then leaves the job, now `pending`, alone with
+/// its attempt history. (Its check once read without a lock: it deleted the history of the job
+/// the retry had just moved back to `pending`, and counted the job as discarded.)
+#[tokio::test]
+async fn a_discard_racing_a_retry_leaves_the_retried_job_and_its_history() {
+    let db = TestDb::new().await;
+    let id = failed_jobs(&db, "race", 1).await[0];
+    let history = with_history(&db, id).await;
+    let admin = Admin::new(db.pool.clone());
+    let report = while_row_held(
+        &db,
+        id,
+        "UPDATE job_queue SET status = 'pending', attempts = 0, finished_at = NULL WHERE id = ?",
+        async move { admin.discard_failed(Selection::Ids(&[id]), |_| {}).await },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.discarded, 0, "{report:?}");
+    assert_eq!(report.not_failed, vec![id], "{report:?}");
+    assert_eq!(db.status(id.0).await.as_deref(), Some("pending"));
+    assert_eq!(
+        db.scalar(&history).await,
+        1,
+        "the retried job's history must stay"
+    );
+}
+
+/// The other way round: a retry racing a discard waits for it, and does not count the job it
+/// never moved as retried.
+#[tokio::test]
+async fn a_retry_racing_a_discard_does_not_count_the_discarded_job() {
+    let db = TestDb::new().await;
+    let id = failed_jobs(&db, "race", 1).await[0];
+    let admin = Admin::new(db.pool.clone());
+    let report = while_row_held(&db, id, "DELETE FROM job_queue WHERE id = ?", async move {
+        admin.retry_failed(Selection::Ids(&[id]), |_| {}).await
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.retried, 0, "{report:?}");
+    assert_eq!(report.not_failed, vec![id], "{report:?}");
+    assert_eq!(db.status(id.0).await, None);
+}

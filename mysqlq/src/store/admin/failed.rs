@@ -238,9 +238,16 @@ pub struct RetryReport {
 }
 
 /// Which of `ids` are failed jobs now.
-async fn failed_among(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<Vec<JobId>, Error> {
+/// The failed jobs among `ids`, in their order; the others go to `skipped`. The rows are
+/// locked (`FOR UPDATE`) until the caller's transaction ends, so they stay failed while it
+/// acts on them: a concurrent retry, discard or delete waits, then finds them changed.
+async fn failed_among(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+    skipped: &mut Vec<JobId>,
+) -> Result<Vec<JobId>, Error> {
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_failed_check */ SELECT id FROM job_queue WHERE id IN ({}) AND status = 'failed'",
+        "/* mysqlq:job_failed_check */ SELECT id FROM job_queue WHERE id IN ({}) AND status = 'failed' FOR UPDATE",
         placeholders(padded_len(ids.len()))
     ));
     let found: Vec<u64> = bind_ids(sqlx::query(sql), ids)
@@ -249,11 +256,10 @@ async fn failed_among(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<Vec<J
         .iter()
         .map(|r| r.try_get("id"))
         .collect::<Result<_, _>>()?;
-    Ok(ids
-        .iter()
-        .copied()
-        .filter(|id| found.contains(&id.0))
-        .collect())
+    let (failed, others): (Vec<JobId>, Vec<JobId>) =
+        ids.iter().partition(|id| found.contains(&id.0));
+    skipped.extend(others);
+    Ok(failed)
 }
 
 fn retry_sql(n: usize) -> AssertSqlSafe<String> {
@@ -275,15 +281,14 @@ pub async fn job_retry_failed(
 ) -> Result<RetryReport, Error> {
     let mut report = RetryReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
-        let failed = failed_among(conn, chunk).await?;
-        report
-            .skipped
-            .extend(chunk.iter().filter(|id| !failed.contains(id)));
+        // The check locks the rows, so each job counted as retried was.
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let failed = failed_among(&mut tx, chunk, &mut report.skipped).await?;
         if failed.is_empty() {
             continue;
         }
         match bind_ids(sqlx::query(retry_sql(failed.len())), &failed)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await
         {
             Ok(_) => report.retried.extend(&failed),
@@ -291,13 +296,13 @@ pub async fn job_retry_failed(
                 // The statement was rolled back whole: redo it one job at a time.
                 for &id in &failed {
                     match bind_ids(sqlx::query(retry_sql(1)), &[id])
-                        .execute(&mut *conn)
+                        .execute(&mut *tx)
                         .await
                     {
                         Ok(done) if done.rows_affected() == 1 => report.retried.push(id),
                         Ok(_) => report.skipped.push(id),
                         Err(e) if crate::store::is_duplicate_key(&e) => {
-                            report.conflicts.push(dedupe_conflict(conn, id).await?);
+                            report.conflicts.push(dedupe_conflict(&mut tx, id).await?);
                         }
                         Err(e) => return Err(e.into()),
                     }
@@ -305,6 +310,7 @@ pub async fn job_retry_failed(
             }
             Err(e) => return Err(e.into()),
         }
+        tx.commit().await?;
     }
     Ok(report)
 }
@@ -345,10 +351,9 @@ pub async fn job_discard_failed(
 ) -> Result<DiscardReport, Error> {
     let mut report = DiscardReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
-        let failed = failed_among(conn, chunk).await?;
-        report
-            .skipped
-            .extend(chunk.iter().filter(|id| !failed.contains(id)));
+        // The check locks the rows, so a job retried meanwhile keeps its history.
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let failed = failed_among(&mut tx, chunk, &mut report.skipped).await?;
         if failed.is_empty() {
             continue;
         }
@@ -356,7 +361,6 @@ pub async fn job_discard_failed(
             "/* mysqlq:job_discard_failed */ DELETE FROM job_queue WHERE id IN ({}) AND status = 'failed'",
             placeholders(padded_len(failed.len()))
         ));
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         crate::store::job_attempt_delete(&mut tx, &failed).await?;
         bind_ids(sqlx::query(sql), &failed)
             .execute(&mut *tx)
