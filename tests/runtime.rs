@@ -588,3 +588,61 @@ async fn an_enqueue_delay_of_any_size_is_written() {
         .await;
     assert_eq!(year, 9999);
 }
+
+/// A worker frozen inside a transaction (SIGSTOP, a paused VM, a long GC) keeps that
+/// transaction's row locks for as long as the freeze lasts: here, the row of the job whose
+/// lease expired first. A reaper round skips the locked row and returns the other orphans at
+/// once; the locked job comes back in a later round, once the lock is gone. (The reaper's
+/// statements once scanned the expired leases with plain locking reads: the first locked row
+/// stopped the whole round until it failed with a lock wait timeout, round after round — the
+/// healthy worker of `faults::a_worker_stalled_past_its_lease_…` could not take the frozen
+/// worker's jobs back.)
+#[tokio::test]
+async fn the_reaper_skips_rows_that_a_frozen_transaction_holds() {
+    let db = TestDb::new().await;
+    let held = orphan(&db, 1).await;
+    let free = orphan(&db, 2).await;
+    let relayed = orphan(&db, 3).await;
+    db.exec(&format!(
+        "UPDATE job_queue SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 10 SECOND \
+         WHERE id = {}",
+        held.0
+    ))
+    .await;
+    db.exec(&format!(
+        "UPDATE job_queue SET locked_by = 'redis-relay:gone', attempts = 0 WHERE id = {}",
+        relayed.0
+    ))
+    .await;
+    let mut frozen = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(held.0)
+        .fetch_all(&mut *frozen)
+        .await
+        .unwrap();
+
+    let mut conn = db.connect().await;
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 2")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let r = store::job_reap_expired(&mut conn, 100)
+        .await
+        .expect("a reaper round past the locked row");
+    assert_eq!((r.retried, r.relayed, r.failed), (1, 1, 0), "{r:?}");
+    assert_eq!(db.status(free.0).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(relayed.0).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(held.0).await.as_deref(), Some("processing"));
+
+    frozen.rollback().await.unwrap();
+    let r = store::job_reap_expired(&mut conn, 100).await.unwrap();
+    assert_eq!((r.retried, r.relayed, r.failed), (1, 0, 0), "{r:?}");
+    assert_eq!(db.status(held.0).await.as_deref(), Some("pending"));
+    let history = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_job_attempt WHERE job_id IN ({}, {})",
+            held.0, free.0
+        ))
+        .await;
+    assert_eq!(history, 2, "each reaped attempt recorded once");
+}

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use sqlx::MySqlConnection;
+use sqlx::{AssertSqlSafe, MySqlConnection};
 
-use super::sql::micros;
-use crate::Error;
+use super::sql::{bind_ids, micros, padded_len, placeholders};
+use crate::{Error, JobId};
 
 /// What [`job_reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -19,60 +19,60 @@ pub struct ReapReport {
     pub failed: u64,
 }
 
-/// `job_attempt_reaped`: the attempt history row of each job the next reaper UPDATE takes
-/// (same `WHERE`, order and limit; the locking read keeps the rows for that UPDATE). The start is
-/// unknown (NULL): the worker that knew it is presumed dead.
-macro_rules! reaped_attempts_sql {
-    ($outcome:literal, $cond:literal) => {
-        concat!(
-            "/* mysqlq:job_attempt_reaped */ INSERT INTO mysqlq_job_attempt \
-             (job_id, attempt, outcome, worker, started_at, finished_at, error, error_bytes) \
-             SELECT id, attempts, '",
-            $outcome,
-            "', locked_by, NULL, UTC_TIMESTAMP(6), \
-               CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
-                      ' (worker presumed dead)'), \
-               LENGTH(CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
-                      ' (worker presumed dead)')) \
-             FROM job_queue WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
-               AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') AND ",
-            $cond,
-            " ORDER BY lease_expires_at LIMIT ?"
-        )
+/// The reason the reaper gives, in `last_error` and in the attempt history, for a lost lease.
+macro_rules! lease_lost {
+    () => {
+        "CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), ' (worker presumed dead)')"
     };
 }
 
-/// `job_reap_expired`'s UPDATE of expired leases matching `$cond` (the same rows as
-/// [`reaped_attempts_sql`]), setting `$set` and clearing the claim.
-macro_rules! reap_sql {
-    ($set:literal, $cond:literal) => {
-        concat!(
-            "/* mysqlq:job_reap_expired */ UPDATE job_queue SET ",
-            $set,
-            ", locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
-             WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
-               AND (locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%') AND ",
-            $cond,
-            " ORDER BY lease_expires_at LIMIT ?"
-        )
-    };
-}
-
-/// One reaper step in a transaction of its own: the lost attempts' history rows, then the
-/// UPDATE of the same rows. Returns the jobs updated.
+/// One reaper step, in a transaction of its own: locks up to `limit` expired leases matching
+/// `cond`, oldest first, **skipping rows another transaction holds** (a worker frozen inside a
+/// transaction — SIGSTOP, a paused VM — keeps its row locks for as long as the freeze lasts; a
+/// plain locking scan would stop the whole round at the first such row; the skipped rows come
+/// back in a later round); records their lost attempts in the history as `outcome`
+/// (`job_attempt_reaped`, not trimmed here: the next attempt a worker records trims it; none
+/// with `None`); then sets `set` on them by id and clears the claim. Returns the jobs updated.
 async fn reap_step(
     conn: &mut MySqlConnection,
-    attempts_sql: &'static str,
-    update_sql: &'static str,
+    tag: &str,
+    cond: &str,
+    outcome: Option<&str>,
+    set: &str,
     limit: u32,
 ) -> Result<u64, Error> {
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    sqlx::query(attempts_sql)
-        .bind(limit)
-        .execute(&mut *tx)
-        .await?;
-    let updated = sqlx::query(update_sql)
-        .bind(limit)
+    let ids: Vec<u64> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "/* mysqlq:{tag} */ SELECT id FROM job_queue \
+         WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) AND {cond} \
+         ORDER BY lease_expires_at LIMIT ? FOR UPDATE SKIP LOCKED"
+    )))
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    if ids.is_empty() {
+        tx.commit().await?;
+        return Ok(0);
+    }
+    let ids: Vec<JobId> = ids.into_iter().map(JobId).collect();
+    let list = placeholders(padded_len(ids.len()));
+    if let Some(outcome) = outcome {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:job_attempt_reaped */ INSERT INTO mysqlq_job_attempt \
+             (job_id, attempt, outcome, worker, started_at, finished_at, error, error_bytes) \
+             SELECT id, attempts, '{outcome}', locked_by, NULL, UTC_TIMESTAMP(6), {lost}, \
+                    LENGTH({lost}) \
+             FROM job_queue WHERE id IN ({list})",
+            lost = lease_lost!()
+        ));
+        bind_ids(sqlx::query(sql), &ids).execute(&mut *tx).await?;
+    }
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:{tag} */ UPDATE job_queue SET {set}, \
+         locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
+         WHERE id IN ({list}) AND status = 'processing'"
+    ));
+    let updated = bind_ids(sqlx::query(sql), &ids)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -80,13 +80,20 @@ async fn reap_step(
     Ok(updated)
 }
 
+/// Rows the reaper's own steps take: not held by a Redis relay (those took no attempt; see
+/// [`RELAY_HELD`]).
+const NOT_RELAY_HELD: &str = "(locked_by IS NULL OR locked_by NOT LIKE 'redis-relay:%')";
+/// Rows held by a Redis relay (`locked_by` [`RELAY_PREFIX`](super::relay::RELAY_PREFIX)…): in
+/// a stream, not taken.
+const RELAY_HELD: &str = "locked_by LIKE 'redis-relay:%'";
+
 /// `job_reap_expired`: the article's recovery SQL — expired leases go back to `pending` when
 /// attempts remain, else to `failed` — in batches of `limit`, with `last_error` saying why.
 /// Relayed jobs (held by a Redis relay, `locked_by` `redis-relay:…`) took no attempt: they go
 /// back to `pending` untouched first (`job_relay_expire`), and the statements below skip them.
-/// Each UPDATE runs in one transaction with `job_attempt_reaped`, which records the lost
-/// attempt in the job's history (not trimmed here: the next attempt a worker records trims
-/// it).
+/// Each step locks its rows with `FOR UPDATE SKIP LOCKED`, so rows a frozen worker's open
+/// transaction holds are left for a later round instead of stalling this one, and records the
+/// lost attempts in the same transaction ([`reap_step`]).
 pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<ReapReport, Error> {
     // `job_reap_due`: one index-only look (`idx_job_recover`) first, so that a round with no
     // expired lease — nearly every round — costs one statement instead of two transactions.
@@ -99,28 +106,38 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
     if due.is_none() {
         return Ok(ReapReport::default());
     }
-    let relayed = super::relay::job_relay_expire(&mut *conn, limit).await?;
+    // Relayed jobs whose relay died: back to `pending`, nothing else changes (no attempt was
+    // taken, no history, `last_error` kept).
+    let relayed = reap_step(
+        conn,
+        "job_relay_expire",
+        RELAY_HELD,
+        None,
+        "status = 'pending'",
+        limit,
+    )
+    .await?;
     let retried = reap_step(
         conn,
-        reaped_attempts_sql!("retry", "attempts < max_attempts"),
-        reap_sql!(
-            "status = 'pending', available_at = UTC_TIMESTAMP(6), \
-             last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
-                                 ' (worker presumed dead); attempt ', attempts)",
-            "attempts < max_attempts"
+        "job_reap_expired",
+        &format!("{NOT_RELAY_HELD} AND attempts < max_attempts"),
+        Some("retry"),
+        concat!(
+            "status = 'pending', available_at = UTC_TIMESTAMP(6), last_error = CONCAT(",
+            lease_lost!(),
+            ", '; attempt ', attempts)"
         ),
         limit,
     )
     .await?;
     let failed = reap_step(
         conn,
-        reaped_attempts_sql!("fail", "attempts >= max_attempts"),
-        reap_sql!(
-            "status = 'failed', finished_at = UTC_TIMESTAMP(6), \
-             last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
-                                 ' on the last attempt (', attempts, ' of ', max_attempts, ')')",
-            "attempts >= max_attempts"
-        ),
+        "job_reap_expired",
+        &format!("{NOT_RELAY_HELD} AND attempts >= max_attempts"),
+        Some("fail"),
+        "status = 'failed', finished_at = UTC_TIMESTAMP(6), \
+         last_error = CONCAT('lease expired while held by ', IFNULL(locked_by, '?'), \
+                             ' on the last attempt (', attempts, ' of ', max_attempts, ')')",
         limit,
     )
     .await?;
@@ -222,4 +239,16 @@ pub async fn leader_resign(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relay_conditions_name_the_relay_prefix() {
+        let like = format!("'{}%'", super::super::relay::RELAY_PREFIX);
+        assert!(RELAY_HELD.ends_with(&format!("LIKE {like}")));
+        assert!(NOT_RELAY_HELD.contains(&format!("NOT LIKE {like}")));
+    }
 }

@@ -8,8 +8,8 @@
 //! token, `locked_by` and lease and takes the attempt, so MySQL always says where a job is and
 //! every later write is guarded by the consumer's own token.
 //!
-//! Only the reaper's part (`job_relay_expire`) is used without the `redis` feature: a build
-//! without it still brings back the jobs of a relay that died.
+//! The reaper's part (`job_relay_expire`, bringing back the jobs of a relay that died) is in
+//! `maintenance.rs`, so that a build without the `redis` feature runs it too.
 #![cfg_attr(
     not(any(feature = "redis", feature = "__internal-store")),
     allow(dead_code)
@@ -231,24 +231,6 @@ pub async fn job_reap_taken(
     } else {
         Reaped::Retried
     })
-}
-
-/// `job_relay_expire`: relayed jobs whose relay died (its lease expired): back to `pending`
-/// with nothing else changed — no attempt was taken and no handler ran, so neither `attempts`,
-/// `last_error` nor the history move. Run by the reaper before its own statements, which leave
-/// relayed rows alone.
-pub(super) async fn job_relay_expire(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Error> {
-    let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_relay_expire */ UPDATE job_queue SET status = 'pending', \
-         locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
-         WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) \
-           AND locked_by LIKE '{RELAY_PREFIX}%' ORDER BY lease_expires_at LIMIT ?"
-    ));
-    Ok(sqlx::query(sql)
-        .bind(limit)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected())
 }
 
 /// Jobs held by relays (in streams, not taken), per queue: `job_relay_counts`.
