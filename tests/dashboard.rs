@@ -208,6 +208,49 @@ async fn every_page_renders_what_the_database_holds() {
     assert!(r.body.contains(r#"id="retry""#));
     assert_eq!(d.get("/jobs/999999").await.status, 404);
 
+    // The attempt history: none recorded yet; then two (newest first), a retry the reaper
+    // recorded for a dead worker (no start) and a failure whose error was cut to 8 KiB.
+    assert!(r.body.contains(r#"id="attempts-none""#), "{}", r.body);
+    db.exec(&format!(
+        "INSERT INTO mysqlq_job_attempt \
+         (job_id, attempt, outcome, worker, started_at, finished_at, error, error_bytes) VALUES \
+         ({failed}, 3, 'retry', 'w-dead', NULL, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, \
+          'lease expired while held by w-dead', 34), \
+         ({failed}, 4, 'fail', 'w-<b>2</b>', UTC_TIMESTAMP(6) - INTERVAL 2 SECOND, \
+          UTC_TIMESTAMP(6), 'upstream <503> …[truncated]', 20000)"
+    ))
+    .await;
+    let r = d.get(&format!("/jobs/{failed}")).await;
+    let at = r.body.find(r#"id="attempt-history""#);
+    let history = &r.body[at.unwrap_or_else(|| panic!("no attempt history: {}", r.body))..];
+    assert!(!r.body.contains(r#"id="attempts-none""#));
+    let newest = history
+        .find(r#"<td class="num">4</td>"#)
+        .expect("attempt 4");
+    let older = history
+        .find(r#"<td class="num">3</td>"#)
+        .expect("attempt 3");
+    assert!(newest < older, "newest attempt first: {history}");
+    for want in [
+        "<td>fail</td>",
+        "<td>retry</td>",
+        "– (worker died)",
+        "lease expired while held by w-dead",
+        "w-&lt;b&gt;2&lt;/b&gt;",
+        "upstream &lt;503&gt;",
+        "(cut to 8 KiB of 20000 bytes)",
+    ] {
+        assert!(
+            history.contains(want),
+            "the history lacks {want}: {history}"
+        );
+    }
+    assert_eq!(
+        history.matches("(cut to 8 KiB").count(),
+        1,
+        "only the cut error says so"
+    );
+
     let r = d.get("/failed").await;
     assert_eq!(r.status, 200);
     assert!(r.body.contains(&format!(r#"data-id="{failed}""#)));
