@@ -506,3 +506,57 @@ async fn two_claim_loops_woken_together_keep_polling_a_paused_queue() {
     .await;
     worker.shutdown().await.unwrap();
 }
+
+/// One worker serving two queues with no limits of their own: a queue with a deep backlog
+/// cannot starve one with a few jobs. Each claim round starts one queue further (round-robin,
+/// each claim loop from its own offset), so the few jobs are claimed in the next round and run
+/// after at most the jobs already claimed ahead, long before the backlog drains. Run with the
+/// defaults, and with one claim loop and no claim-ahead, where the rotation alone stands between
+/// the two (a loop that always began with the first queue would fill every free slot from the
+/// backlog, round after round, and leave the second queue waiting for all of it).
+#[tokio::test]
+async fn a_deep_queue_cannot_starve_a_shallow_one() {
+    for (claimers, prefetch) in [(None, None), (Some(1), Some(0))] {
+        let db = TestDb::new().await;
+        let on = |queue: &str| EnqueueOptions::new().queue(queue);
+        let backlog: Vec<NewJob> = (0..2_000)
+            .map(|_| NewJob::from_job(&Pf { ms: 1 }, &on("deep")).unwrap())
+            .collect();
+        mysqlq::enqueue_many(&db.pool, backlog).await.unwrap();
+        let few: Vec<NewJob> = (0..3)
+            .map(|_| NewJob::from_job(&Pf { ms: 1 }, &on("shallow")).unwrap())
+            .collect();
+        let few: Vec<JobId> = mysqlq::enqueue_many(&db.pool, few)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(mysqlq::Enqueued::id)
+            .collect();
+        let mut builder = db.worker().queues(["deep", "shallow"]).concurrency(4);
+        if let Some(n) = claimers {
+            builder = builder.claimers(n);
+        }
+        if let Some(n) = prefetch {
+            builder = builder.prefetch(n, Duration::from_secs(1));
+        }
+        let worker = builder.start().await.unwrap();
+        db.wait_for(
+            "the shallow queue's jobs completed",
+            "SELECT COUNT(*) = 3 FROM job_queue WHERE queue_name = 'shallow' AND status = 'completed'",
+            Duration::from_secs(120),
+        )
+        .await;
+        let deep_done = db
+            .scalar(
+                "SELECT COUNT(*) FROM job_queue WHERE queue_name = 'deep' AND status = 'completed'",
+            )
+            .await;
+        worker.shutdown().await.unwrap();
+        assert!(
+            deep_done < 1_000,
+            "claimers {claimers:?}, prefetch {prefetch:?}: the shallow queue's 3 jobs waited for \
+             {deep_done} of the deep queue's 2,000"
+        );
+        each_completed_once(&db, &few).await;
+    }
+}
