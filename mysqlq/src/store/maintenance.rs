@@ -96,7 +96,7 @@ const RELAY_HELD: &str = "locked_by LIKE 'redis-relay:%'";
 /// lost attempts in the same transaction ([`reap_step`]).
 pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<ReapReport, Error> {
     // `job_reap_due`: one index-only look (`idx_job_recover`) first, so that a round with no
-    // expired lease — nearly every round — costs one statement instead of two transactions.
+    // expired lease — nearly every round — costs one statement instead of three transactions.
     let due: Option<i32> = sqlx::query_scalar(
         "/* mysqlq:job_reap_due */ SELECT 1 FROM job_queue \
          WHERE status = 'processing' AND lease_expires_at < UTC_TIMESTAMP(6) LIMIT 1",
