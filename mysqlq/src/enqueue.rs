@@ -12,11 +12,10 @@ use crate::new_job::NewJob;
 use crate::store::{self, InsertRow};
 use crate::{Enqueued, Error};
 
-pub(crate) async fn enqueue_one<'c, A>(target: A, job: NewJob) -> Result<Enqueued, Error>
+pub(crate) async fn enqueue_one<'c, A>(target: A, mut job: NewJob) -> Result<Enqueued, Error>
 where
     A: Acquire<'c, Database = MySql> + Send + 'c,
 {
-    let mut job = job;
     global_hooks().enqueue(&mut job).await?;
     let mut conn = target.acquire().await?;
     let out = store::job_insert_one(&mut conn, &job.row).await?;

@@ -19,8 +19,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
-use super::claim::mark_claimed;
-use super::claim::{claim_rows, claimed_job};
+use super::claim::{claim_rows, claimed_job, mark_claimed};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use super::{ClaimFailed, ClaimParams, ClaimedJob, Owned};
 use crate::{Error, JobId};

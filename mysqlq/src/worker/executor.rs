@@ -16,7 +16,7 @@ use crate::context::{ContextParts, Heartbeat};
 use crate::hooks::JobRun;
 use crate::store::{ClaimedJob, Outcome};
 use crate::worker::buffer::{Admitted, Hold};
-use crate::worker::outcome;
+use crate::worker::outcome::{Attempt, UNKNOWN_KIND_DELAY, decide, describe, record};
 use crate::worker::release::release_one;
 use crate::worker::{InFlight, Key, Phase, Shared, WorkerEvent, unit_random};
 use crate::{CancelReason, Error, JobContext, JobError, JobId};
@@ -228,7 +228,7 @@ async fn supervise(
              (a rolling deploy? it is retried in {}s)",
             job.kind.as_deref().unwrap_or("<NULL>"),
             s.worker_id,
-            outcome::UNKNOWN_KIND_DELAY.as_secs()
+            UNKNOWN_KIND_DELAY.as_secs()
         ))),
         Some(r) => match (r.runner())(ctx.clone(), &job.payload) {
             // Valid JSON of another shape may suit a newer build of the job (a rolling deploy):
@@ -290,7 +290,7 @@ async fn supervise(
         return;
     }
     let unknown = registration.is_none();
-    let outcome = outcome::decide(
+    let outcome = decide(
         err.class(),
         job.attempt,
         job.max_attempts,
@@ -298,17 +298,17 @@ async fn supervise(
         unknown,
         unit_random(),
     );
-    let message = outcome::describe(&err, &outcome, job.attempt, job.max_attempts);
+    let message = describe(&err, &outcome, job.attempt, job.max_attempts);
     if let Outcome::Fail = outcome {
         tracing::warn!(id = job.id.0, kind = %kind_label, error = %message, "job failed");
     } else {
         tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
     }
-    let attempt = outcome::Attempt {
+    let attempt = Attempt {
         number: job.attempt,
         ran_for: took,
     };
-    let written = outcome::record(&s, &key, &outcome, &message, attempt).await;
+    let written = record(&s, &key, &outcome, &message, attempt).await;
     s.forget(&key);
     match (written, &run) {
         (Some(Outcome::Fail), Some(run)) => s.hooks.dead(run, &message).await,

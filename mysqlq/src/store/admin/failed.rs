@@ -237,7 +237,6 @@ pub struct RetryReport {
     pub skipped: Vec<JobId>,
 }
 
-/// Which of `ids` are failed jobs now.
 /// The failed jobs among `ids`, in their order; the others go to `skipped`. The rows are
 /// locked (`FOR UPDATE`) until the caller's transaction ends, so they stay failed while it
 /// acts on them: a concurrent retry, discard or delete waits, then finds them changed.
