@@ -393,7 +393,7 @@ async fn stale_token_changes_nothing_and_is_reported() {
         token: mysqlq_tests::token(),
     }];
     let report = store::job_complete_many(&mut conn, &stale).await.unwrap();
-    assert_eq!((report.done, report.lost.clone()), (0, vec![id]));
+    assert_eq!((report.done, report.lost.clone()), (0, stale.to_vec()));
     assert_eq!(
         store::job_finish_attempt(&mut conn, &stale[0], &store::Outcome::Fail, "late")
             .await
@@ -405,7 +405,7 @@ async fn stale_token_changes_nothing_and_is_reported() {
             .await
             .unwrap()
             .lost,
-        vec![id]
+        stale.to_vec()
     );
     assert_eq!(
         db.count("processing").await,
@@ -422,16 +422,19 @@ async fn stale_token_changes_nothing_and_is_reported() {
     let again = store::job_complete_many(&mut conn, &good).await.unwrap();
     assert_eq!(
         (again.done, again.lost.clone(), again.settled.clone()),
-        (0, vec![], vec![id])
+        (0, vec![], good.to_vec())
     );
     // A heartbeat racing the completion is not "lost" either.
     let beat = store::job_heartbeat(&mut conn, Duration::from_secs(60), &good)
         .await
         .unwrap();
-    assert_eq!((beat.done, beat.lost, beat.settled), (0, vec![], vec![id]));
+    assert_eq!(
+        (beat.done, beat.lost, beat.settled),
+        (0, vec![], good.to_vec())
+    );
     // A stale token is still lost after the completion.
     let report = store::job_complete_many(&mut conn, &stale).await.unwrap();
-    assert_eq!((report.lost, report.settled), (vec![id], vec![]));
+    assert_eq!((report.lost, report.settled), (stale.to_vec(), vec![]));
 }
 
 #[tokio::test]
@@ -788,4 +791,49 @@ async fn bulk_enqueue_on_a_pool_is_all_or_nothing() {
         .await
         .unwrap();
     assert_eq!(total, 0, "no chunk was committed on its own");
+}
+
+/// Issue 26, violation 1: a job snoozed and at once claimed again by the same worker has two
+/// claims in that worker's bookkeeping for a moment, and one heartbeat may name both. The report
+/// must tell them apart by token: the old claim lost, the new one renewed. (A report by job id
+/// named the job lost, and the worker cancelled the new claim before its handler started; its
+/// lease then expired on a healthy worker.)
+#[tokio::test]
+async fn a_heartbeat_naming_two_claims_of_one_job_tells_them_apart() {
+    let db = TestDb::new().await;
+    let id = PlainNoop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let lease = Duration::from_secs(60);
+    let (old, jobs) = claim(&db, "test", 10, lease).await;
+    assert_eq!(jobs.len(), 1);
+    let old = Owned { id, token: old };
+    let mut conn = db.connect().await;
+    let snooze = store::Outcome::Snooze {
+        delay: Duration::ZERO,
+    };
+    assert_eq!(
+        store::job_finish_attempt(&mut conn, &old, &snooze, "snoozed")
+            .await
+            .unwrap(),
+        store::Written::Now
+    );
+    let (new, jobs) = claim(&db, "test", 10, lease).await;
+    assert_eq!(jobs.len(), 1, "the snoozed job is claimed again");
+    let new = Owned { id, token: new };
+    let both = [old.clone(), new.clone()];
+    let report = store::job_heartbeat(&mut conn, lease, &both).await.unwrap();
+    assert_eq!(report.done, 1, "the new claim's lease is renewed");
+    assert_eq!(
+        (report.lost.clone(), report.settled.clone()),
+        (vec![old.clone()], vec![]),
+        "only the old claim is lost: {report:?}"
+    );
+    assert!(report.is_lost(id, &old.token) && !report.is_lost(id, &new.token));
+    // The same for a completion carrying both (the new claim completes, the old one is lost).
+    let report = store::job_complete_many(&mut conn, &both).await.unwrap();
+    assert_eq!(
+        (report.done, report.lost),
+        (1, vec![old]),
+        "the new claim completes"
+    );
+    assert_eq!(db.count("completed").await, 1);
 }

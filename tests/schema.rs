@@ -47,6 +47,7 @@ async fn key_collations(conn: &mut MySqlConnection) -> Vec<(String, String)> {
            (table_name = 'job_queue' AND column_name IN ('queue_name', 'kind', 'dedupe_key', \
               'dedupe_active', 'ordering_key', 'concurrency_key')) \
            OR (table_name = 'mysqlq_concurrency' AND column_name = 'concurrency_key') \
+           OR (table_name = 'mysqlq_ordering' AND column_name = 'ordering_key') \
            OR (table_name = 'mysqlq_queue' AND column_name = 'queue_name') \
            OR (table_name = 'mysqlq_kind_minute' AND column_name = 'kind')) \
          ORDER BY 1",
@@ -64,7 +65,7 @@ async fn keys_compare_byte_for_byte() {
 
     let mut conn = db.connect().await;
     let collations = key_collations(&mut conn).await;
-    assert_eq!(collations.len(), 9, "{collations:?}");
+    assert_eq!(collations.len(), 10, "{collations:?}");
     for (column, collation) in &collations {
         assert!(collation.ends_with("_bin"), "{column} is {collation}");
     }
@@ -181,6 +182,7 @@ async fn table_shapes(conn: &mut MySqlConnection) -> Vec<String> {
     for t in [
         "job_queue",
         "mysqlq_concurrency",
+        "mysqlq_ordering",
         "mysqlq_queue",
         "mysqlq_kind_minute",
         "mysqlq_cron",

@@ -40,10 +40,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0005_meta_hooks_dedupe",
         sql: include_str!("../../migrations/0005_meta_hooks_dedupe.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_ordering_locks",
+        sql: include_str!("../../migrations/0006_ordering_locks.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

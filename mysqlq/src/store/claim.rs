@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
+use super::admission::{self, Candidate};
 use super::guarded::{GuardedReport, Owned, job_complete_many};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
@@ -54,7 +55,7 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit, CAST(j.meta AS CHAR) AS meta, \
+                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, \
                 TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
          FROM job_queue j \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
@@ -179,17 +180,29 @@ pub(super) async fn claim_rows(
     complete: &[Owned],
 ) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
     crate::queue::validate_queue_name(p.queue)?;
-    let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
     let mut tx = conn
         .begin_with("/* mysqlq:job_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
         .await?;
-    // Completions first: they lock only rows this worker holds, so a lock wait here (an
-    // application transaction on one of them) happens before any pending row is locked.
+    let jobs = claim_in(&mut tx, p, tag, take_attempt).await?;
+    // Completions last, after everything in the claim that can wait: while they are written
+    // their rows are locked, and a heartbeat renewing them would wait behind this transaction.
     let completed = if complete.is_empty() {
         GuardedReport::default()
     } else {
         job_complete_many(&mut tx, complete).await?
     };
+    commit(tx, jobs, completed).await
+}
+
+/// Selects, admits ([`admission::admit`]) and marks claimed the jobs of one claim, inside its
+/// transaction.
+async fn claim_in(
+    tx: &mut MySqlConnection,
+    p: &ClaimParams<'_>,
+    tag: &str,
+    take_attempt: bool,
+) -> Result<Vec<ClaimedJob>, ClaimFailed> {
+    let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
     let rows = sqlx::query(select)
         .bind(p.queue)
         .bind(p.queue)
@@ -197,36 +210,43 @@ pub(super) async fn claim_rows(
         .bind(p.skip)
         .fetch_all(&mut *tx)
         .await?;
-    if rows.is_empty() {
-        return commit(tx, Vec::new(), completed).await;
-    }
     let mut jobs = Vec::with_capacity(rows.len());
-    let mut limited: Vec<(String, u16, usize)> = Vec::new();
+    let mut candidates = Vec::with_capacity(rows.len());
     for r in &rows {
-        if let (Some(key), Some(limit)) = (
+        let job = claimed_job(r)?;
+        let concurrency = match (
             r.try_get::<Option<String>, _>("concurrency_key")?,
             r.try_get::<Option<u16>, _>("concurrency_limit")?,
         ) {
-            limited.push((key, limit, jobs.len()));
-        }
-        jobs.push(claimed_job(r)?);
+            (Some(key), Some(limit)) => Some((key, limit)),
+            _ => None,
+        };
+        candidates.push(Candidate {
+            id: job.id,
+            ordering_key: r.try_get("ordering_key")?,
+            concurrency,
+        });
+        jobs.push(job);
     }
-    if !limited.is_empty() {
-        let dropped = concurrency_admit(&mut tx, &limited).await?;
+    if candidates
+        .iter()
+        .any(|c| c.ordering_key.is_some() || c.concurrency.is_some())
+    {
+        let dropped = admission::admit(&mut *tx, &candidates).await?;
         let mut i = 0;
         jobs.retain(|_| {
             i += 1;
             !dropped.contains(&(i - 1))
         });
-        if jobs.is_empty() {
-            return commit(tx, Vec::new(), completed).await;
-        }
+    }
+    if jobs.is_empty() {
+        return Ok(jobs);
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-    let updated = mark_claimed(&mut tx, tag, take_attempt, &ids, p).await?;
+    let updated = mark_claimed(&mut *tx, tag, take_attempt, &ids, p).await?;
     if updated != ids.len() as u64 {
-        // Impossible while we hold the row locks; refuse to hand out jobs we may not own.
-        tx.rollback().await?;
+        // Impossible while we hold the row locks; refuse to hand out jobs we may not own (the
+        // caller drops the transaction, which rolls it back).
         return Err(ClaimFailed::from(Error::invalid(
             "claim",
             format!(
@@ -235,7 +255,7 @@ pub(super) async fn claim_rows(
             ),
         )));
     }
-    commit(tx, jobs, completed).await
+    Ok(jobs)
 }
 
 /// The UPDATE of a claim: the locked `pending` rows `ids` become `processing` under `p`'s worker,
@@ -336,48 +356,6 @@ pub async fn job_claim_resolve(
         .filter(|j| owned.contains(&j.id.0))
         .cloned()
         .collect())
-}
-
-/// The strict half of per-key concurrency limits, inside the claim transaction: for each key
-/// among the candidates (in sorted order, so claimers never wait on each other in a cycle),
-/// lock the key's row in `mysqlq_concurrency`, count the key's running jobs, and admit only as
-/// many candidates as the limit leaves. Returns the indexes (into the candidates) not admitted;
-/// they stay `pending`. The claim SELECT already skipped keys that looked full, so a full key
-/// does not hold up other jobs.
-async fn concurrency_admit(
-    conn: &mut MySqlConnection,
-    limited: &[(String, u16, usize)],
-) -> Result<Vec<usize>, Error> {
-    let mut keys: Vec<&str> = limited.iter().map(|(k, _, _)| k.as_str()).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let mut dropped = Vec::new();
-    for key in keys {
-        sqlx::query(
-            "/* mysqlq:job_claim_concurrency */ INSERT INTO mysqlq_concurrency (concurrency_key) VALUES (?) \
-             ON DUPLICATE KEY UPDATE concurrency_key = concurrency_key",
-        )
-        .bind(key)
-        .execute(&mut *conn)
-        .await?;
-        let running: i64 = sqlx::query_scalar(
-            "/* mysqlq:job_claim_concurrency */ SELECT COUNT(*) FROM job_queue \
-             WHERE concurrency_key = ? AND status = 'processing'",
-        )
-        .bind(key)
-        .fetch_one(&mut *conn)
-        .await?;
-        let candidates: Vec<&(String, u16, usize)> =
-            limited.iter().filter(|(k, _, _)| k == key).collect();
-        let limit = candidates
-            .iter()
-            .map(|(_, l, _)| i64::from(*l))
-            .min()
-            .unwrap_or(1);
-        let room = usize::try_from((limit - running).max(0)).unwrap_or(0);
-        dropped.extend(candidates.iter().skip(room).map(|(_, _, i)| *i));
-    }
-    Ok(dropped)
 }
 
 /// The claim SELECT of [`job_claim`] for `EXPLAIN` (doctor, tests): same text, so the plan shown

@@ -18,21 +18,45 @@ pub struct Owned {
     pub token: String,
 }
 
-/// How a token-guarded write over many jobs went.
+/// How a token-guarded write over many jobs went. Every list names **claims** (id and token),
+/// never bare ids: one statement may carry two claims of the same job (a job snoozed and at once
+/// claimed again by the same worker, whose heartbeat still names the old claim beside the new
+/// one), and the old claim's loss must not be read as the new one's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GuardedReport {
     /// Jobs written by this statement.
     pub done: u64,
-    /// Jobs whose guard failed because someone else moved them: another claim owns them now,
-    /// or the reaper took them back after their lease expired.
-    pub lost: Vec<JobId>,
-    /// Jobs whose guard failed because an earlier write under the same token already moved
-    /// them out of `processing` (a retried write whose first COMMIT reply was lost, or a
+    /// Claims whose guard failed because someone else moved the job: another claim owns it
+    /// now, or the reaper took it back after its lease expired.
+    pub lost: Vec<Owned>,
+    /// Claims whose guard failed because an earlier write under the same token already moved
+    /// the job out of `processing` (a retried write whose first COMMIT reply was lost, or a
     /// heartbeat racing the job's own completion): nothing was lost.
-    pub settled: Vec<JobId>,
-    /// Jobs whose guard failed because an operator cancelled them
-    /// ([`crate::admin::Admin::cancel`]): stop running them, nothing more to write.
-    pub cancelled: Vec<JobId>,
+    pub settled: Vec<Owned>,
+    /// Claims whose guard failed because an operator cancelled the job
+    /// ([`crate::admin::Admin::cancel`]): stop running it, nothing more to write.
+    pub cancelled: Vec<Owned>,
+}
+
+impl GuardedReport {
+    /// The claim `(id, token)` was lost (see [`GuardedReport::lost`]).
+    pub fn is_lost(&self, id: JobId, token: &str) -> bool {
+        names(&self.lost, id, token)
+    }
+
+    /// The claim `(id, token)` had already settled its job (see [`GuardedReport::settled`]).
+    pub fn is_settled(&self, id: JobId, token: &str) -> bool {
+        names(&self.settled, id, token)
+    }
+
+    /// An operator cancelled the job of claim `(id, token)` (see [`GuardedReport::cancelled`]).
+    pub fn is_cancelled(&self, id: JobId, token: &str) -> bool {
+        names(&self.cancelled, id, token)
+    }
+}
+
+fn names(claims: &[Owned], id: JobId, token: &str) -> bool {
+    claims.iter().any(|c| c.id == id && c.token == token)
 }
 
 /// Runs a token-guarded UPDATE over `jobs` (`WHERE id IN (…) AND status = 'processing' AND
@@ -82,24 +106,25 @@ async fn guarded_update(
     Ok(report)
 }
 
-/// Where a set of jobs stands with respect to the tokens their holder has.
+/// Where a set of claims stands: each claim (id and token) in one list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Ownership {
-    /// Still `processing` under the holder's token.
-    pub owned: Vec<JobId>,
-    /// Moved out of `processing` by a write under the holder's token (the token stays on the
+    /// Still `processing` under the claim's token.
+    pub owned: Vec<Owned>,
+    /// Moved out of `processing` by a write under the claim's token (the token stays on the
     /// row until the next claim): the holder's own write committed.
-    pub settled: Vec<JobId>,
+    pub settled: Vec<Owned>,
     /// Held under another token, moved by the reaper (which clears the token), or deleted.
-    pub lost: Vec<JobId>,
-    /// Cancelled by an operator while the holder's token was on the row (`status =
+    pub lost: Vec<Owned>,
+    /// Cancelled by an operator while the claim's token was on the row (`status =
     /// 'cancelled'` with `cancelled_by` set): not lost to another worker, but not to be run or
     /// written any more.
-    pub cancelled: Vec<JobId>,
+    pub cancelled: Vec<Owned>,
 }
 
-/// `job_ownership`: classifies `jobs` by their row's current status, token and canceller. A
-/// plain read: call it after a guarded write, whose row locks mean the rows it saw are committed.
+/// `job_ownership`: classifies the claims `jobs` by their row's current status, token and
+/// canceller (two claims of one job are told apart by their tokens). A plain read: call it after
+/// a guarded write, whose row locks mean the rows it saw are committed.
 pub(super) async fn job_ownership(
     conn: &mut MySqlConnection,
     jobs: &[Owned],
@@ -128,16 +153,17 @@ pub(super) async fn job_ownership(
                 r.try_get::<i64, _>("by_operator")? != 0,
             ),
             None => {
-                out.lost.push(j.id);
+                out.lost.push(j.clone());
                 continue;
             }
         };
-        match (status.as_str(), token.as_deref() == Some(j.token.as_str())) {
-            ("processing", true) => out.owned.push(j.id),
-            ("cancelled", true) if by_operator => out.cancelled.push(j.id),
-            (_, true) => out.settled.push(j.id),
-            _ => out.lost.push(j.id),
-        }
+        let into = match (status.as_str(), token.as_deref() == Some(j.token.as_str())) {
+            ("processing", true) => &mut out.owned,
+            ("cancelled", true) if by_operator => &mut out.cancelled,
+            (_, true) => &mut out.settled,
+            _ => &mut out.lost,
+        };
+        into.push(j.clone());
     }
     Ok(out)
 }

@@ -12,6 +12,7 @@
 //! statement shapes instead of one per batch size.
 
 pub mod admin;
+mod admission;
 mod attempts;
 mod claim;
 mod cron;

@@ -237,7 +237,7 @@ pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
     if !report.lost.is_empty() {
         m.add(&m.counters.lost, report.lost.len() as u64);
         tracing::warn!(
-            jobs = ?report.lost.iter().map(|j| j.0).collect::<Vec<_>>(),
+            jobs = ?report.lost.iter().map(|j| j.id.0).collect::<Vec<_>>(),
             "completion refused: the lease was lost and another worker owns these jobs now"
         );
     }
@@ -252,7 +252,7 @@ pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
     }
     for k in keys {
         // Cancelled by an operator before the flush: not completed (the row stays cancelled).
-        if !report.lost.contains(&k.id) && !report.cancelled.contains(&k.id) {
+        if !report.is_lost(k.id, &k.token) && !report.is_cancelled(k.id, &k.token) {
             s.emit(WorkerEvent::Completed { id: k.id });
         }
     }

@@ -131,12 +131,14 @@ fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
     {
         let mut map = s.in_flight();
         for key in keys {
-            let (reason, into) = if report.lost.contains(&key.id) {
+            // By claim, never by id: the same chunk may name an earlier claim of this job,
+            // lost since this worker claimed it again.
+            let (reason, into) = if report.is_lost(key.id, &key.token) {
                 (CancelReason::LeaseLost, &mut lost)
-            } else if report.cancelled.contains(&key.id) {
+            } else if report.is_cancelled(key.id, &key.token) {
                 (CancelReason::Cancelled, &mut cancelled)
             } else {
-                if !report.settled.contains(&key.id)
+                if !report.is_settled(key.id, &key.token)
                     && let Some(f) = map.get_mut(key)
                     && f.lease_from < sent
                 {
@@ -180,7 +182,7 @@ pub(crate) async fn beat_one(s: &Shared, key: &Key) -> Result<bool, crate::Error
     let sent = Instant::now();
     let report = beat(s, std::slice::from_ref(&key.owned())).await?;
     settle(s, std::slice::from_ref(key), &report, sent);
-    Ok(report.lost.is_empty() && report.cancelled.is_empty())
+    Ok(!report.is_lost(key.id, &key.token) && !report.is_cancelled(key.id, &key.token))
 }
 
 /// Stops jobs whose lease could not be renewed in time (see the module docs).

@@ -78,7 +78,7 @@ async fn release(s: &Arc<Shared>, keys: &[Key], limit: Duration) -> usize {
     m.add(&m.counters.released, report.done);
     m.add(&m.counters.lost, report.lost.len() as u64);
     for k in keys {
-        if !report.lost.contains(&k.id) && !report.cancelled.contains(&k.id) {
+        if !report.is_lost(k.id, &k.token) && !report.is_cancelled(k.id, &k.token) {
             s.emit(WorkerEvent::Released { id: k.id });
         }
     }

@@ -259,11 +259,10 @@ async fn renew(
             .iter()
             .chain(&report.settled)
             .chain(&report.cancelled)
-            .copied()
             .collect();
         if !gone.is_empty() {
             for t in tracked.iter_mut() {
-                t.retain(|_, o| !gone.contains(&o.id));
+                t.retain(|_, o| !gone.contains(&&*o));
             }
         }
     }
