@@ -14,7 +14,9 @@
 //!
 //! `MYSQLQ_TORTURE_SEED=<n>` replays a seed (printed at the start and on failure; fault timing
 //! still depends on scheduling). `MYSQLQ_TORTURE_SCALE=<k>` multiplies the duration and so the
-//! number of jobs and faults (default 1: about 10 s of faults, some 500 jobs).
+//! number of jobs and faults (default 1: about 12 s of faults, some 600 jobs, per seed), and
+//! `MYSQLQ_TORTURE_SEEDS=<n>` the seeds run one after another (default 3, so every run of the
+//! suite, CI's included, tries three fault sequences).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,8 +41,12 @@ const LEASE: Duration = Duration::from_secs(2);
 const HEARTBEAT: Duration = Duration::from_millis(150);
 /// Slots per worker.
 const CONCURRENCY: usize = 6;
-/// How long faults are injected at scale 1.
-const FAULT_PHASE: Duration = Duration::from_secs(10);
+/// How long faults are injected per seed at scale 1.
+const FAULT_PHASE: Duration = Duration::from_secs(12);
+/// Seeds per run of the random-faults test by default (each with its own private server). Sized
+/// by issue 26: one 10 s seed passed a tree whose runs failed one time in five; see
+/// `docs/guarantees.md`, "The torture test".
+const DEFAULT_SEEDS: usize = 3;
 
 fn scale() -> u32 {
     u32::try_from(mysqlq_tests::scale("MYSQLQ_TORTURE_SCALE")).unwrap_or(u32::MAX)
@@ -337,10 +343,30 @@ async fn drained(db: &TestDb, limit: Duration) -> bool {
     false
 }
 
+/// Seeds of one run of the random-faults test: `MYSQLQ_TORTURE_SEEDS` (default
+/// [`DEFAULT_SEEDS`]; one when `MYSQLQ_TORTURE_SEED` replays a seed).
+fn seeds() -> Vec<u64> {
+    let n = if std::env::var_os("MYSQLQ_TORTURE_SEED").is_some() {
+        1
+    } else {
+        mysqlq_tests::scale_or("MYSQLQ_TORTURE_SEEDS", DEFAULT_SEEDS)
+    };
+    (0..n).map(|_| seed()).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn torture_random_faults_keep_every_guarantee() {
-    let seed = seed();
     let scale = scale();
+    let seeds = seeds();
+    println!("{} seeds at scale {scale}: {seeds:?}", seeds.len());
+    for seed in seeds {
+        one_random_run(seed, scale).await;
+    }
+}
+
+/// One seed of the random-faults test: a private server, four workers behind fault proxies,
+/// faults for `FAULT_PHASE * scale`, then the checker.
+async fn one_random_run(seed: u64, scale: u32) {
     println!("torture seed {seed} (replay with MYSQLQ_TORTURE_SEED={seed}), scale {scale}");
     let server = PrivateServer::start();
     let db = TestDb::on(&server.url()).await;
@@ -448,12 +474,12 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
         .start()
         .await
         .unwrap();
-    // 100 waves of 12 jobs, each small enough to be claimed at once, so that a snoozed job is
+    // 300 waves of 12 jobs, each small enough to be claimed at once, so that a snoozed job is
     // re-claimed as soon as its snooze is written: 12 jobs that snooze once and have a single
     // attempt; in every other wave 3 of them instead hold one of the worker's pool connections
     // for 150 ms (slowing the heartbeats of a runtime whose services share the handlers' pool;
     // without them the race is likelier when they do not). The pace only spreads the load.
-    let waves = 100 * scale();
+    let waves = 300 * scale();
     let mut n = 0;
     for w in 0..waves {
         let mut wave = Vec::new();

@@ -33,10 +33,15 @@ pub fn is_lock_error(e: &mysqlq::Error) -> bool {
 /// The scale factor of a long-run knob: the integer in environment variable `var`
 /// (`MYSQLQ_CLUSTER_SCALE=10`), at least 1; 1 when unset.
 pub fn scale(var: &str) -> usize {
+    scale_or(var, 1)
+}
+
+/// [`scale`] with another default.
+pub fn scale_or(var: &str, default: usize) -> usize {
     std::env::var(var)
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
+        .unwrap_or(default)
         .max(1)
 }
 
