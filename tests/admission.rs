@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use mysqlq::store::ClaimedJob;
 use mysqlq::EnqueueOptions;
+use mysqlq::store::ClaimedJob;
 use mysqlq_tests::TestDb;
 use mysqlq_tests::jobs::Sleepy;
 use sqlx::Connection as _;

@@ -114,8 +114,10 @@ pub trait Hook: Send + Sync + 'static {
         Box::pin(async {})
     }
 
-    /// After the job was recorded `cancelled` because its handler returned a cancel error,
-    /// with that error's text.
+    /// After the job's attempt ended `cancelled`, once per attempt: its handler returned a cancel
+    /// error (`reason` is that error's text), or an operator cancelled the job while it ran
+    /// (`reason` is [`crate::CancelReason::Cancelled`]'s text) — also when the cancel raced
+    /// the handler's own return, whichever the worker learnt first.
     fn on_cancelled<'a>(&'a self, job: &'a JobRun, reason: &'a str) -> BoxFuture<'a, ()> {
         let _ = (job, reason);
         Box::pin(async {})

@@ -12,8 +12,9 @@ pub enum JobSelection<'a> {
     /// These ids (ids that are not waiting or running jobs are reported, not touched).
     Ids(&'a [JobId]),
     /// Every waiting (ready, scheduled, retrying) and running job of this queue and kind
-    /// (`None`: any), walked in keyset pages. Jobs enqueued while the walk runs may be
-    /// included.
+    /// (`None`: any) when the cancel began, walked by id over both states at once: a job that
+    /// moves between them meanwhile (retried, snoozed, released, reaped) is cancelled all the
+    /// same. Jobs enqueued after the cancel began are not included.
     Filter {
         /// Only this queue.
         queue: Option<&'a str>,
@@ -100,11 +101,7 @@ impl Admin {
                 progress(ids.len());
             }
             JobSelection::Filter { queue, kind } => {
-                let page = sql::ActivePageParams {
-                    queue,
-                    kind,
-                    limit: u32::try_from(sql::BULK_CHUNK).unwrap_or(500),
-                };
+                let page = sql::ActivePageParams { queue, kind };
                 let mut cursor = sql::ActiveCursor::default();
                 while !cursor.is_done() {
                     let ids = sql::job_active_page(&mut conn, &page, &mut cursor).await?;

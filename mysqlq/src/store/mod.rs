@@ -63,6 +63,8 @@ pub use insert::{InsertRow, job_insert_many, job_insert_one};
 pub use maintenance::{PruneStatus, job_prune, job_reap_expired, leader_elect, leader_resign};
 pub use meta::job_set_meta;
 pub use queues::queue_set_paused;
+#[cfg(not(any(feature = "redis", feature = "__internal-store")))]
+pub(crate) use relay::RELAY_PREFIX;
 #[cfg(feature = "__internal-store")]
 pub use relay::{EntryRow, RelayedJob};
 #[cfg(any(feature = "redis", feature = "__internal-store"))]

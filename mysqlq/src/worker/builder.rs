@@ -12,7 +12,7 @@ use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::config::{RESERVED_CONNECTIONS, validate};
+use super::config::{RESERVED_CONNECTIONS, validate, validate_worker_id};
 use super::{
     Config, Shared, WorkerHandle, completer, events, lease, maintenance, producer, scheduler, stats,
 };
@@ -219,7 +219,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// The worker's id in `locked_by` (default `host:pid:random`).
+    /// The worker's id in `locked_by` (default `host:pid:random`): 1 to 128 printable
+    /// characters, not starting with `redis-relay:` (the Redis relay's own rows), or `start`
+    /// refuses it.
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
         self
@@ -270,6 +272,9 @@ impl WorkerBuilder {
             ));
         }
         validate(&config)?;
+        if let Some(id) = &self.worker_id {
+            validate_worker_id(id)?;
+        }
         let mut periodic = registry.periodic()?;
         periodic.extend(self.periodic);
         scheduler::validate(&periodic, config.maintenance_interval)?;

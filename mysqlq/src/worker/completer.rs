@@ -241,11 +241,20 @@ pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
             "completion refused: the lease was lost and another worker owns these jobs now"
         );
     }
+    let mut by_operator = Vec::new();
     {
         let mut map = s.in_flight();
         for k in keys {
-            map.remove(k);
+            if let Some(f) = map.remove(k)
+                && report.is_cancelled(k.id, &k.token)
+            {
+                by_operator.push(f.run);
+            }
         }
+    }
+    // Cancelled by an operator before the completion was written: that is the outcome.
+    for run in by_operator {
+        s.operator_cancelled(run);
     }
     for k in keys {
         s.settled(k);

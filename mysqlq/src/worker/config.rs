@@ -38,7 +38,7 @@ pub struct Config {
     /// Longest a claimed job waits in the prefetch buffer for a free slot; after that it is
     /// handed back to `pending` without consuming its attempt, for any worker to take. At most
     /// half of the lease less its safety margin is used. Default
-    /// [`Config::DEFAULT_PREFETCH_WAIT`].
+    /// [`Config::DEFAULT_PREFETCH_WAIT`]; 1 ms to 1 h.
     pub prefetch_wait: Duration,
     /// Claim loops running side by side, sharing the slots, so that one claim's round trips
     /// and commit overlap another's. Each idle claim loop polls once per idle interval.
@@ -46,19 +46,21 @@ pub struct Config {
     pub claimers: usize,
     /// Lease taken on claim and renewed by heartbeats. Default [`Config::DEFAULT_LEASE`].
     pub lease: Duration,
-    /// Interval between heartbeats. Default: a third of the lease.
+    /// Interval between heartbeats. Default: a third of the lease; 1 ms up to the lease less its
+    /// safety margin.
     pub heartbeat_interval: Option<Duration>,
     /// Shortest idle wait between claims. Default [`Config::DEFAULT_POLL_FLOOR`].
     pub poll_floor: Duration,
-    /// Longest idle wait between claims. Default [`Config::DEFAULT_POLL_CEILING`].
+    /// Longest idle wait between claims. Default [`Config::DEFAULT_POLL_CEILING`]; at most 1 h.
     pub poll_ceiling: Duration,
     /// How long running jobs may finish after shutdown starts. Default
-    /// [`Config::DEFAULT_SHUTDOWN_TIMEOUT`].
+    /// [`Config::DEFAULT_SHUTDOWN_TIMEOUT`]; 0 to 24 h.
     pub shutdown_timeout: Duration,
-    /// Per-attempt timeout for jobs that set none. Default [`Config::DEFAULT_JOB_TIMEOUT`].
+    /// Per-attempt timeout for jobs that set none. Default [`Config::DEFAULT_JOB_TIMEOUT`]; 100 ms
+    /// to 30 days.
     pub job_timeout: Duration,
-    /// How often the leader reaps expired leases and prunes. Default
-    /// [`Config::DEFAULT_MAINTENANCE_INTERVAL`].
+    /// How often every worker reaps expired leases (and the leader prunes). Default
+    /// [`Config::DEFAULT_MAINTENANCE_INTERVAL`]; 50 ms to 1 h.
     pub maintenance_interval: Duration,
     /// Leader lease; a dead leader is replaced after at most this long. Default
     /// [`Config::DEFAULT_LEADER_TTL`].
@@ -70,11 +72,11 @@ pub struct Config {
     pub failed_retention: Duration,
     /// How often counters are flushed to the statistics tables (an idle worker, with nothing
     /// but polls since its last flush, flushes every sixth interval). Default
-    /// [`Config::DEFAULT_STATS_INTERVAL`].
+    /// [`Config::DEFAULT_STATS_INTERVAL`]; 100 ms to 1 h.
     pub stats_interval: Duration,
     /// How often the leader reads the queue gauges (`mysqlq_queue_*`) from the database: at the
     /// first maintenance round at least this long after the previous reading. Default
-    /// [`Config::DEFAULT_GAUGE_INTERVAL`].
+    /// [`Config::DEFAULT_GAUGE_INTERVAL`]; 0 (every round) to 1 h.
     pub gauge_interval: Duration,
     /// `innodb_lock_wait_timeout` of the worker's own sessions (whole seconds, at least 1): a
     /// completion or heartbeat blocked by an application transaction that holds a lock on a job
@@ -273,6 +275,81 @@ pub(super) fn validate(c: &Config) -> Result<(), Error> {
         return bad(format!(
             "lock wait timeout {:?} must be between 1s and 1h (whole seconds)",
             c.lock_wait_timeout
+        ));
+    }
+    for (name, value, (low, high), hint) in duration_ranges(c) {
+        if value < low || value > high {
+            return bad(format!(
+                "{name} {value:?} must be between {low:?} and {high:?}{hint}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+const MS: Duration = Duration::from_millis(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The documented range of every duration setting not checked above: (setting, value, (lowest,
+/// highest), what a value outside it would do).
+fn duration_ranges(
+    c: &Config,
+) -> [(&'static str, Duration, (Duration, Duration), &'static str); 8] {
+    [
+        (
+            "job timeout",
+            c.job_timeout,
+            (MS * 100, DAY * 30),
+            " (a shorter one stops every handler that awaits anything)",
+        ),
+        (
+            "maintenance interval",
+            c.maintenance_interval,
+            (MS * 50, HOUR),
+            " (a shorter one keeps an idle worker sending statements without pause)",
+        ),
+        ("heartbeat interval", c.heartbeat(), (MS, HOUR), ""),
+        ("poll ceiling", c.poll_ceiling, (MS, HOUR), ""),
+        (
+            "shutdown timeout",
+            c.shutdown_timeout,
+            (Duration::ZERO, DAY),
+            "",
+        ),
+        (
+            "statistics interval",
+            c.stats_interval,
+            (MS * 100, HOUR),
+            " (a shorter one writes a statistics row for every few jobs)",
+        ),
+        (
+            "gauge interval",
+            c.gauge_interval,
+            (Duration::ZERO, HOUR),
+            " (0 reads the gauges every maintenance round)",
+        ),
+        ("prefetch wait", c.prefetch_wait, (MS, HOUR), ""),
+    ]
+}
+
+/// Longest worker id, in characters (`locked_by` holds 128).
+pub(super) const MAX_WORKER_ID: usize = 128;
+
+/// A worker id: 1 to [`MAX_WORKER_ID`] printable characters, not starting with the Redis relay's
+/// reserved prefix (the reaper takes rows held under it for relayed, not run, jobs).
+pub(super) fn validate_worker_id(id: &str) -> Result<(), Error> {
+    let bad = |why: String| Err(Error::Config(format!("worker id {id:?} {why}")));
+    if id.trim().is_empty() || id.chars().count() > MAX_WORKER_ID {
+        return bad(format!("must be 1 to {MAX_WORKER_ID} characters long"));
+    }
+    if id.chars().any(char::is_control) {
+        return bad("must not contain control characters".into());
+    }
+    if id.starts_with(crate::store::RELAY_PREFIX) {
+        return bad(format!(
+            "must not start with `{}`, which marks rows a Redis relay holds",
+            crate::store::RELAY_PREFIX
         ));
     }
     Ok(())

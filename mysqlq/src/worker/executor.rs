@@ -16,7 +16,7 @@ use crate::context::{ContextParts, Heartbeat};
 use crate::hooks::JobRun;
 use crate::store::{ClaimedJob, Outcome};
 use crate::worker::buffer::{Admitted, Hold};
-use crate::worker::outcome::{Attempt, UNKNOWN_KIND_DELAY, decide, describe, record};
+use crate::worker::outcome::{Attempt, Recorded, UNKNOWN_KIND_DELAY, decide, describe, record};
 use crate::worker::release::release_one;
 use crate::worker::{InFlight, Key, Phase, Shared, WorkerEvent, unit_random};
 use crate::{CancelReason, Error, JobContext, JobError, JobId};
@@ -88,6 +88,7 @@ pub(crate) fn spawn(
             abort: None,
             phase: Phase::Claimed,
             lease_from,
+            run: None,
         },
     );
     s.emit(WorkerEvent::Claimed {
@@ -215,6 +216,11 @@ async fn supervise(
     }
     // Only built when there are hooks to hand it to: the hot path stays as it was.
     let run = (!s.hooks.is_empty()).then(|| Arc::new(JobRun::new(ctx.clone(), span.clone(), meta)));
+    if run.is_some()
+        && let Some(f) = s.in_flight().get_mut(&key)
+    {
+        f.run = run.clone();
+    }
     let started = Instant::now();
     s.metrics.job_started();
     // Pickup latency: ready → started, including any wait in the prefetch buffer.
@@ -281,12 +287,15 @@ async fn supervise(
         Ran::Ok => {
             if mark_finishing(&s, &key) {
                 s.completer.complete(key);
+            } else {
+                cancelled_meanwhile(&s, &ctx, run.as_ref()).await;
             }
             return;
         }
         Ran::Err(err) => err,
     };
     if !mark_finishing(&s, &key) {
+        cancelled_meanwhile(&s, &ctx, run.as_ref()).await;
         return;
     }
     let unknown = registration.is_none();
@@ -309,11 +318,29 @@ async fn supervise(
         ran_for: took,
     };
     let written = record(&s, &key, &outcome, &message, attempt).await;
-    s.forget(&key);
+    // Still ours: had the lease service taken it out meanwhile, it would have told the hooks.
+    let ours = s.forget(&key);
     match (written, &run) {
-        (Some(Outcome::Fail), Some(run)) => s.hooks.dead(run, &message).await,
-        (Some(Outcome::Cancel), Some(run)) => s.hooks.cancelled(run, &message).await,
+        (Some(Recorded::Written(Outcome::Fail)), Some(run)) => s.hooks.dead(run, &message).await,
+        (Some(Recorded::Written(Outcome::Cancel)), Some(run)) => {
+            s.hooks.cancelled(run, &message).await;
+        }
+        (Some(Recorded::ByOperator), Some(_)) if ours.is_some() => {
+            s.operator_cancelled(run);
+        }
         _ => {}
+    }
+}
+
+/// The handler returned, but its entry was gone: when an operator's cancel took it out (the
+/// context says so), that cancel is this run's outcome, and the hooks hear of it here.
+async fn cancelled_meanwhile(s: &Shared, ctx: &JobContext, run: Option<&Arc<JobRun>>) {
+    if let Some(run) = run
+        && ctx.cancel_reason() == Some(CancelReason::Cancelled)
+    {
+        s.hooks
+            .cancelled(run, &CancelReason::Cancelled.to_string())
+            .await;
     }
 }
 

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::CancelReason;
 use crate::store::{self, GuardedReport, Owned};
+use crate::worker::write::Held;
 use crate::worker::{Key, Phase, Shared, WorkerEvent, sleep_or_cancel};
 
 /// Most jobs per heartbeat statement.
@@ -29,8 +30,11 @@ pub(crate) async fn run(s: Arc<Shared>) {
     let every = s.config.heartbeat();
     let mut wait = every;
     let mut failures = 0u32;
+    // The heartbeats keep a connection of their own: a burst of outcome writes (every slot's
+    // handler returning at once) must not queue them behind it for a pool connection.
+    let mut conn = Held::default();
     while sleep_or_cancel(wait, &s.stop_services).await {
-        if run_once(&s).await.is_ok() {
+        if run_once(&s, &mut conn).await.is_ok() {
             failures = 0;
             wait = every;
         } else {
@@ -43,9 +47,10 @@ pub(crate) async fn run(s: Arc<Shared>) {
 
 /// One round of heartbeats over every job held (including those whose outcome is being
 /// written: their lease must hold until it is). `Err(())` when a statement failed.
-pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<(), ()> {
+pub(crate) async fn run_once(s: &Arc<Shared>, conn: &mut Held) -> Result<(), ()> {
     let keys: Vec<Key> = s.in_flight().keys().cloned().collect();
     if keys.is_empty() {
+        conn.release();
         if s.lease_unconfirmed.load(Ordering::SeqCst) {
             // Nothing to renew, but claims stay stopped until the database answers again.
             return ping(s).await;
@@ -56,7 +61,12 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<(), ()> {
     for chunk in keys.chunks(CHUNK) {
         let sent = Instant::now();
         let owned: Vec<Owned> = chunk.iter().map(Key::owned).collect();
-        match beat(s, &owned).await {
+        let result = beat_on(s, conn, &owned).await;
+        if result.is_err() {
+            // Perhaps broken, or on a server that stopped being the writer: a fresh one next.
+            conn.release();
+        }
+        match result {
             Ok(report) => settle(s, chunk, &report, sent),
             Err(e) if store::is_lock_error(&e) && chunk.len() > 1 => {
                 // One row locked by an application transaction must not stall the others:
@@ -64,11 +74,12 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<(), ()> {
                 count_error(s, &e);
                 for key in chunk {
                     let sent = Instant::now();
-                    match beat(s, std::slice::from_ref(&key.owned())).await {
+                    match beat_on(s, conn, std::slice::from_ref(&key.owned())).await {
                         Ok(report) => settle(s, std::slice::from_ref(key), &report, sent),
                         Err(e) => {
                             ok = false;
                             count_error(s, &e);
+                            conn.release();
                         }
                     }
                 }
@@ -88,16 +99,26 @@ pub(crate) async fn run_once(s: &Arc<Shared>) -> Result<(), ()> {
     }
 }
 
-async fn beat(s: &Shared, owned: &[Owned]) -> Result<GuardedReport, crate::Error> {
+/// One heartbeat statement on the lease service's own connection, bounded in time.
+async fn beat_on(
+    s: &Shared,
+    conn: &mut Held,
+    owned: &[Owned],
+) -> Result<GuardedReport, crate::Error> {
     let limit = s.config.heartbeat().max(Duration::from_secs(1));
     let work = async {
-        let mut conn = s.db.acquire().await?;
-        store::job_heartbeat(&mut conn, s.config.lease, owned).await
+        let c = conn.get(s).await?;
+        store::job_heartbeat(c, s.config.lease, owned).await
     };
     match tokio::time::timeout(limit, work).await {
         Ok(r) => r,
         Err(_) => Err(crate::Error::Database(sqlx::Error::PoolTimedOut)),
     }
+}
+
+/// One heartbeat statement on a connection from the pool ([`beat_one`]).
+async fn beat(s: &Shared, owned: &[Owned]) -> Result<GuardedReport, crate::Error> {
+    beat_on(s, &mut Held::default(), owned).await
 }
 
 async fn ping(s: &Shared) -> Result<(), ()> {
@@ -151,6 +172,10 @@ fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
                 f.ctx.cancel(reason);
                 if let Some(a) = &f.abort {
                     a.abort();
+                }
+                // Its handler has returned: no one else will tell the hooks of the cancel.
+                if reason == CancelReason::Cancelled && f.phase == Phase::Finishing {
+                    s.operator_cancelled(f.run);
                 }
                 into.push(key.id);
                 s.settled(key);

@@ -82,6 +82,9 @@ pub(crate) struct InFlight {
     /// The lease is valid at least until `lease_from + lease`: the moment the last statement
     /// that set it (the claim or a heartbeat) was sent.
     pub(crate) lease_from: tokio::time::Instant,
+    /// What the hooks see of this run (set when the handler starts, when there are hooks): whoever
+    /// takes a `Finishing` entry out because an operator cancelled the job tells the hooks with it.
+    pub(crate) run: Option<Arc<crate::hooks::JobRun>>,
 }
 
 /// State shared by the services of one worker.
@@ -140,6 +143,20 @@ impl Shared {
     pub(crate) fn settled(&self, key: &Key) {
         if let Some(tx) = &self.settled {
             let _ = tx.send(key.clone());
+        }
+    }
+
+    /// Tells the hooks' `on_cancelled` that an operator's cancel is the outcome of this run. Called
+    /// by whoever removed the run's entry once its handler had returned (see [`InFlight::run`]),
+    /// so that it is called once per run, whichever service learnt of the cancel.
+    pub(crate) fn operator_cancelled(&self, run: Option<Arc<crate::hooks::JobRun>>) {
+        if let Some(run) = run {
+            let hooks = self.hooks.clone();
+            tokio::spawn(async move {
+                hooks
+                    .cancelled(&run, &crate::CancelReason::Cancelled.to_string())
+                    .await;
+            });
         }
     }
 

@@ -71,18 +71,27 @@ pub(super) struct Attempt {
     pub(super) ran_for: Duration,
 }
 
+/// What [`record`] found written in the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Recorded {
+    /// This outcome (or the fallback failure).
+    Written(Outcome),
+    /// Nothing: an operator had cancelled the job before the outcome was written.
+    ByOperator,
+}
+
 /// Writes a non-completion outcome, retrying on deadlocks and connection errors, with the
 /// attempt's row in the job's history (same transaction; unless `attempt_history` is 0). A
 /// write the server refuses for good records the attempt as failed (with both errors) instead
-/// of retrying forever while heartbeats keep the job alive. Returns the outcome written, if one
-/// was.
+/// of retrying forever while heartbeats keep the job alive. Returns what the job's row ended
+/// with, when that is known.
 pub(super) async fn record(
     s: &Arc<Shared>,
     key: &Key,
     outcome: &Outcome,
     message: &str,
     attempt: Attempt,
-) -> Option<Outcome> {
+) -> Option<Recorded> {
     let m = &s.metrics;
     let owned = key.owned();
     let keep = s.config.attempt_history;
@@ -135,14 +144,14 @@ pub(super) async fn record(
                 id: key.id,
                 outcome: outcome_name(&outcome),
             });
-            Some(outcome)
+            Some(Recorded::Written(outcome))
         }
         Ok(Written::Cancelled) => {
             tracing::info!(
                 id = key.id.0,
                 "cancelled by an operator before the outcome was written: nothing written"
             );
-            None
+            Some(Recorded::ByOperator)
         }
         Ok(Written::Lost) => {
             m.add(&m.counters.lost, 1);

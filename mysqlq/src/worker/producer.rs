@@ -15,13 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sqlx::MySql;
-use sqlx::pool::PoolConnection;
 use tokio::time::Instant;
 
 use crate::store::{self, ClaimParams, ClaimedJob, Owned};
 use crate::wake::LOCAL_WAKE;
 use crate::worker::executor::Slot;
+use crate::worker::write::Held;
 use crate::worker::{Key, Shared, WorkerEvent, executor, unit_random, write};
 
 /// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
@@ -323,36 +322,6 @@ async fn claim_queue(
         executor::spawn(s, job, queue, token.clone(), one, sent);
     }
     Ok((count, want as usize))
-}
-
-/// How long a claim loop keeps one connection from the worker's pool before handing it back
-/// and taking one again: long enough that a busy or idle loop does not pay the pool's
-/// ping-on-release per claim, short enough that a switch of writer ([`crate::cluster`], which
-/// retires connections at acquire) reaches the loop within a second.
-const HOLD_CONNECTION: Duration = Duration::from_secs(1);
-
-/// The connection a claim loop works on, kept across claims (see [`HOLD_CONNECTION`]).
-#[derive(Default)]
-struct Held(Option<(PoolConnection<MySql>, Instant)>);
-
-impl Held {
-    async fn get(&mut self, s: &Shared) -> Result<&mut sqlx::MySqlConnection, crate::Error> {
-        if self
-            .0
-            .as_ref()
-            .is_some_and(|(_, since)| since.elapsed() >= HOLD_CONNECTION)
-        {
-            self.0 = None;
-        }
-        if self.0.is_none() {
-            self.0 = Some((s.db.acquire().await?, Instant::now()));
-        }
-        Ok(&mut **self.0.as_mut().map(|(c, _)| c).expect("just set"))
-    }
-
-    fn release(&mut self) {
-        self.0 = None;
-    }
 }
 
 /// Resolves a claim whose COMMIT reply was lost: asks the database, on a fresh connection,

@@ -1,8 +1,13 @@
 //! Writes that must land: a statement retried through deadlocks, lock wait timeouts and lost
-//! connections for as long as the worker runs, and the one-line error text the services log.
+//! connections for as long as the worker runs; the connection a service keeps across rounds; and
+//! the one-line error text the services log.
 
 use std::future::Future;
 use std::time::Duration;
+
+use sqlx::MySql;
+use sqlx::pool::PoolConnection;
+use tokio::time::Instant;
 
 use crate::Error;
 use crate::store;
@@ -81,6 +86,39 @@ where
 }
 
 pub(crate) use crate::error_chain::error_chain;
+
+/// How long a service (a claim loop, the heartbeats) keeps one connection from the worker's pool
+/// before handing it back and taking one again: long enough that a busy or idle loop does not
+/// pay the pool's ping-on-release per round, short enough that a switch of writer ([`crate::cluster`], which
+/// retires connections at acquire) reaches the loop within a second.
+const HOLD_CONNECTION: Duration = Duration::from_secs(1);
+
+/// The connection a service works on, kept across rounds (see [`HOLD_CONNECTION`]).
+#[derive(Default)]
+pub(crate) struct Held(Option<(PoolConnection<MySql>, Instant)>);
+
+impl Held {
+    pub(crate) async fn get(
+        &mut self,
+        s: &Shared,
+    ) -> Result<&mut sqlx::MySqlConnection, crate::Error> {
+        if self
+            .0
+            .as_ref()
+            .is_some_and(|(_, since)| since.elapsed() >= HOLD_CONNECTION)
+        {
+            self.0 = None;
+        }
+        if self.0.is_none() {
+            self.0 = Some((s.db.acquire().await?, Instant::now()));
+        }
+        Ok(&mut **self.0.as_mut().map(|(c, _)| c).expect("just set"))
+    }
+
+    pub(crate) fn release(&mut self) {
+        self.0 = None;
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
 //! Operator cancellation and deletion of jobs in any state but final (cancel) or running
-//! (delete), by id or walking the waiting and running jobs in keyset pages.
+//! (delete), by id or walking the waiting and running jobs in windows of ids.
 
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
@@ -8,27 +8,41 @@ use super::BULK_CHUNK;
 use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
 
-/// The states an operator's cancel moves to `cancelled`, in walking order.
-const ACTIVE: [&str; 2] = ["pending", "processing"];
-
-/// Keyset on `idx_job_finished (status, finished_at, id)`: waiting and running jobs have no
-/// `finished_at`, so `status = ? AND finished_at IS NULL AND id > ? ORDER BY id` reads the index
-/// in order.
+/// One window of the walk over waiting and running jobs: both states in one statement (one
+/// snapshot), on `idx_job_finished (status, finished_at, id)`, where waiting and running jobs have
+/// no `finished_at`. No `ORDER BY`: the whole window is taken, so nothing is sorted.
 pub(super) const ACTIVE_PAGE_SQL: &str = "/* mysqlq:job_active_page */ \
     SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind \
-    FROM job_queue WHERE status = ? AND finished_at IS NULL AND id > ? ORDER BY id LIMIT ?";
+    FROM job_queue WHERE status IN ('pending', 'processing') AND finished_at IS NULL \
+    AND id > ? AND id <= ?";
+
+/// Where the walk starts and ends: the lowest waiting or running id, and the highest id of all.
+const ACTIVE_BOUNDS_SQL: &str = "/* mysqlq:job_active_page */ SELECT \
+    (SELECT MIN(id) FROM job_queue WHERE status IN ('pending', 'processing') AND finished_at IS NULL) AS low, \
+    (SELECT MAX(id) FROM job_queue) AS high";
+
+/// Ids per window at first; a window adapts to hold about [`WINDOW_ROWS`] jobs.
+const FIRST_WINDOW: u64 = 1024;
+/// The widest window, in ids: so that no statement returns more than this many jobs.
+const MAX_WINDOW: u64 = 1 << 16;
+/// Jobs a window aims at.
+const WINDOW_ROWS: usize = 1000;
 
 /// Where [`job_active_page`] goes on from. Start with [`ActiveCursor::default`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ActiveCursor {
-    state: usize,
-    id: u64,
+    /// Ids up to here were walked.
+    after: u64,
+    /// The highest id when the walk began (`None` before the first page).
+    until: Option<u64>,
+    /// Ids in the next window.
+    window: u64,
 }
 
 impl ActiveCursor {
-    /// `true` once every pending and processing job was returned.
+    /// `true` once every job that was waiting or running when the walk began was returned.
     pub fn is_done(&self) -> bool {
-        self.state >= ACTIVE.len()
+        self.until.is_some_and(|u| self.after >= u)
     }
 }
 
@@ -39,14 +53,14 @@ pub struct ActivePageParams<'a> {
     pub queue: Option<&'a str>,
     /// Only this kind.
     pub kind: Option<&'a str>,
-    /// Most rows read per page.
-    pub limit: u32,
 }
 
-/// `job_active_page`: the next page of `pending` (scheduled and retrying included), then
-/// `processing`, job ids after `cursor`, filtered by queue and kind, advancing the cursor. A
-/// page may be shorter than `limit`, or empty, when filtered; stop when
-/// [`ActiveCursor::is_done`]. Jobs enqueued during the walk with a higher id are included.
+/// `job_active_page`: the waiting (pending: ready, scheduled, retrying) and running jobs of the
+/// next window of ids after `cursor`, filtered by queue and kind, advancing the cursor; stop when
+/// [`ActiveCursor::is_done`]. The walk goes by id over both states at once, each window in one
+/// statement, so a job moving between them (a retry, a snooze, a release, the reaper) while the
+/// walk runs is found all the same; it ends at the highest id of the first page, so jobs enqueued
+/// after the walk began are not included. A page may be empty.
 pub async fn job_active_page(
     conn: &mut MySqlConnection,
     p: &ActivePageParams<'_>,
@@ -55,30 +69,46 @@ pub async fn job_active_page(
     if let Some(q) = p.queue {
         crate::queue::validate_queue_name(q)?;
     }
-    let Some(state) = ACTIVE.get(cursor.state) else {
-        return Ok(Vec::new());
+    let until = match cursor.until {
+        Some(u) => u,
+        None => {
+            let row = sqlx::query(ACTIVE_BOUNDS_SQL).fetch_one(&mut *conn).await?;
+            let low: Option<u64> = row.try_get("low")?;
+            let high: Option<u64> = row.try_get("high")?;
+            let high = high.unwrap_or(0);
+            cursor.after = low.map_or(high, |l| l.saturating_sub(1));
+            cursor.until = Some(high);
+            cursor.window = FIRST_WINDOW;
+            high
+        }
     };
-    let limit = p.limit.max(1);
+    if cursor.after >= until {
+        return Ok(Vec::new());
+    }
+    let to = cursor.after.saturating_add(cursor.window).min(until);
     let rows = sqlx::query(ACTIVE_PAGE_SQL)
-        .bind(*state)
-        .bind(cursor.id)
-        .bind(limit)
+        .bind(cursor.after)
+        .bind(to)
         .fetch_all(&mut *conn)
         .await?;
+    cursor.after = to;
+    // Aim the next window at about WINDOW_ROWS jobs: wide across finished rows, narrow across
+    // a backlog.
+    if rows.len() < WINDOW_ROWS / 4 {
+        cursor.window = cursor.window.saturating_mul(4).min(MAX_WINDOW);
+    } else if rows.len() > WINDOW_ROWS * 2 {
+        cursor.window = (cursor.window / 2).max(1);
+    }
     let mut ids = Vec::with_capacity(rows.len());
     for r in &rows {
         let id: u64 = r.try_get("id")?;
         let queue: String = r.try_get("queue_name")?;
         let kind: Option<String> = r.try_get("kind")?;
-        cursor.id = id;
         if p.queue.is_none_or(|q| q == queue) && p.kind.is_none_or(|k| kind.as_deref() == Some(k)) {
             ids.push(JobId(id));
         }
     }
-    if rows.len() < usize::try_from(limit).unwrap_or(usize::MAX) {
-        cursor.state += 1;
-        cursor.id = 0;
-    }
+    ids.sort_unstable();
     Ok(ids)
 }
 

@@ -118,10 +118,12 @@ pub(super) const FAILED_PAGE_NULL_SQL: &str = "/* mysqlq:job_failed_page */ \
     WHERE status = 'failed' AND finished_at IS NULL AND id > ? ORDER BY id LIMIT ?";
 
 /// Then keyset on `(finished_at, id)`, in the order of `idx_job_finished`.
+/// Rows that failed after the walk began (`finished_at` past its horizon) are not included: a job
+/// the walk retried that fails again is not retried again.
 pub(super) const FAILED_PAGE_SQL: &str = "/* mysqlq:job_failed_page */ \
     SELECT id, CAST(queue_name AS CHAR) AS queue_name, finished_at FROM job_queue \
     WHERE status = 'failed' AND (finished_at > ? OR (finished_at = ? AND id > ?)) \
-    ORDER BY finished_at, id LIMIT ?";
+    AND finished_at <= ? ORDER BY finished_at, id LIMIT ?";
 
 /// Before every `finished_at` (the smallest `DATETIME`).
 pub(super) const FIRST_FINISHED: &str = "1000-01-01 00:00:00.000000";
@@ -138,6 +140,8 @@ pub struct FailedCursor {
     finished_at: Option<NaiveDateTime>,
     id: u64,
     done: bool,
+    /// The database's time when the walk began: rows that failed later are not walked.
+    horizon: Option<NaiveDateTime>,
 }
 
 impl FailedCursor {
@@ -158,7 +162,9 @@ pub struct FailedPageParams<'a> {
 
 /// `job_failed_page`: the next page of failed job ids after `cursor` (keyset on
 /// `idx_job_finished`, never OFFSET), advancing the cursor. Jobs that leave `failed` meanwhile
-/// do not disturb the walk. A page may be shorter than `limit` (or empty) when filtered by
+/// do not disturb the walk, and jobs that fail after its first page (also jobs it retried that
+/// failed again) are not walked: a retry or discard of all failed jobs acts at most once per
+/// job and always ends. A page may be shorter than `limit` (or empty) when filtered by
 /// queue; stop when [`FailedCursor::is_done`].
 pub async fn job_failed_page(
     conn: &mut MySqlConnection,
@@ -171,6 +177,16 @@ pub async fn job_failed_page(
     if cursor.done {
         return Ok(Vec::new());
     }
+    let horizon = match cursor.horizon {
+        Some(h) => h,
+        None => {
+            let now: NaiveDateTime =
+                sqlx::query_scalar("/* mysqlq:job_failed_page */ SELECT UTC_TIMESTAMP(6)")
+                    .fetch_one(&mut *conn)
+                    .await?;
+            *cursor.horizon.insert(now)
+        }
+    };
     let limit = p.limit.max(1);
     let rows = match &cursor.finished_at {
         None => {
@@ -185,6 +201,7 @@ pub async fn job_failed_page(
                 .bind(*at)
                 .bind(*at)
                 .bind(cursor.id)
+                .bind(horizon)
                 .bind(limit)
                 .fetch_all(&mut *conn)
                 .await?

@@ -9,7 +9,7 @@
 //! | [`stats_leases`] | `idx_job_recover` (`status = 'processing'`) |
 //! | [`stats_table`] | `idx_job_finished` (`MIN(finished_at)` per status: no rows read) |
 //! | [`job_failed_list`], [`job_failed_page`], [`job_failed_count`] | `idx_job_finished` (`status = 'failed'`, keyset on `(finished_at, id)`) |
-//! | [`job_active_page`] | `idx_job_finished` (`status = ?  AND finished_at IS NULL`, keyset on `id`) |
+//! | [`job_active_page`] | a window of ids: `idx_job_finished` (`status IN ('pending', 'processing') AND finished_at IS NULL`) or the primary key, whichever the optimizer prefers; never sorted |
 //! | [`job_cancel_many`], [`job_delete_many`] | primary key |
 //!
 //! [`stats_explain`] EXPLAINs the stats statements with the same text they run with, so a test

@@ -438,7 +438,7 @@ pub async fn stats_explain(
 ) -> Result<Vec<(&'static str, Vec<PlanRow>)>, Error> {
     let secs = 60i64;
     let mut out = Vec::new();
-    let plans: [(&'static str, &'static str, Vec<Bind>); 12] = [
+    let plans: [(&'static str, &'static str, Vec<Bind>); 11] = [
         ("stats_queues", STATS_QUEUES_SQL, vec![]),
         ("stats_leases", STATS_LEASES_SQL, vec![]),
         ("stats_activity", STATS_ACTIVITY_SQL, vec![Bind::I(secs)]),
@@ -462,6 +462,7 @@ pub async fn stats_explain(
                 Bind::S(FIRST_FINISHED),
                 Bind::S(FIRST_FINISHED),
                 Bind::U(0),
+                Bind::S("9999-12-31 23:59:59"),
                 Bind::U(500),
             ],
         ),
@@ -471,14 +472,9 @@ pub async fn stats_explain(
             vec![Bind::U(0), Bind::U(500)],
         ),
         (
-            "job_active_page pending",
+            "job_active_page",
             super::cancel::ACTIVE_PAGE_SQL,
-            vec![Bind::S("pending"), Bind::U(0), Bind::U(500)],
-        ),
-        (
-            "job_active_page processing",
-            super::cancel::ACTIVE_PAGE_SQL,
-            vec![Bind::S("processing"), Bind::U(0), Bind::U(500)],
+            vec![Bind::U(0), Bind::U(1024)],
         ),
     ];
     for (tag, sql, binds) in plans {

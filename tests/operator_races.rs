@@ -1,0 +1,300 @@
+//! Operator actions while workers run, and settings that would break a worker (issue 27): each
+//! test here has workers **running** during the operator action, since the walks over a static
+//! table cannot show these races.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mysqlq::admin::{Admin, JobSelection, Selection};
+use mysqlq::hooks::{BoxFuture, Hook, Hooks, JobRun};
+use mysqlq::{EnqueueOptions, JobContext, JobError, JobId, NewJob};
+use mysqlq_tests::TestDb;
+
+/// Snoozes a millisecond, every time: always between `pending` and `processing`.
+#[mysqlq::job(queue = "spin", retries = 3)]
+async fn spin(_ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    Err(JobError::snooze(Duration::from_millis(1)))
+}
+
+/// Fails for good at once.
+#[mysqlq::job(queue = "doomed", retries = 0)]
+async fn doomed(_ctx: JobContext, n: u32) -> Result<(), JobError> {
+    Err(JobError::fail(format!("doomed {n}")))
+}
+
+/// Cancels itself as an operator would, learns of it through a heartbeat, then returns at once
+/// (`Ok` for even `n`, an error for odd): its return races the worker's own news of the cancel.
+#[mysqlq::job(queue = "selfcancel", retries = 3)]
+async fn self_cancel(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let pool = ctx.pool().expect("a pool").clone();
+    Admin::new(pool)
+        .cancel(JobSelection::Ids(&[ctx.id()]), "ops", Some("race"), |_| {})
+        .await
+        .map_err(JobError::retry)?;
+    let _ = ctx.heartbeat().await;
+    if n.is_multiple_of(2) {
+        Ok(())
+    } else {
+        Err(JobError::retry("returned after the cancel"))
+    }
+}
+
+async fn enqueue_all(db: &TestDb, jobs: Vec<NewJob>) {
+    for chunk in jobs.chunks(1000) {
+        mysqlq::enqueue_many(&db.pool, chunk.to_vec())
+            .await
+            .unwrap();
+    }
+}
+
+/// Item 1: a queue-wide cancel walked `pending`, then `processing`; a job that was `processing`
+/// while the first walk passed it and `pending` again before the second reached it was in
+/// neither, and ran on after the command reported success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_wide_cancel_leaves_none_of_its_jobs_waiting_or_running_while_they_snooze() {
+    let db = TestDb::new().await;
+    let n = 3000;
+    let jobs = (0..n)
+        .map(|n| NewJob::from_job(&Spin { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    enqueue_all(&db, jobs).await;
+    let worker = db
+        .worker()
+        .queues(["spin"])
+        .concurrency(64)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the jobs snoozing",
+        "SELECT COUNT(*) >= 3000 FROM mysqlq_job_attempt",
+        Duration::from_secs(60),
+    )
+    .await;
+    let report = Admin::new(db.pool.clone())
+        .cancel(
+            JobSelection::Filter {
+                queue: Some("spin"),
+                kind: None,
+            },
+            "ops",
+            None,
+            |_| {},
+        )
+        .await
+        .unwrap();
+    let open = db
+        .scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE queue_name = 'spin' \
+             AND status IN ('pending', 'processing')",
+        )
+        .await;
+    worker.shutdown().await.unwrap();
+    assert_eq!(
+        open, 0,
+        "jobs of the queue still waiting or running after the cancel returned"
+    );
+    assert_eq!(
+        report.cancelled,
+        u64::from(n),
+        "the report counts each job once"
+    );
+    assert_eq!(db.count("cancelled").await, i64::from(n));
+}
+
+/// Item 2: `failed retry --all` walked failed jobs by (finished_at, id); a job it retried that
+/// failed again lay ahead of the cursor and was retried again, and with workers failing jobs as
+/// fast as it retried them the command never ended. It acts at most once per job now, on the
+/// jobs that were failed when it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_all_failed_jobs_while_workers_fail_them_again_retries_each_once() {
+    let db = TestDb::new().await;
+    let n = 2000;
+    let jobs = (0..n)
+        .map(|n| NewJob::from_job(&Doomed { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    enqueue_all(&db, jobs).await;
+    let worker = db
+        .worker()
+        .queues(["doomed"])
+        .concurrency(32)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "every job failed",
+        "SELECT COUNT(*) = 2000 FROM job_queue WHERE status = 'failed'",
+        Duration::from_secs(60),
+    )
+    .await;
+    let admin = Admin::new(db.pool.clone());
+    let report = tokio::time::timeout(
+        Duration::from_secs(120),
+        admin.retry_failed(
+            Selection::All {
+                queue: Some("doomed"),
+            },
+            |_| {},
+        ),
+    )
+    .await
+    .expect("the retry of all failed jobs ends")
+    .unwrap();
+    assert_eq!(
+        report.retried,
+        u64::from(n),
+        "each job that was failed when the command began is retried exactly once"
+    );
+    // Each job ran once more, and only once (its attempt history: two failures).
+    db.wait_for(
+        "every job failed again",
+        "SELECT COUNT(*) = 2000 FROM job_queue WHERE status = 'failed'",
+        Duration::from_secs(60),
+    )
+    .await;
+    let runs = db.scalar("SELECT COUNT(*) FROM mysqlq_job_attempt").await;
+    // Discarding all failed jobs while they are retried and failed again deletes only what was
+    // failed when it began: retry them, then discard at once.
+    let again = admin
+        .retry_failed(Selection::All { queue: None }, |_| {})
+        .await
+        .unwrap();
+    let discarded = admin
+        .discard_failed(Selection::All { queue: None }, |_| {})
+        .await
+        .unwrap();
+    worker.shutdown().await.unwrap();
+    assert_eq!(runs, 2 * i64::from(n), "every job ran twice, not more");
+    assert_eq!(again.retried, u64::from(n));
+    assert!(discarded.discarded <= u64::from(n), "{discarded:?}");
+}
+
+/// A worker hook counting `on_cancelled` per job.
+#[derive(Default)]
+struct CountCancels(Mutex<Vec<JobId>>);
+
+impl Hook for CountCancels {
+    fn on_cancelled<'a>(&'a self, job: &'a JobRun, _reason: &'a str) -> BoxFuture<'a, ()> {
+        self.0.lock().unwrap().push(job.id());
+        Box::pin(async {})
+    }
+}
+
+/// Item 4: an operator's cancel racing the handler's own return. The worker learnt of the cancel
+/// (and took the job's entry out) just as the handler returned; when the finished handler won
+/// the race, the hook branch was never reached. The hook fires exactly once for each job whose
+/// outcome is `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cancelled_fires_once_when_a_cancel_races_the_handlers_return() {
+    let db = TestDb::new().await;
+    let n = 24;
+    let jobs = (0..n)
+        .map(|n| NewJob::from_job(&SelfCancel { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    enqueue_all(&db, jobs).await;
+    let hook = Arc::new(CountCancels::default());
+    let worker = db
+        .worker()
+        .queues(["selfcancel"])
+        .concurrency(8)
+        .hooks(Hooks::new().with_arc(hook.clone()))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "every job cancelled",
+        "SELECT COUNT(*) = 24 FROM job_queue WHERE status = 'cancelled'",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The hooks run on their own tasks: give the last ones a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while hook.0.lock().unwrap().len() < n as usize && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    worker.shutdown().await.unwrap();
+    let mut heard = hook.0.lock().unwrap().clone();
+    heard.sort_unstable();
+    let before = heard.len();
+    heard.dedup();
+    assert_eq!(before, heard.len(), "a job's on_cancelled fired twice");
+    assert_eq!(
+        heard.len(),
+        n as usize,
+        "on_cancelled fired for {} of {n} jobs cancelled while they ran",
+        heard.len()
+    );
+}
+
+/// Item 3: every duration, count and id the worker takes is checked at start against its
+/// documented range, with one error naming the setting.
+#[tokio::test]
+async fn settings_that_would_break_a_worker_are_refused_by_name() {
+    let db = TestDb::new().await;
+    type Change = fn(mysqlq::WorkerBuilder) -> mysqlq::WorkerBuilder;
+    let cases: &[(&str, Change, &str)] = &[
+        (
+            "job timeout 0",
+            |b| b.job_timeout(Duration::ZERO),
+            "job timeout",
+        ),
+        (
+            "job timeout of a year",
+            |b| b.job_timeout(Duration::from_secs(365 * 24 * 3600)),
+            "job timeout",
+        ),
+        (
+            "maintenance interval 0",
+            |b| b.maintenance(Duration::ZERO, Duration::from_secs(15)),
+            "maintenance interval",
+        ),
+        (
+            "statistics every millisecond",
+            |b| b.stats_interval(Duration::from_millis(1)),
+            "statistics interval",
+        ),
+        (
+            "poll ceiling of a day",
+            |b| b.poll_interval(Duration::from_millis(5), Duration::from_secs(24 * 3600)),
+            "poll ceiling",
+        ),
+        (
+            "shutdown timeout of a week",
+            |b| b.shutdown_timeout(Duration::from_secs(7 * 24 * 3600)),
+            "shutdown timeout",
+        ),
+        ("lease 0", |b| b.lease(Duration::ZERO), "lease"),
+        ("concurrency 0", |b| b.concurrency(0), "concurrency"),
+        (
+            "a relay's worker id",
+            |b| b.worker_id("redis-relay:mine"),
+            "must not start with `redis-relay:`",
+        ),
+        ("an empty worker id", |b| b.worker_id("  "), "worker id"),
+        (
+            "a worker id past 128 characters",
+            |b| b.worker_id("w".repeat(129)),
+            "worker id",
+        ),
+        (
+            "a worker id with a newline",
+            |b| b.worker_id("a\nb"),
+            "control characters",
+        ),
+    ];
+    for (what, change, names) in cases {
+        let err = change(db.worker())
+            .start()
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what}: the worker started"));
+        let text = err.to_string();
+        assert!(
+            text.contains(names),
+            "{what}: `{text}` does not name `{names}`"
+        );
+        assert!(!text.contains('\n'), "{what}: one line: {text}");
+    }
+}
