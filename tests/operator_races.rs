@@ -298,3 +298,86 @@ async fn settings_that_would_break_a_worker_are_refused_by_name() {
         assert!(!text.contains('\n'), "{what}: one line: {text}");
     }
 }
+
+/// Item 5: tables that gained a row per key ever used (`mysqlq_concurrency`, `mysqlq_ordering`:
+/// one per customer, say) or per tick (`mysqlq_cron`) were never pruned. The leader's pruner now
+/// deletes key rows no waiting or running job names, and ticks older than a day but each
+/// schedule's latest.
+#[tokio::test]
+async fn the_pruner_deletes_unused_key_rows_and_old_ticks_but_a_schedules_latest() {
+    let db = TestDb::new().await;
+    db.exec(
+        "INSERT INTO mysqlq_concurrency (concurrency_key) \
+         SELECT CONCAT('gone-', seq) FROM seq_1_to_1500",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO mysqlq_ordering (ordering_key) SELECT CONCAT('gone-', seq) FROM seq_1_to_30",
+    )
+    .await;
+    // Keys a waiting job still names stay.
+    mysqlq::enqueue_many(
+        &db.pool,
+        vec![
+            NewJob::from_job(
+                &Spin { n: 1 },
+                &EnqueueOptions::new()
+                    .queue("parked")
+                    .concurrency_limit("live", 1)
+                    .ordering_key("live"),
+            )
+            .unwrap(),
+        ],
+    )
+    .await
+    .unwrap();
+    db.exec("INSERT INTO mysqlq_concurrency (concurrency_key) VALUES ('live')")
+        .await;
+    db.exec("INSERT INTO mysqlq_ordering (ordering_key) VALUES ('live')")
+        .await;
+    db.exec(
+        "INSERT INTO mysqlq_cron (name, tick, job_id, created_at) \
+         SELECT 'nightly', '2020-01-01' + INTERVAL seq DAY, NULL, UTC_TIMESTAMP(6) - INTERVAL 2 DAY \
+         FROM seq_1_to_10",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO mysqlq_cron (name, tick, job_id) VALUES ('hourly', '2030-01-01 00:00:00', NULL), \
+         ('hourly', '2030-01-01 01:00:00', NULL)",
+    )
+    .await;
+    let worker = db
+        .worker()
+        .maintenance(Duration::from_millis(100), Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the unused key rows pruned (over several rounds: 1,500 is more than a batch)",
+        "SELECT (SELECT COUNT(*) FROM mysqlq_concurrency) + (SELECT COUNT(*) FROM mysqlq_ordering) = 2",
+        Duration::from_secs(60),
+    )
+    .await;
+    db.wait_for(
+        "the old ticks pruned",
+        "SELECT COUNT(*) = 3 FROM mysqlq_cron",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let live = db
+        .scalar(
+            "SELECT (SELECT COUNT(*) FROM mysqlq_concurrency WHERE concurrency_key = 'live') \
+             + (SELECT COUNT(*) FROM mysqlq_ordering WHERE ordering_key = 'live')",
+        )
+        .await;
+    assert_eq!(live, 2, "the keys of a waiting job stay");
+    let kept = db
+        .scalar("SELECT COUNT(*) FROM mysqlq_cron WHERE name = 'nightly' AND tick = '2020-01-11'")
+        .await;
+    assert_eq!(kept, 1, "a schedule's latest tick stays, however old");
+    let recent = db
+        .scalar("SELECT COUNT(*) FROM mysqlq_cron WHERE name = 'hourly'")
+        .await;
+    assert_eq!(recent, 2, "ticks younger than a day stay");
+}

@@ -404,15 +404,40 @@ async fn unknown_kinds_and_bad_payloads_get_a_recorded_error() {
     };
     let unknown = insert("no_such_job", "{}").await;
     let wrong_shape = insert(Noop::KIND, r#"{"n": "not a number"}"#).await;
+    // Rows of many kinds this binary does not know (issue 27, item 5).
+    for i in 0..20 {
+        sqlx::query("INSERT INTO job_queue (queue_name, kind, payload) VALUES ('test', ?, '{}')")
+            .bind(format!("stray_kind_{i}"))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
     // Plain SQL without a kind: the queue's only job... `test` has several, so it is unknown too.
     let worker = db.worker().start().await.unwrap();
     db.wait_for(
-        "both attempted",
-        "SELECT COUNT(*) = 2 FROM job_queue WHERE attempts = 1 AND status = 'pending' AND last_error IS NOT NULL",
+        "all attempted",
+        "SELECT COUNT(*) = 22 FROM job_queue WHERE attempts = 1 AND status = 'pending' AND last_error IS NOT NULL",
         Duration::from_secs(20),
     )
     .await;
+    db.wait_for(
+        "their statistics flushed",
+        "SELECT COALESCE(SUM(runs), 0) >= 21 FROM mysqlq_kind_minute WHERE kind = '(unregistered)'",
+        Duration::from_secs(20),
+    )
+    .await;
+    let rendered = worker.metrics().render_prometheus();
     worker.shutdown().await.unwrap();
+    // Unknown kinds share one label: they cannot grow the statistics or the metrics' series.
+    let stray_rows = db
+        .scalar("SELECT COUNT(*) FROM mysqlq_kind_minute WHERE kind LIKE 'stray_kind%' OR kind = 'no_such_job'")
+        .await;
+    assert_eq!(
+        stray_rows, 0,
+        "unknown kinds got statistics rows of their own"
+    );
+    assert!(!rendered.contains("stray_kind"), "{rendered}");
+    assert!(rendered.contains("(unregistered)"), "{rendered}");
     let (_, _, err) = row(&db, JobId(unknown)).await;
     assert!(err.unwrap().contains("unknown job kind `no_such_job`"));
     let (_, _, err) = row(&db, JobId(wrong_shape)).await;

@@ -14,6 +14,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+/// The one kind label of every job kind the worker's binary does not register.
+pub(crate) const UNREGISTERED_KIND: &str = "(unregistered)";
+
 macro_rules! counters {
     ($($name:ident: $help:literal,)*) => {
         /// Cumulative counters of one worker process.

@@ -187,6 +187,65 @@ pub async fn job_prune(
     Ok(n)
 }
 
+/// `keys_prune`: deletes up to `limit` lock rows of ordering and concurrency keys that no waiting
+/// or running job names any more (one row was left per key ever used, e.g. one per customer).
+/// Rows a claim holds right now are skipped (`SKIP LOCKED`); a key used again later gets its row
+/// back from the next claim. Returns the rows deleted.
+pub async fn keys_prune(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Error> {
+    let mut deleted = 0;
+    for (table, column) in [
+        ("mysqlq_ordering", "ordering_key"),
+        ("mysqlq_concurrency", "concurrency_key"),
+    ] {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let select = sqlx::AssertSqlSafe(format!(
+            "/* mysqlq:keys_prune */ SELECT k.{column} FROM {table} k WHERE NOT EXISTS ( \
+               SELECT 1 FROM job_queue j WHERE j.{column} = k.{column} \
+               AND j.status IN ('pending', 'processing')) \
+             LIMIT ? FOR UPDATE SKIP LOCKED"
+        ));
+        let keys: Vec<String> = sqlx::query_scalar(select)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        if !keys.is_empty() {
+            let delete = sqlx::AssertSqlSafe(format!(
+                "/* mysqlq:keys_prune */ DELETE FROM {table} WHERE {column} IN ({})",
+                super::sql::placeholders(keys.len())
+            ));
+            let mut q = sqlx::query(delete);
+            for k in &keys {
+                q = q.bind(k);
+            }
+            deleted += q.execute(&mut *tx).await?.rows_affected();
+        }
+        tx.commit().await?;
+    }
+    Ok(deleted)
+}
+
+/// `cron_prune`: deletes up to `limit` rows of the periodic jobs' ledger older than `keep`,
+/// never a schedule's latest tick (the scheduler goes on from it, and the ledger's key keeps
+/// each later tick exactly-once). Returns the rows deleted.
+pub async fn cron_prune(
+    conn: &mut MySqlConnection,
+    keep: Duration,
+    limit: u32,
+) -> Result<u64, Error> {
+    Ok(sqlx::query(
+        "/* mysqlq:cron_prune */ DELETE FROM mysqlq_cron \
+         WHERE created_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+         AND (name, tick) NOT IN (SELECT name, latest FROM ( \
+               SELECT name, MAX(tick) AS latest FROM mysqlq_cron GROUP BY name) AS l) \
+         LIMIT ?",
+    )
+    .bind(micros(keep))
+    .bind(limit)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected())
+}
+
 /// Which finished jobs [`job_prune`] deletes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PruneStatus {

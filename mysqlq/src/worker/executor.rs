@@ -201,6 +201,10 @@ async fn supervise(
         || job.kind.clone().unwrap_or_default(),
         |r| r.kind().to_owned(),
     );
+    // Metrics and statistics name registered kinds only: rows of any number of kinds this binary
+    // does not know (plain-SQL producers, a bad deploy) share one label, so they cannot grow
+    // the worker's memory, the Prometheus series or `mysqlq_kind_minute` without bound.
+    let metric_kind = registration.map_or(crate::metrics::UNREGISTERED_KIND, |r| r.kind());
     let policy = registration.map(|r| r.retry_policy()).unwrap_or_default();
     let span = tracing::info_span!(
         "job",
@@ -225,7 +229,7 @@ async fn supervise(
     s.metrics.job_started();
     // Pickup latency: ready → started, including any wait in the prefetch buffer.
     s.metrics
-        .job_picked_up(&kind_label, job.waited + claimed.elapsed());
+        .job_picked_up(metric_kind, job.waited + claimed.elapsed());
     s.emit(WorkerEvent::Started { id: job.id });
 
     let ran = match registration {
@@ -262,7 +266,7 @@ async fn supervise(
     };
     let took = started.elapsed();
     s.metrics
-        .job_finished(&kind_label, took, !matches!(ran, Ran::Ok));
+        .job_finished(metric_kind, took, !matches!(ran, Ran::Ok));
     s.emit(WorkerEvent::Returned { id: job.id });
     drop(permit);
     s.slot_freed.notify_waiters();

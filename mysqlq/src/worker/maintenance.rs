@@ -158,6 +158,9 @@ fn prune_due(s: &Shared, last: &mut Option<tokio::time::Instant>) -> bool {
     }
 }
 
+/// How long the periodic jobs' ledger keeps a tick that is not its schedule's latest.
+const CRON_KEEP: Duration = Duration::from_secs(24 * 3600);
+
 /// Longest gap between two pruner runs on the leader.
 const PRUNE_AT_MOST_EVERY: Duration = Duration::from_secs(60);
 
@@ -184,6 +187,10 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     let m = &s.metrics;
     m.add(&m.counters.pruned, pruned);
     store::stats_prune(conn, STATS_RETENTION).await?;
+    // The tables that gain a row per key or per tick: a batch per round, like the jobs above.
+    let keys = store::keys_prune(conn, BATCH).await?;
+    let ticks = store::cron_prune(conn, CRON_KEEP, BATCH).await?;
+    backlog |= keys >= u64::from(BATCH) || ticks >= u64::from(BATCH);
     Ok((pruned, backlog))
 }
 
