@@ -478,14 +478,23 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
     // re-claimed as soon as its snooze is written: 12 jobs that snooze once and have a single
     // attempt; in every other wave 3 of them instead hold one of the worker's pool connections
     // for 150 ms (slowing the heartbeats of a runtime whose services share the handlers' pool;
-    // without them the race is likelier when they do not). The pace only spreads the load.
+    // without them the race is likelier when they do not), and in the others 2 panic once
+    // (retried 20 ms later: the same worker claims them again at once). Every 25th wave brings
+    // 90 jobs of 350 ms beside them, more than the 64 slots: some wait in the prefetch buffer
+    // past its wait and are handed back, to be claimed again by the same worker (issue 26: the
+    // other paths of a quick re-claim). The pace only spreads the load.
     let waves = 300 * scale();
     let mut n = 0;
     for w in 0..waves {
         let mut wave = Vec::new();
-        for i in 0..12 {
-            let (a, ms, opts) = if w % 2 == 1 && i < 3 {
+        let crowd = if w % 25 == 24 { 90 } else { 0 };
+        for i in 0..12 + crowd {
+            let (a, ms, opts) = if i >= 12 {
+                (act::OK, 350, EnqueueOptions::new().max_attempts(1))
+            } else if w % 2 == 1 && i < 3 {
                 (act::HOLD, 150, EnqueueOptions::new())
+            } else if w % 2 == 0 && i < 2 {
+                (act::PANIC, 0, EnqueueOptions::new().max_attempts(2))
             } else {
                 (act::SNOOZE0, 0, EnqueueOptions::new().max_attempts(1))
             };

@@ -26,15 +26,21 @@ use sqlx::{MySqlPool, Row};
 /// Creates `torture_history` and its trigger in the test database.
 pub async fn install_history(pool: &MySqlPool) {
     for sql in [
-        "CREATE TABLE torture_history (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+        // No AUTO_INCREMENT: on MariaDB (`innodb_autoinc_lock_mode = 1`) an insert made by a
+        // trigger of an UPDATE takes the table's AUTO-INC lock until that UPDATE ends, so every
+        // status change would wait for any UPDATE that waits for a row lock: one worker's lock
+        // wait became a stall of every worker's writes, and healthy workers' leases ran out
+        // (issue 26, a quiet tally run). `UUID_SHORT()` numbers the rows in the order the
+        // trigger ran, as the counter did.
+        "CREATE TABLE torture_history (seq BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
          job_id BIGINT UNSIGNED NOT NULL, old_status VARCHAR(16) NOT NULL, new_status VARCHAR(16) NOT NULL, \
          old_token CHAR(36) NULL, new_token CHAR(36) NULL, old_worker VARCHAR(128) NULL, \
          new_worker VARCHAR(128) NULL, old_attempts INT UNSIGNED NOT NULL, new_attempts INT UNSIGNED NOT NULL, \
          last_error VARCHAR(255) NULL, at DATETIME(6) NOT NULL, KEY (job_id))",
         "CREATE TRIGGER torture_history_log AFTER UPDATE ON job_queue FOR EACH ROW \
-         INSERT INTO torture_history (job_id, old_status, new_status, old_token, new_token, old_worker, \
+         INSERT INTO torture_history (seq, job_id, old_status, new_status, old_token, new_token, old_worker, \
            new_worker, old_attempts, new_attempts, last_error, at) \
-         SELECT NEW.id, OLD.status, NEW.status, OLD.claim_token, NEW.claim_token, OLD.locked_by, \
+         SELECT UUID_SHORT(), NEW.id, OLD.status, NEW.status, OLD.claim_token, NEW.claim_token, OLD.locked_by, \
            NEW.locked_by, OLD.attempts, NEW.attempts, LEFT(NEW.last_error, 255), UTC_TIMESTAMP(6) FROM DUAL \
          WHERE NOT (OLD.status <=> NEW.status) OR NOT (OLD.claim_token <=> NEW.claim_token)",
     ] {
