@@ -126,7 +126,8 @@ impl From<Error> for ClaimFailed {
 
 /// The claim of [`job_claim`], telling a claim whose COMMIT outcome is unknown apart
 /// ([`ClaimFailed`]), that also completes `complete` (jobs whose handlers returned `Ok`,
-/// token-guarded exactly as [`super::job_complete_many`]) in the same transaction, first, so
+/// token-guarded exactly as [`super::job_complete_many`]) in the same transaction, last (after
+/// everything in the claim that can wait, so their rows are never held behind a wait), so
 /// that the previous batch's completions and the next batch's claim share one commit. On
 /// failure nothing of it was written, or (a COMMIT whose reply was lost) it may have been: a
 /// retried completion recognises its own earlier write, so the caller writes them again.
