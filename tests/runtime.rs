@@ -646,3 +646,98 @@ async fn the_reaper_skips_rows_that_a_frozen_transaction_holds() {
         .await;
     assert_eq!(history, 2, "each reaped attempt recorded once");
 }
+
+/// Blocks its thread (no `.await`) for `ms`.
+#[mysqlq::job(queue = "starving", retries = 1, timeout = "30s")]
+async fn runtime_blocker(_ctx: JobContext, ms: u64) -> Result<(), JobError> {
+    std::thread::sleep(Duration::from_millis(ms));
+    Ok(())
+}
+
+/// Awaits `ms`, as a well-behaved handler does.
+#[mysqlq::job(queue = "starving", retries = 1, timeout = "30s")]
+async fn runtime_sleeper(_ctx: JobContext, ms: u64) -> Result<(), JobError> {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(())
+}
+
+/// Samples, from an OS thread and a runtime of its own, how many `processing` rows have an
+/// expired lease, every 50 ms for `span`; returns the most seen at once.
+fn watch_expired_leases(url: String, span: Duration) -> std::thread::JoinHandle<i64> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+            let until = std::time::Instant::now() + span;
+            let mut most = 0;
+            while std::time::Instant::now() < until {
+                let expired: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM job_queue WHERE status = 'processing' \
+                     AND lease_expires_at < UTC_TIMESTAMP(6)",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+                most = most.max(expired);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        })
+    })
+}
+
+/// `#[tokio::test]` runs on one thread: the handler that blocks it blocks every task of that
+/// runtime. The worker's own services (heartbeats, the watchdog, completions, claims) must not
+/// be among them. Before: they shared the application's runtime, so a handler blocking every
+/// thread of it (here one; in the torture test two of two, or a symbolized panic backtrace
+/// under `RUST_BACKTRACE=1`) stopped the heartbeats, and the leases of jobs on a healthy
+/// worker expired while they ran — the reaper of any other worker would have run them twice.
+#[tokio::test]
+async fn handlers_blocking_every_thread_of_the_runtime_do_not_stop_the_heartbeats() {
+    let db = TestDb::new().await;
+    let sleeper = RuntimeSleeper { ms: 3500 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id();
+    let worker = db
+        .worker()
+        .queues(["starving"])
+        .concurrency(2)
+        .lease(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    wait_event(
+        &mut events,
+        "the sleeper started",
+        Duration::from_secs(30),
+        |e| matches!(e, WorkerEvent::Started { id } if *id == sleeper),
+    )
+    .await;
+    let watcher = watch_expired_leases(db.url(), Duration::from_millis(4000));
+    RuntimeBlocker { ms: 3000 }.enqueue(&db.pool).await.unwrap();
+    db.wait_for(
+        "both jobs completed",
+        "SELECT COUNT(*) = 2 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let most = tokio::task::spawn_blocking(move || watcher.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        most, 0,
+        "leases of jobs running on a healthy worker expired while one handler blocked the runtime"
+    );
+    let first_time: i64 = db
+        .scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'completed' AND attempts = 1")
+        .await;
+    assert_eq!(first_time, 2, "both completed on their first attempt");
+    worker.shutdown().await.unwrap();
+}

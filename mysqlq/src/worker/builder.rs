@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{RESERVED_CONNECTIONS, validate, validate_worker_id};
+use super::threads::{self, ServiceThread};
 use super::{
     Config, Shared, WorkerHandle, completer, events, lease, maintenance, producer, scheduler, stats,
 };
@@ -240,8 +241,43 @@ impl WorkerBuilder {
         self
     }
 
-    /// Checks the settings, the server and the schema, then starts the services.
+    /// Checks the settings, the server and the schema, then starts the services on a thread of
+    /// their own; handlers run on the runtime this is awaited on (see `docs/architecture.md`).
     pub async fn start(self) -> Result<WorkerHandle, Error> {
+        let app = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::Config(
+                "Worker::start must be awaited inside a Tokio runtime: its handlers run there"
+                    .into(),
+            )
+        })?;
+        let thread = ServiceThread::start(&app)?;
+        let services = thread.handle().clone();
+        match threads::on(&services, self.launch(app, services.clone())).await {
+            Some(Ok((shared, producers, services))) => Ok(WorkerHandle {
+                shared,
+                producers,
+                services,
+                thread,
+            }),
+            Some(Err(e)) => {
+                thread.stop();
+                Err(e)
+            }
+            None => {
+                thread.stop();
+                Err(Error::Config(
+                    "the worker's service thread stopped while the worker started".into(),
+                ))
+            }
+        }
+    }
+
+    /// [`start`](Self::start), on the services' runtime.
+    async fn launch(
+        self,
+        app: tokio::runtime::Handle,
+        services: tokio::runtime::Handle,
+    ) -> Result<Launched, Error> {
         let registry = match self.registry {
             Some(r) => r,
             None => Registry::from_inventory()?,
@@ -310,6 +346,8 @@ impl WorkerBuilder {
             config.poll_floor * 2
         };
         let shared = Arc::new(Shared {
+            app,
+            services,
             pool: self.pool,
             db,
             slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -355,13 +393,12 @@ impl WorkerBuilder {
             jobs = shared.registry.len(),
             "worker started"
         );
-        Ok(WorkerHandle {
-            shared,
-            producers,
-            services,
-        })
+        Ok((shared, producers, services))
     }
 }
+
+/// What [`WorkerBuilder::launch`] started: the shared state, the fetchers, the other services.
+type Launched = (Arc<Shared>, Vec<JoinHandle<()>>, Vec<JoinHandle<()>>);
 
 /// The claim loops (no service of their own beside them).
 fn claim_loops(shared: &Arc<Shared>) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>>) {

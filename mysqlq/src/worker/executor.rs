@@ -37,10 +37,15 @@ impl Heartbeat for LeaseExtender {
         let shared = self.shared.clone();
         let key = self.key.clone();
         Box::pin(async move {
-            match shared.upgrade() {
-                Some(s) => crate::worker::lease::beat_one(&s, &key).await,
-                None => Ok(false),
-            }
+            let Some(s) = shared.upgrade() else {
+                return Ok(false);
+            };
+            // On the services' runtime, where the worker's pool lives.
+            let rt = s.services.clone();
+            let beat = async move { crate::worker::lease::beat_one(&s, &key).await };
+            crate::worker::threads::on(&rt, beat)
+                .await
+                .unwrap_or(Ok(false))
         })
     }
 }
@@ -279,11 +284,7 @@ async fn supervise(
         // An operator cancelled the row (the lease service saw it and removed the entry): the
         // outcome is the operator's, already written; the hooks hear of it here.
         Ran::Stopped(CancelReason::Cancelled) => {
-            if let Some(run) = &run {
-                s.hooks
-                    .cancelled(run, &CancelReason::Cancelled.to_string())
-                    .await;
-            }
+            cancelled_meanwhile(&s, &ctx, run.as_ref()).await;
             return;
         }
         // Lost: the lease service removed the entry; shutdown: its release writes the outcome.
@@ -324,13 +325,19 @@ async fn supervise(
     let written = record(&s, &key, &outcome, &message, attempt).await;
     // Still ours: had the lease service taken it out meanwhile, it would have told the hooks.
     let ours = s.forget(&key);
-    match (written, &run) {
-        (Some(Recorded::Written(Outcome::Fail)), Some(run)) => s.hooks.dead(run, &message).await,
-        (Some(Recorded::Written(Outcome::Cancel)), Some(run)) => {
-            s.hooks.cancelled(run, &message).await;
+    match (written, run) {
+        (Some(Recorded::Written(Outcome::Fail)), Some(run)) => {
+            let hooks = s.hooks.clone();
+            s.hook(async move { hooks.dead(&run, &message).await })
+                .await;
         }
-        (Some(Recorded::ByOperator), Some(_)) if ours.is_some() => {
-            s.operator_cancelled(run);
+        (Some(Recorded::Written(Outcome::Cancel)), Some(run)) => {
+            let hooks = s.hooks.clone();
+            s.hook(async move { hooks.cancelled(&run, &message).await })
+                .await;
+        }
+        (Some(Recorded::ByOperator), Some(run)) if ours.is_some() => {
+            s.operator_cancelled(Some(run));
         }
         _ => {}
     }
@@ -342,9 +349,13 @@ async fn cancelled_meanwhile(s: &Shared, ctx: &JobContext, run: Option<&Arc<JobR
     if let Some(run) = run
         && ctx.cancel_reason() == Some(CancelReason::Cancelled)
     {
-        s.hooks
-            .cancelled(run, &CancelReason::Cancelled.to_string())
-            .await;
+        let (hooks, run) = (s.hooks.clone(), run.clone());
+        s.hook(async move {
+            hooks
+                .cancelled(&run, &CancelReason::Cancelled.to_string())
+                .await;
+        })
+        .await;
     }
 }
 
@@ -403,7 +414,8 @@ fn mark_finishing(s: &Shared, key: &Key) -> bool {
     }
 }
 
-/// Runs the handler in a task of its own (so a panic is caught and it can be aborted), with
+/// Runs the handler in a task of its own on the application's runtime (so a panic is caught, it
+/// can be aborted, and a handler that blocks its thread cannot hold up this supervisor), with
 /// the timeout, until it returns or its context is cancelled from outside.
 async fn run_handler(
     s: &Arc<Shared>,
@@ -412,7 +424,7 @@ async fn run_handler(
     fut: impl Future<Output = Result<(), JobError>> + Send + 'static,
     timeout: Duration,
 ) -> Ran {
-    let mut handle = tokio::spawn(fut);
+    let mut handle = s.app.spawn(fut);
     if let Some(f) = s.in_flight().get_mut(key) {
         f.abort = Some(handle.abort_handle());
     } else {

@@ -8,6 +8,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use tokio_util::sync::CancellationToken;
+
+use super::threads::ServiceThread;
 use super::{Phase, Shared, WorkerEvent, release, stats};
 use crate::Error;
 use crate::metrics::Metrics;
@@ -33,6 +36,8 @@ pub struct WorkerHandle {
     pub(super) shared: Arc<Shared>,
     pub(super) producers: Vec<JoinHandle<()>>,
     pub(super) services: Vec<JoinHandle<()>>,
+    /// The thread the services run on; stopped once the shutdown is done.
+    pub(super) thread: ServiceThread,
 }
 
 impl WorkerHandle {
@@ -91,85 +96,114 @@ impl WorkerHandle {
         self,
         force: impl Future<Output = ()> + Send,
     ) -> Result<ShutdownReport, Error> {
-        let s = &self.shared;
-        s.stopping.store(true, Ordering::SeqCst);
-        s.stop_fetching.cancel();
-        let running_at_start = s.in_flight().len();
-        let deadline = tokio::time::Instant::now() + s.config.shutdown_timeout;
-        let mut released = 0;
-        let mut producers = self.producers;
-        let mut force = std::pin::pin!(force);
-        // Phase 1: release what has not started; wait for running jobs (their outcomes are
-        // written by their own tasks) and for a claim in flight to come back.
-        loop {
-            producers.retain(|p| !p.is_finished());
-            released += release::release_where(s, |f| f.phase == Phase::Claimed).await;
-            if (s.in_flight().is_empty() && producers.is_empty())
-                || tokio::time::Instant::now() >= deadline
-            {
-                break;
+        let Self {
+            shared,
+            producers,
+            services,
+            thread,
+        } = self;
+        // The shutdown runs on the services' thread (its writes use the worker's pool, which
+        // lives there); `force` is watched here.
+        let forced = CancellationToken::new();
+        let mut drain = thread
+            .handle()
+            .spawn(drain(shared, producers, services, forced.clone()));
+        let joined = tokio::select! {
+            r = &mut drain => r,
+            () = force => {
+                forced.cancel();
+                drain.await
             }
-            tokio::select! {
-                () = s.slot_freed.notified() => {}
-                () = tokio::time::sleep_until(deadline) => {}
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                () = &mut force => break,
-            }
-        }
-        // Phase 2: cancel what is left and hand it back. The fetchers are not aborted: each
-        // ends on its own once the statement it has in flight returns (a claim, a take, the
-        // relay handing back what it holds), and what that statement claimed is released with
-        // the rest. Aborting one mid-statement would leave the rows it claimed to their lease
-        // (the relay's is a minute) and its connection in the middle of a reply.
-        released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
-        let fetchers_by = tokio::time::Instant::now() + FETCHERS_LIMIT;
-        while !producers.is_empty() {
-            producers.retain(|p| !p.is_finished());
-            if producers.is_empty() {
-                break;
-            }
-            if tokio::time::Instant::now() >= fetchers_by {
-                tracing::warn!(
-                    worker = %s.worker_id,
-                    "a claim still had not returned {}s into the shutdown; abandoning it (what it claimed comes back with its lease)",
-                    FETCHERS_LIMIT.as_secs()
-                );
-                for p in &producers {
-                    p.abort();
-                }
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
-        // Outcomes already being written get a moment to land.
-        let settle = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !s.in_flight().is_empty() && tokio::time::Instant::now() < settle {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        s.stop_services.cancel();
-        for t in producers.into_iter().chain(self.services) {
-            let _ = t.await;
-        }
-        stats::unregister_worker(s).await;
-        let report = ShutdownReport {
-            finished: running_at_start.saturating_sub(released),
-            released,
         };
-        tracing::info!(worker = %s.worker_id, finished = report.finished, released = report.released, "worker stopped");
-        // Every service has ended, so every connection should be back; a connection still out
-        // (a task left behind) must not hold the shutdown forever: the pool goes with the worker.
-        if tokio::time::timeout(Duration::from_secs(5), s.db.close())
-            .await
-            .is_err()
+        thread.stop();
+        joined.map_err(|e| Error::Config(format!("the worker's shutdown did not finish: {e}")))
+    }
+}
+
+/// The shutdown's work (see [`WorkerHandle::shutdown`]); `force` ends the grace period.
+async fn drain(
+    shared: Arc<Shared>,
+    producers: Vec<JoinHandle<()>>,
+    services: Vec<JoinHandle<()>>,
+    force: CancellationToken,
+) -> ShutdownReport {
+    let s = &shared;
+    s.stopping.store(true, Ordering::SeqCst);
+    s.stop_fetching.cancel();
+    let running_at_start = s.in_flight().len();
+    let deadline = tokio::time::Instant::now() + s.config.shutdown_timeout;
+    let mut released = 0;
+    let mut producers = producers;
+    // Phase 1: release what has not started; wait for running jobs (their outcomes are
+    // written by their own tasks) and for a claim in flight to come back.
+    loop {
+        producers.retain(|p| !p.is_finished());
+        released += release::release_where(s, |f| f.phase == Phase::Claimed).await;
+        if (s.in_flight().is_empty() && producers.is_empty())
+            || tokio::time::Instant::now() >= deadline
         {
+            break;
+        }
+        tokio::select! {
+            () = s.slot_freed.notified() => {}
+            () = tokio::time::sleep_until(deadline) => {}
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            () = force.cancelled() => break,
+        }
+    }
+    // Phase 2: cancel what is left and hand it back. The fetchers are not aborted: each
+    // ends on its own once the statement it has in flight returns (a claim, a take, the
+    // relay handing back what it holds), and what that statement claimed is released with
+    // the rest. Aborting one mid-statement would leave the rows it claimed to their lease
+    // (the relay's is a minute) and its connection in the middle of a reply.
+    released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
+    let fetchers_by = tokio::time::Instant::now() + FETCHERS_LIMIT;
+    while !producers.is_empty() {
+        producers.retain(|p| !p.is_finished());
+        if producers.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= fetchers_by {
             tracing::warn!(
                 worker = %s.worker_id,
-                "a connection of the worker's pool was not handed back within 5 s of the shutdown; not waiting for it"
+                "a claim still had not returned {}s into the shutdown; abandoning it (what it claimed comes back with its lease)",
+                FETCHERS_LIMIT.as_secs()
             );
+            for p in &producers {
+                p.abort();
+            }
+            break;
         }
-        Ok(report)
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    released += release::release_where(s, |f| f.phase != Phase::Finishing).await;
+    // Outcomes already being written get a moment to land.
+    let settle = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !s.in_flight().is_empty() && tokio::time::Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.stop_services.cancel();
+    for t in producers.into_iter().chain(services) {
+        let _ = t.await;
+    }
+    stats::unregister_worker(s).await;
+    let report = ShutdownReport {
+        finished: running_at_start.saturating_sub(released),
+        released,
+    };
+    tracing::info!(worker = %s.worker_id, finished = report.finished, released = report.released, "worker stopped");
+    // Every service has ended, so every connection should be back; a connection still out
+    // (a task left behind) must not hold the shutdown forever: the pool goes with the worker.
+    if tokio::time::timeout(Duration::from_secs(5), s.db.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            worker = %s.worker_id,
+            "a connection of the worker's pool was not handed back within 5 s of the shutdown; not waiting for it"
+        );
+    }
+    report
 }
 
 /// SIGINT and SIGTERM (Ctrl-C elsewhere), listened for from the moment it is made.

@@ -6,6 +6,7 @@
 //! transaction when one is due), beside [`lease`] (batched heartbeats), [`maintenance`] (leader
 //! election, reaper, pruner) and [`stats`] (per-minute counters for `mysqlq-cli stats`). They
 //! write through [`write`] (retried writes, error text) and hand jobs back through [`release`].
+//! They run on a thread of their own, handlers on the application's runtime ([`threads`]).
 //! The public face is [`config`] (settings), [`builder`] (start) and [`handle`] (shutdown).
 
 mod buffer;
@@ -24,6 +25,7 @@ mod redis;
 mod release;
 mod scheduler;
 mod stats;
+mod threads;
 mod write;
 
 use std::collections::HashMap;
@@ -89,6 +91,10 @@ pub(crate) struct InFlight {
 
 /// State shared by the services of one worker.
 pub(crate) struct Shared {
+    /// The application's runtime: handlers and hooks run there ([`threads`]).
+    pub(crate) app: tokio::runtime::Handle,
+    /// The services' runtime, on the worker's own thread ([`threads`]).
+    pub(crate) services: tokio::runtime::Handle,
     /// The application's pool: handlers use it through [`JobContext::pool`].
     pub(crate) pool: MySqlPool,
     /// The worker's own pool: claims, completions, heartbeats, maintenance, statistics.
@@ -152,11 +158,19 @@ impl Shared {
     pub(crate) fn operator_cancelled(&self, run: Option<Arc<crate::hooks::JobRun>>) {
         if let Some(run) = run {
             let hooks = self.hooks.clone();
-            tokio::spawn(async move {
+            self.app.spawn(async move {
                 hooks
                     .cancelled(&run, &crate::CancelReason::Cancelled.to_string())
                     .await;
             });
+        }
+    }
+
+    /// Runs a hook (the application's code) on the application's runtime and waits for it; a
+    /// hook that panics is logged.
+    pub(crate) async fn hook(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        if threads::on(&self.app, fut).await.is_none() {
+            tracing::error!(worker = %self.worker_id, "a hook panicked (or the application's runtime stopped)");
         }
     }
 
