@@ -853,7 +853,22 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
         ),
         (JobState::Cancelled, Some("ops"), Some("typo in payload"))
     );
-    let out = ok(&url, &["cancel", "--queue", "cli", "--kind", "noop"]);
+    // A cancel by queue or kind confirms first: without a terminal it needs --yes.
+    let filter = ["cancel", "--queue", "cli", "--kind", "noop"];
+    let err = fails(&url, &filter, 2);
+    assert!(
+        err.contains("refusing to cancel 1 job (waiting and running) of queue `cli` and kind `noop` without confirmation")
+            && err.contains("add --yes"),
+        "{err}"
+    );
+    let out = ok(&url, &[&filter[..], &["--dry-run"]].concat());
+    assert!(out.contains("dry run: would cancel 1 job"), "{out}");
+    assert_eq!(
+        db.status(b.0).await.as_deref(),
+        Some("pending"),
+        "nothing changed"
+    );
+    let out = ok(&url, &[&filter[..], &["--yes"]].concat());
     assert!(out.contains("cancelled 1 jobs"), "{out}");
     let j = Admin::new(db.pool.clone()).job(b).await.unwrap().unwrap();
     assert_eq!(j.cancelled_by.as_deref(), Some("cli:tester"));
@@ -889,13 +904,52 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
     );
     let out = ok(&url, &["failed", "show", &a.to_string()]);
     assert!(out.contains("cancelled by: ops"), "{out}");
+    assert!(
+        out.contains("operator actions (newest first):")
+            && out.contains(" cancel by ops: typo in payload"),
+        "{out}"
+    );
+    // The audit trail names both cancels, with who and how many jobs each changed.
+    let listed = ok(&url, &["audit", "--json"]);
+    let trail: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let trail: Vec<(String, String, u64)> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap().to_owned(),
+                r["actor"].as_str().unwrap().to_owned(),
+                r["jobs"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            ("cancel".to_owned(), "cli:tester".to_owned(), 0),
+            ("cancel".to_owned(), "cli:tester".to_owned(), 1),
+            ("cancel".to_owned(), "ops".to_owned(), 1)
+        ],
+        "newest first: the cancel of a job already cancelled is on record with no job changed; \
+         the refused and the dry-run cancels are not"
+    );
     assert!(out.contains("attempts: none recorded"), "{out}");
     let json = ok(&url, &["failed", "show", &f.to_string(), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["attempt_history"][0]["outcome"], "fail");
 
-    let out = ok(&url, &["delete", &a.to_string(), &f.to_string()]);
+    let two = ["delete", &a.to_string(), &f.to_string()].map(|s| s.to_owned());
+    let two: Vec<&str> = two.iter().map(String::as_str).collect();
+    let err = fails(&url, &two, 2);
+    assert!(err.contains("refusing to delete 2 jobs"), "{err}");
+    let out = ok(&url, &[&two[..], &["--yes", "--by", "alice"]].concat());
     assert!(out.contains("deleted 2 jobs"), "{out}");
+    let out = ok(&url, &["audit", "--job", &a.to_string()]);
+    assert!(
+        out.contains("delete") && out.contains("alice") && out.contains("cancel"),
+        "{out}"
+    );
     let running = enqueue_id(&db, "run").await;
     claim(&db, "run", 1).await;
     let err = fails(&url, &["delete", &running.to_string()], 1);

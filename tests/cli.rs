@@ -763,7 +763,18 @@ async fn failed_retry_all_reports_dedupe_conflicts_per_job() {
     // Discard everything still failed, across queues; rows failed by hand-written SQL without
     // finished_at (the article's recovery statement) are included.
     insert(&db, "gamma", "failed", "", "").await;
-    let out = ok(&url, &["failed", "discard", "--all"]);
+    let e = fails(&url, &["failed", "discard", "--all"], 2);
+    assert!(
+        e.contains("refusing to discard 3 failed jobs without confirmation"),
+        "{e}"
+    );
+    let out = ok(&url, &["failed", "discard", "--all", "--dry-run"]);
+    assert!(
+        out.contains("dry run: would discard 3 failed jobs; nothing changed"),
+        "{out}"
+    );
+    assert_eq!(db.count("failed").await, 3);
+    let out = ok(&url, &["failed", "discard", "--all", "--yes"]);
     assert!(out.contains("discarded 3 failed jobs"), "{out}");
     assert_eq!(db.count("failed").await, 0);
     assert_eq!(db.count("pending").await, 8);
@@ -798,7 +809,23 @@ async fn purge_deletes_old_finished_rows_only() {
         ", UTC_TIMESTAMP(6) - INTERVAL 10 DAY",
     )
     .await;
-    let out = ok(&db.url(), &["purge", "--batch", "2"]);
+    let e = fails(&db.url(), &["purge", "--batch", "2"], 2);
+    assert!(
+        e.contains("refusing to delete 5 completed jobs that finished more than 7days ago"),
+        "{e}"
+    );
+    let out = ok(&db.url(), &["purge", "--dry-run"]);
+    assert!(
+        out.starts_with("dry run: would delete 5 completed jobs"),
+        "{out}"
+    );
+    assert_eq!(db.count("completed").await, 6);
+    let out = ok(
+        &db.url(),
+        &[
+            "purge", "--batch", "2", "-y", "--by", "ops", "--reason", "disk",
+        ],
+    );
     assert!(out.contains("deleted 5 completed jobs"), "{out}");
     assert_eq!(db.count("completed").await, 1);
     assert_eq!(
@@ -810,11 +837,25 @@ async fn purge_deletes_old_finished_rows_only() {
     );
     let out = ok(
         &db.url(),
-        &["purge", "--older-than", "12h", "--status", "completed"],
+        &[
+            "purge",
+            "--older-than",
+            "12h",
+            "--status",
+            "completed",
+            "--yes",
+        ],
     );
     assert!(out.contains("deleted 1 completed jobs"), "{out}");
-    let out = ok(&db.url(), &["purge", "--status", "failed"]);
+    let out = ok(&db.url(), &["purge", "--status", "failed", "--yes"]);
     assert!(out.contains("deleted 1 failed jobs"), "{out}");
+    let out = ok(&db.url(), &["audit"]);
+    let purges: Vec<&str> = out.lines().filter(|l| l.contains("purge")).collect();
+    assert_eq!(purges.len(), 3, "{out}");
+    assert!(
+        purges[2].contains("ops") && purges[2].contains("disk") && purges[2].contains(" 5 "),
+        "the first purge, by ops, deleted 5: {out}"
+    );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 0);
     fails(&db.url(), &["purge", "--status", "pending"], 2);
 }

@@ -349,12 +349,32 @@ async fn actions_need_the_csrf_token_and_then_work() {
     let page = d.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("retried 1"), "the notice shows");
 
-    // Discard many (checked boxes), then retry from the job page.
+    // Discard many (checked boxes): a confirmation with the count first, nothing changed;
+    // then the confirmed form. Then retry from the job page.
     let r = d
         .post(
             "/failed/discard",
             Some(&cookie),
             &format!("id={b}&id={a}&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains(&format!("Discard 2 jobs: {b}, {a}"))
+            && r.body.contains(r#"name="confirmed" value="1""#),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        db.status(b).await.as_deref(),
+        Some("failed"),
+        "nothing changed yet"
+    );
+    let r = d
+        .post(
+            "/failed/discard",
+            Some(&cookie),
+            &format!("id={b}&id={a}&confirmed=1&mysqlq_csrf={token}"),
         )
         .await;
     assert_eq!(r.status, 303);
@@ -380,6 +400,17 @@ async fn actions_need_the_csrf_token_and_then_work() {
             .starts_with(&format!("/jobs/{c}?"))
     );
     assert_eq!(db.status(c).await.as_deref(), Some("pending"));
+    // The job page names the retry, by the dashboard's user, in its operator actions.
+    let page = d.get(&format!("/jobs/{c}")).await;
+    let trail = &page.body[page
+        .body
+        .find(r#"id="audit""#)
+        .expect("the operator actions table")..];
+    assert!(
+        trail.contains("<td>retry</td><td>dashboard</td>"),
+        "{}",
+        page.body
+    );
     let r = d
         .post(
             "/failed/retry",

@@ -101,6 +101,17 @@ async fn a_queue_wide_cancel_leaves_none_of_its_jobs_waiting_or_running_while_th
         "the report counts each job once"
     );
     assert_eq!(db.count("cancelled").await, i64::from(n));
+    // The audit trail names each job the cancel changed, once, and counts them exactly.
+    assert_eq!(
+        db.scalar("SELECT CAST(SUM(jobs) AS SIGNED) FROM mysqlq_audit WHERE action = 'cancel'")
+            .await,
+        i64::from(n)
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(DISTINCT job_id) FROM mysqlq_audit_job")
+            .await,
+        i64::from(n)
+    );
 }
 
 /// Item 2: `failed retry --all` walked failed jobs by (finished_at, id); a job it retried that
@@ -166,6 +177,23 @@ async fn retrying_all_failed_jobs_while_workers_fail_them_again_retries_each_onc
         .unwrap();
     worker.shutdown().await.unwrap();
     assert_eq!(runs, 2 * i64::from(n), "every job ran twice, not more");
+    // On the trail: each retry linked each job it changed once (the primary key would hide a
+    // second change of one job by one action, so the counts are compared with the jobs'
+    // own history: every job was retried twice, by two actions).
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM (SELECT job_id FROM mysqlq_audit_job j \
+             JOIN mysqlq_audit a ON a.id = j.audit_id AND a.action = 'retry' \
+             GROUP BY job_id HAVING COUNT(*) = 2) t"
+        )
+        .await,
+        i64::from(n)
+    );
+    assert_eq!(
+        db.scalar("SELECT CAST(SUM(jobs) AS SIGNED) FROM mysqlq_audit WHERE action = 'retry'")
+            .await,
+        2 * i64::from(n)
+    );
     assert_eq!(again.retried, u64::from(n));
     assert!(discarded.discarded <= u64::from(n), "{discarded:?}");
 }

@@ -70,6 +70,9 @@ pub(crate) enum Command {
     Cancel(CancelArgs),
     /// Delete jobs that are not running (any other state), with their attempt history.
     Delete(DeleteArgs),
+    /// List operator actions (cancel, retry, discard, delete, pause, resume, purge): who, when,
+    /// what, why, and how many jobs each changed; newest first.
+    Audit(AuditArgs),
     /// Serve the web dashboard: queues, jobs, failed jobs (retry/discard), pause/resume.
     #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
@@ -199,6 +202,10 @@ pub(crate) struct FailedBulkArgs {
     /// With --all: only this queue
     #[arg(long, requires = "all", value_parser = parse_queue)]
     pub(crate) queue: Option<String>,
+    #[command(flatten)]
+    pub(crate) acting: Acting,
+    #[command(flatten)]
+    pub(crate) confirm: Confirm,
 }
 
 /// `purge`.
@@ -213,6 +220,10 @@ pub(crate) struct PurgeArgs {
     /// Which finished jobs
     #[arg(long, value_enum, default_value_t = PurgeStatus::Completed)]
     pub(crate) status: PurgeStatus,
+    #[command(flatten)]
+    pub(crate) acting: Acting,
+    #[command(flatten)]
+    pub(crate) confirm: Confirm,
 }
 
 /// Finished states `purge` deletes.
@@ -242,15 +253,18 @@ pub(crate) struct CancelArgs {
     /// Every waiting and running job of every queue, in batches
     #[arg(long, conflicts_with_all = ["ids", "queue", "kind"])]
     pub(crate) all: bool,
-    /// Why (stored in `cancel_reason`, shown by `failed show` and the dashboard)
+    /// Why (stored in `cancel_reason` and the audit trail, shown by `failed show` and the
+    /// dashboard)
     #[arg(long)]
     pub(crate) reason: Option<String>,
-    /// Who cancels (stored in `cancelled_by`) [default: cli:$USER, or cli]
+    /// Who cancels (stored in `cancelled_by` and the audit trail) [default: cli:$USER, or cli]
     #[arg(long, value_name = "NAME")]
     pub(crate) by: Option<String>,
     /// Print the report as JSON
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) confirm: Confirm,
 }
 
 /// `delete`.
@@ -262,6 +276,49 @@ pub(crate) struct DeleteArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) acting: Acting,
+    #[command(flatten)]
+    pub(crate) confirm: Confirm,
+}
+
+/// Who acts and why, recorded in the audit trail (`mysqlq-cli audit`).
+#[derive(Debug, Args)]
+pub(crate) struct Acting {
+    /// Who acts, for the audit trail [default: cli:$USER, or cli]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) by: Option<String>,
+    /// Why, for the audit trail
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+}
+
+/// The confirmation a bulk destructive command asks for.
+#[derive(Debug, Args)]
+pub(crate) struct Confirm {
+    /// Do it without asking (required when not on a terminal)
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// Print how many jobs it would change, and change nothing
+    #[arg(long, conflicts_with = "yes")]
+    pub(crate) dry_run: bool,
+}
+
+/// `audit`.
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// Only actions aimed at this queue
+    #[arg(long, value_parser = parse_queue, conflicts_with = "job")]
+    pub(crate) queue: Option<String>,
+    /// Only actions that changed this job
+    #[arg(long, value_name = "ID")]
+    pub(crate) job: Option<u64>,
+    /// Most actions listed, newest first
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) limit: u32,
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// A queue name argument.
@@ -270,6 +327,8 @@ pub(crate) struct QueueArg {
     /// The queue name
     #[arg(value_parser = parse_queue)]
     pub(crate) queue: String,
+    #[command(flatten)]
+    pub(crate) acting: Acting,
 }
 
 /// `enqueue`.
@@ -319,6 +378,14 @@ pub(crate) struct DashboardArgs {
         value_name = "TOKEN"
     )]
     pub(crate) token: Option<String>,
+    /// Who the audit trail (and `cancelled_by`) names for actions taken in this dashboard
+    #[arg(
+        long,
+        env = "MYSQLQ_DASHBOARD_USER",
+        default_value = "dashboard",
+        value_name = "NAME"
+    )]
+    pub(crate) user: String,
 }
 
 /// humantime durations: `30s`, `5m`, `7d`, `1h30m`.

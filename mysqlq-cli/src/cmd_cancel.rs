@@ -4,18 +4,10 @@ use mysqlq::JobId;
 use mysqlq::admin::{Admin, JobSelection};
 
 use crate::args::{CancelArgs, DeleteArgs};
+use crate::confirm::{self, go_ahead};
 use crate::db::Target;
 use crate::error::CliError;
 use crate::out;
-
-/// `cancelled_by` when `--by` is not given: `cli:<login name>` (`USER`, `LOGNAME` or
-/// `USERNAME`), or `cli` when none is set.
-fn default_by() -> String {
-    ["USER", "LOGNAME", "USERNAME"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()))
-        .map_or_else(|| "cli".to_owned(), |user| format!("cli:{user}"))
-}
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<String, CliError> {
     serde_json::to_string_pretty(v)
@@ -24,8 +16,8 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, CliError> {
 
 /// `cancel ID…` / `cancel --queue Q --kind K` / `cancel --all`.
 pub(crate) async fn cancel(target: &Target, a: &CancelArgs) -> Result<u8, CliError> {
-    let admin = Admin::new(target.pool(2).await?);
-    let by = a.by.clone().unwrap_or_else(default_by);
+    let by = a.by.clone().unwrap_or_else(confirm::default_by);
+    let admin = Admin::new(target.pool(2).await?).by(by.clone());
     let ids: Vec<JobId> = a.ids.iter().copied().map(JobId).collect();
     let which = if ids.is_empty() {
         JobSelection::Filter {
@@ -35,6 +27,25 @@ pub(crate) async fn cancel(target: &Target, a: &CancelArgs) -> Result<u8, CliErr
     } else {
         JobSelection::Ids(&ids)
     };
+    // A cancel by queue, kind or --all asks first; one by ids does not.
+    let bulk = ids.is_empty();
+    if bulk || a.confirm.dry_run {
+        let n = admin
+            .cancel_count(which)
+            .await
+            .map_err(|e| CliError::mysqlq("cannot count the jobs to cancel", &e))?;
+        let of = match (a.queue.as_deref(), a.kind.as_deref()) {
+            _ if !bulk => String::new(),
+            (Some(q), Some(k)) => format!(" of queue `{q}` and kind `{k}`"),
+            (Some(q), None) => format!(" of queue `{q}`"),
+            (None, Some(k)) => format!(" of kind `{k}`"),
+            (None, None) => " of every queue".to_owned(),
+        };
+        let action = format!("cancel {} (waiting and running){of}", confirm::jobs(n));
+        if !go_ahead(&a.confirm, bulk, n, &action)? {
+            return Ok(0);
+        }
+    }
     let bar = out::progress(None, "cancelling jobs");
     let r = admin
         .cancel(which, &by, a.reason.as_deref(), |n| bar.inc(n as u64))
@@ -76,8 +87,25 @@ pub(crate) async fn cancel(target: &Target, a: &CancelArgs) -> Result<u8, CliErr
 
 /// `delete ID…`.
 pub(crate) async fn delete(target: &Target, a: &DeleteArgs) -> Result<u8, CliError> {
-    let admin = Admin::new(target.pool(2).await?);
+    let admin = confirm::admin(target.pool(2).await?, &a.acting);
     let ids: Vec<JobId> = a.ids.iter().copied().map(JobId).collect();
+    let bulk = ids.len() > 1;
+    if bulk || a.confirm.dry_run {
+        let mut n = 0;
+        for id in &ids {
+            let job = admin
+                .job(*id)
+                .await
+                .map_err(|e| CliError::mysqlq("cannot read the job", &e))?;
+            if job.is_some_and(|j| j.state != mysqlq::admin::JobState::Processing) {
+                n += 1;
+            }
+        }
+        let action = format!("delete {} with their attempt history", confirm::jobs(n));
+        if !go_ahead(&a.confirm, bulk, n, &action)? {
+            return Ok(0);
+        }
+    }
     let r = admin
         .delete(&ids)
         .await

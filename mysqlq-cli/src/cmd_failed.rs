@@ -4,6 +4,7 @@ use mysqlq::JobId;
 use mysqlq::admin::{Admin, Attempt, DedupeConflict, JobState, Selection, Timestamp};
 
 use crate::args::{FailedBulkArgs, FailedCommand};
+use crate::confirm::{self, go_ahead};
 use crate::db::Target;
 use crate::error::CliError;
 use crate::out::{self, Table};
@@ -11,7 +12,7 @@ use crate::out::{self, Table};
 /// Runs a `failed` subcommand; returns the exit code.
 pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliError> {
     let pool = target.pool(2).await?;
-    let admin = Admin::new(pool);
+    let admin = Admin::new(pool.clone());
     match c {
         FailedCommand::List(a) => {
             let jobs = admin
@@ -59,6 +60,7 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 .attempts(JobId(a.id))
                 .await
                 .map_err(|e| CliError::mysqlq("cannot read the job's attempts", &e))?;
+            let actions = crate::cmd_audit::of_job(&admin, JobId(a.id)).await?;
             if a.json {
                 let mut v = serde_json::to_value(&job)
                     .map_err(|e| CliError::new(e.to_string(), "report this bug"))?;
@@ -66,6 +68,8 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                     v["payload"] = p;
                 }
                 v["attempt_history"] = serde_json::to_value(&attempts)
+                    .map_err(|e| CliError::new(e.to_string(), "report this bug"))?;
+                v["operator_actions"] = serde_json::to_value(&actions)
                     .map_err(|e| CliError::new(e.to_string(), "report this bug"))?;
                 println!("{}", to_json(&v)?);
                 return Ok(0);
@@ -117,13 +121,14 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 println!("meta:\n{}", out::printable(&meta, true));
             }
             print_attempts(&attempts);
+            crate::cmd_audit::print_job_actions(&actions);
             if job.state != JobState::Failed {
                 out::warn(&format!("job {} is {}, not failed", job.id, job.state));
             }
             Ok(0)
         }
-        FailedCommand::Retry(a) => bulk(&admin, &a, Op::Retry).await,
-        FailedCommand::Discard(a) => bulk(&admin, &a, Op::Discard).await,
+        FailedCommand::Retry(a) => bulk(&confirm::admin(pool, &a.acting), &a, Op::Retry).await,
+        FailedCommand::Discard(a) => bulk(&confirm::admin(pool, &a.acting), &a, Op::Discard).await,
     }
 }
 
@@ -207,6 +212,20 @@ fn one_line(s: &str, max: usize) -> String {
 async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError> {
     let verb = if op == Op::Retry { "retry" } else { "discard" };
     if let Some(id) = a.id {
+        if a.confirm.dry_run {
+            let failed = admin
+                .job(JobId(id))
+                .await
+                .map_err(|e| CliError::mysqlq("cannot read the job", &e))?
+                .is_some_and(|j| j.state == JobState::Failed);
+            let action = if failed {
+                format!("{verb} failed job {id}")
+            } else {
+                format!("{verb} nothing (job {id} is not a failed job)")
+            };
+            go_ahead(&a.confirm, false, u64::from(failed), &action)?;
+            return Ok(0);
+        }
         let ids = [JobId(id)];
         return match op {
             Op::Retry => {
@@ -245,10 +264,16 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
         .failed_count(queue)
         .await
         .map_err(|e| CliError::mysqlq("cannot count the failed jobs", &e))?;
+    let scope = queue.map_or(String::new(), |q| format!(" of queue `{q}`"));
+    // Discarding every failed job asks first; retrying them does not (nothing is lost).
+    let plural = if total == 1 { "" } else { "s" };
+    let action = format!("{verb} {total} failed job{plural}{scope}");
+    if !go_ahead(&a.confirm, op == Op::Discard, total, &action)? {
+        return Ok(0);
+    }
     let bar = out::progress(Some(total), &format!("{verb}ing failed jobs"));
     let which = Selection::All { queue };
     let step = |n: usize| bar.inc(n as u64);
-    let scope = queue.map_or(String::new(), |q| format!(" of queue `{q}`"));
     match op {
         Op::Retry => {
             let r = admin

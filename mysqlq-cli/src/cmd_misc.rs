@@ -1,9 +1,10 @@
 //! `migrate`, `purge`, `pause`/`resume`, `enqueue`.
 
-use mysqlq::admin::{Admin, JobState};
+use mysqlq::admin::JobState;
 use mysqlq::{EnqueueOptions, Enqueued, NewJob};
 
-use crate::args::{EnqueueArgs, PurgeArgs, PurgeStatus};
+use crate::args::{Acting, EnqueueArgs, PurgeArgs, PurgeStatus};
+use crate::confirm;
 use crate::db::Target;
 use crate::error::CliError;
 use crate::out;
@@ -39,12 +40,24 @@ fn migrate_summary(before: u32, after: u32) -> String {
 
 /// `purge`: the article's batched cleanup, repeated until a batch comes back short.
 pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError> {
-    let admin = Admin::new(target.pool(2).await?);
+    let admin = confirm::admin(target.pool(2).await?, &a.acting);
     let state = match a.status {
         PurgeStatus::Completed => JobState::Completed,
         PurgeStatus::Failed => JobState::Failed,
         PurgeStatus::Cancelled => JobState::Cancelled,
     };
+    let n = admin
+        .purge_count(state, a.older_than)
+        .await
+        .map_err(|e| CliError::mysqlq("cannot count the jobs to purge", &e))?;
+    let action = format!(
+        "delete {n} {state} job{} that finished more than {} ago",
+        if n == 1 { "" } else { "s" },
+        humantime::format_duration(a.older_than)
+    );
+    if !confirm::go_ahead(&a.confirm, true, n, &action)? {
+        return Ok(());
+    }
     let bar = out::progress(None, &format!("deleting {state} jobs"));
     let total = admin
         .purge(state, a.older_than, a.batch, |n| bar.inc(n))
@@ -59,8 +72,13 @@ pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError
 }
 
 /// `pause` / `resume`.
-pub(crate) async fn set_paused(target: &Target, queue: &str, paused: bool) -> Result<(), CliError> {
-    let admin = Admin::new(target.pool(2).await?);
+pub(crate) async fn set_paused(
+    target: &Target,
+    queue: &str,
+    acting: &Acting,
+    paused: bool,
+) -> Result<(), CliError> {
+    let admin = confirm::admin(target.pool(2).await?, acting);
     let known = crate::registry()
         .map(|r| r.queues().contains(&queue))
         .unwrap_or(false)

@@ -43,6 +43,8 @@ mod app;
 #[cfg(feature = "cli")]
 mod args;
 #[cfg(feature = "cli")]
+mod cmd_audit;
+#[cfg(feature = "cli")]
 mod cmd_cancel;
 #[cfg(feature = "cli")]
 mod cmd_doctor;
@@ -54,6 +56,8 @@ mod cmd_misc;
 mod cmd_stats;
 #[cfg(feature = "cli")]
 mod cmd_work;
+#[cfg(feature = "cli")]
+mod confirm;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 #[cfg(feature = "cli")]
@@ -202,12 +206,13 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
         Command::Failed(c) => cmd_failed::failed(&target?, c).await,
         Command::Purge(a) => cmd_misc::purge(&target?, &a).await.map(|()| 0),
         Command::Doctor => cmd_doctor::doctor(&target?, &cli.conn).await,
-        Command::Pause(q) => cmd_misc::set_paused(&target?, &q.queue, true)
+        Command::Pause(q) => cmd_misc::set_paused(&target?, &q.queue, &q.acting, true)
             .await
             .map(|()| 0),
-        Command::Resume(q) => cmd_misc::set_paused(&target?, &q.queue, false)
+        Command::Resume(q) => cmd_misc::set_paused(&target?, &q.queue, &q.acting, false)
             .await
             .map(|()| 0),
+        Command::Audit(a) => cmd_audit::audit(&target?, &a).await.map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,

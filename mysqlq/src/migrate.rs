@@ -45,10 +45,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0006_ordering_locks",
         sql: include_str!("../../migrations/0006_ordering_locks.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_audit",
+        sql: include_str!("../../migrations/0007_audit.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

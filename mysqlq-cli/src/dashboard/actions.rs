@@ -1,18 +1,16 @@
-//! Cancel and delete (the jobs list and the job page), and the attempt history of the job page.
+//! Cancel and delete (the jobs list and the job page), the confirmation bulk actions show
+//! first, and the attempt history and operator actions of the job page.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use mysqlq::JobId;
-use mysqlq::admin::{Attempt, Job, JobSelection, JobState};
+use mysqlq::admin::{Attempt, AuditRecord, Job, JobSelection, JobState};
 
 use super::pages::{Fail, admin, form_ids, micros};
-use super::view::{csrf, enc};
+use super::view::{csrf, enc, page};
 use super::{Shared, State as DashState};
-
-/// `cancelled_by` of cancellations made here.
-const BY: &str = "dashboard";
 
 /// `true` for the states an operator can cancel.
 pub(super) fn cancellable(state: JobState) -> bool {
@@ -43,9 +41,17 @@ pub(super) async fn jobs_cancel(
     body: String,
 ) -> Result<Response, Fail> {
     let (ids, from_job) = form_ids(&body)?;
+    if let Some(ask) = confirm_first(&state, "/jobs/cancel", "Cancel", &ids, &body) {
+        return Ok(ask);
+    }
     let reason = reason(&body);
     let r = admin(&state)
-        .cancel(JobSelection::Ids(&ids), BY, reason.as_deref(), |_| {})
+        .cancel(
+            JobSelection::Ids(&ids),
+            &state.user,
+            reason.as_deref(),
+            |_| {},
+        )
         .await?;
     let mut msg = format!("cancelled {}", r.cancelled);
     if !r.running.is_empty() {
@@ -69,6 +75,9 @@ pub(super) async fn jobs_delete(
     body: String,
 ) -> Result<Response, Fail> {
     let (ids, _) = form_ids(&body)?;
+    if let Some(ask) = confirm_first(&state, "/jobs/delete", "Delete", &ids, &body) {
+        return Ok(ask);
+    }
     let r = admin(&state).delete(&ids).await?;
     if r.deleted == 0 && !r.running.is_empty() {
         return Err(Fail(
@@ -155,6 +164,71 @@ pub(super) fn attempts_table(attempts: &[Attempt]) -> Markup {
                                     span.muted { "(cut to 8 KiB of " (a.error_bytes) " bytes)" }
                                 }
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A bulk action (more than one job) posted without `confirmed=1`: the page that says how many
+/// jobs it would change and posts the same form again, confirmed. `None` when it may go ahead.
+pub(super) fn confirm_first(
+    state: &DashState,
+    path: &str,
+    verb: &str,
+    ids: &[JobId],
+    body: &str,
+) -> Option<Response> {
+    let confirmed =
+        form_urlencoded::parse(body.as_bytes()).any(|(k, v)| k == "confirmed" && v == "1");
+    if ids.len() < 2 || confirmed {
+        return None;
+    }
+    let reason = reason(body);
+    let what = format!("{verb} {} jobs", ids.len());
+    let shown = ids
+        .iter()
+        .take(50)
+        .map(|id| id.0.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = ids.len().saturating_sub(50);
+    let body = html! {
+        h1 { "Confirm: " (what) "?" }
+        p #confirm-count { (what) ": " (shown) @if more > 0 { " and " (more) " more" } "." }
+        @if let Some(r) = &reason { p { "Reason: " (r) } }
+        form method="post" action=(state.url(path)) #confirm-form {
+            (csrf(state))
+            @for id in ids { input type="hidden" name="id" value=(id.0); }
+            @if let Some(r) = &reason { input type="hidden" name="reason" value=(r); }
+            input type="hidden" name="confirmed" value="1";
+            button type="submit" #confirm { (what) }
+            " "
+            a href=(state.url(if path.starts_with("/failed") { "/failed" } else { "/jobs" })) { "Back" }
+        }
+    };
+    Some(axum::response::Html(page(state, "Confirm", "", &body).into_string()).into_response())
+}
+
+/// The operator actions that changed the job, newest first (the audit trail).
+pub(super) fn audit_table(actions: &[AuditRecord]) -> Markup {
+    html! {
+        h2 { "Operator actions" }
+        @if actions.is_empty() {
+            p.muted #audit-none { "no operator action recorded" }
+        } @else {
+            table #audit {
+                thead { tr { th { "when (UTC)" } th { "action" } th { "by" } th { "reason" } th.num { "jobs" } } }
+                tbody {
+                    @for a in actions {
+                        tr {
+                            td { (micros(&a.at)) }
+                            td { (a.action) }
+                            td { (a.actor) }
+                            td { (a.reason.as_deref().unwrap_or("–")) }
+                            td.num { (a.jobs) }
                         }
                     }
                 }

@@ -57,11 +57,21 @@ pub struct DashboardOptions {
     base_path: String,
     allowed_hosts: Vec<String>,
     any_host: bool,
+    user: Option<String>,
     #[cfg(feature = "redis")]
     redis: Option<mysqlq::redis::Redis>,
 }
 
 impl DashboardOptions {
+    /// The name the audit trail (and `cancelled_by`) records for actions taken in this
+    /// dashboard, e.g. the user your own server authenticated. Default `dashboard`.
+    #[must_use]
+    pub fn user(mut self, name: impl Into<String>) -> Self {
+        let name = name.into().trim().to_owned();
+        self.user = (!name.is_empty()).then_some(name);
+        self
+    }
+
     /// Defaults: actions enabled, no token, mounted at the root.
     pub fn new() -> Self {
         Self::default()
@@ -137,6 +147,8 @@ struct State {
     /// The per-process key of the sessions' CSRF tokens.
     csrf_key: [u8; 32],
     base: String,
+    /// Who the audit trail names for actions taken here.
+    user: String,
     #[cfg(feature = "redis")]
     redis: Option<mysqlq::redis::Redis>,
 }
@@ -160,6 +172,7 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         allowed_hosts: (!options.any_host).then_some(options.allowed_hosts),
         csrf_key: random_key(),
         base: options.base_path,
+        user: options.user.unwrap_or_else(|| "dashboard".to_owned()),
         #[cfg(feature = "redis")]
         redis: options.redis,
     });
@@ -216,7 +229,9 @@ pub(crate) async fn command(
         .await
         .map_err(|e| CliError::mysqlq("cannot start the dashboard", &e))?;
     drop(conn);
-    let mut options = DashboardOptions::new().read_only(args.read_only);
+    let mut options = DashboardOptions::new()
+        .read_only(args.read_only)
+        .user(args.user.as_str());
     if let Some(t) = &args.token {
         options = options.token(t.as_str());
     }

@@ -6,10 +6,12 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use mysqlq::JobId;
-use mysqlq::admin::{Admin, JobPageParams, JobState, Selection, Timestamp};
+use mysqlq::admin::{Admin, AuditQuery, JobPageParams, JobState, Selection, Timestamp};
 use serde::Deserialize;
 
-use super::actions::{attempts_table, cancel_facts, cancellable, job_actions};
+use super::actions::{
+    attempts_table, audit_table, cancel_facts, cancellable, confirm_first, job_actions,
+};
 use super::view::{age, chart, csrf, enc, notice, page, queue_table};
 use super::{Shared, State as DashState};
 
@@ -47,9 +49,9 @@ impl From<mysqlq::Error> for Fail {
 
 type Res = Result<Response, Fail>;
 
-/// The operator API over the dashboard's pool.
+/// The operator API over the dashboard's pool, its actions recorded under the dashboard's user.
 pub(super) fn admin(state: &DashState) -> Admin {
-    Admin::new(state.pool.clone())
+    Admin::new(state.pool.clone()).by(state.user.clone())
 }
 
 /// `2024-05-01 10:00:00` (UTC), as the job listing shows times.
@@ -248,6 +250,13 @@ pub(super) async fn job(
         return Err(Fail(StatusCode::NOT_FOUND, format!("error: no job {id}")));
     };
     let attempts = admin(&state).attempts(JobId(id)).await?;
+    let actions = admin(&state)
+        .audit(&AuditQuery {
+            job: Some(JobId(id)),
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await?;
     let payload = serde_json::from_str::<serde_json::Value>(&j.payload)
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
@@ -304,6 +313,7 @@ pub(super) async fn job(
         h2 { "Last error" }
         pre #last-error { (j.last_error.as_deref().unwrap_or("–")) }
         (attempts_table(&attempts))
+        (audit_table(&actions))
         (job_actions(&state, &j))
         @if j.state == JobState::Failed && !state.read_only {
             div.actions {
@@ -440,6 +450,9 @@ pub(super) async fn failed_retry(State(state): State<Shared>, body: String) -> R
 /// `POST /failed/discard`.
 pub(super) async fn failed_discard(State(state): State<Shared>, body: String) -> Res {
     let (ids, _) = form_ids(&body)?;
+    if let Some(ask) = confirm_first(&state, "/failed/discard", "Discard", &ids, &body) {
+        return Ok(ask);
+    }
     let r = admin(&state)
         .discard_failed(Selection::Ids(&ids), |_| {})
         .await?;

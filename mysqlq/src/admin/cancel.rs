@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{Admin, Attempt};
+use super::{Admin, Attempt, JobState};
 use crate::store::admin as sql;
 use crate::{Error, JobId};
 
@@ -47,7 +47,7 @@ pub struct DeleteReport {
     pub unknown: Vec<JobId>,
 }
 
-/// Longest `cancelled_by`, in characters.
+/// Longest `cancelled_by`, in characters (the audit trail's actor holds as many).
 const MAX_BY: usize = 128;
 /// Longest `cancel_reason`, in characters.
 const MAX_REASON: usize = 1024;
@@ -80,9 +80,26 @@ impl Admin {
                 format!("is longer than {MAX_REASON} characters; shorten it"),
             ));
         }
-        let params = sql::CancelParams { by, reason };
-        let mut report = CancelReport::default();
         let mut conn = self.pool.acquire().await?;
+        let (queue, kind, detail) = match which {
+            JobSelection::Ids(ids) => (None, None, super::audit::name_ids(ids)),
+            JobSelection::Filter { queue, kind } => (
+                queue,
+                kind,
+                "every job that was waiting or running when the cancel began".to_owned(),
+            ),
+        };
+        let entry = sql::AuditEntry {
+            actor: by,
+            action: "cancel",
+            queue,
+            kind,
+            reason: reason.or(self.reason.as_deref()),
+            detail: Some(&detail),
+        };
+        let audit = self.record_as(&mut conn, &entry).await?;
+        let params = sql::CancelParams { by, reason, audit };
+        let mut report = CancelReport::default();
         let tally = |r: sql::CancelReport, report: &mut CancelReport| {
             report.cancelled += (r.waiting.len() + r.running.len()) as u64;
             report.running.extend(r.running);
@@ -126,15 +143,41 @@ impl Admin {
         Ok(report)
     }
 
+    /// How many jobs [`cancel`](Self::cancel) would take now: the waiting and running jobs of
+    /// a filter, or of the ids given.
+    pub async fn cancel_count(&self, which: JobSelection<'_>) -> Result<u64, Error> {
+        let mut conn = self.pool.acquire().await?;
+        match which {
+            JobSelection::Filter { queue, kind } => {
+                sql::job_active_count(&mut conn, &sql::ActivePageParams { queue, kind }).await
+            }
+            JobSelection::Ids(ids) => {
+                let mut n = 0;
+                for id in super::audit::unique(ids) {
+                    if let Some(job) = sql::job_get(&mut conn, id).await?
+                        && matches!(job.state, JobState::Pending | JobState::Processing)
+                    {
+                        n += 1;
+                    }
+                }
+                Ok(n)
+            }
+        }
+    }
+
     /// Deletes jobs in any state but running (waiting, scheduled, completed, failed,
     /// cancelled), with their attempt history; a deleted job's keys are free at once. Running
     /// jobs are reported in [`DeleteReport::running`] and left alone: [`cancel`](Self::cancel)
     /// them first.
     pub async fn delete(&self, ids: &[JobId]) -> Result<DeleteReport, Error> {
         let mut conn = self.pool.acquire().await?;
+        let detail = super::audit::name_ids(ids);
+        let audit = self
+            .record_entry(&mut conn, "delete", None, None, Some(&detail))
+            .await?;
         let mut tries = 0;
         let r = loop {
-            match sql::job_delete_many(&mut conn, ids).await {
+            match sql::job_delete_many(&mut conn, ids, audit).await {
                 Err(e) if retry_deadlock(&e, &mut tries).await => {}
                 other => break other?,
             }

@@ -23,6 +23,7 @@ use sqlx::MySqlPool;
 use crate::store::admin as sql;
 use crate::{Error, JobId};
 
+mod audit;
 mod cancel;
 mod causal;
 mod check;
@@ -30,6 +31,7 @@ mod doctor;
 mod doctor_galera;
 mod stats;
 
+pub use crate::store::admin::{AuditQuery, AuditRecord};
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
 pub use stats::{PerMinute, Stats};
@@ -76,16 +78,27 @@ pub struct DiscardReport {
     pub not_failed: Vec<JobId>,
 }
 
-/// The operator API over a pool. Cheap to clone.
+/// The operator API over a pool. Cheap to clone. Every action it takes (cancel, retry,
+/// discard, delete, pause, resume, purge) is recorded in the audit trail under the name given
+/// to [`by`](Self::by) ([`Admin::audit`]).
 #[derive(Debug, Clone)]
 pub struct Admin {
     pool: MySqlPool,
+    /// Who acts, for the audit trail.
+    actor: String,
+    /// Why, for the audit trail.
+    reason: Option<String>,
 }
 
 impl Admin {
-    /// Operations on the database behind `pool`.
+    /// Operations on the database behind `pool`, recorded as taken by
+    /// [`DEFAULT_ACTOR`](Self::DEFAULT_ACTOR) until [`by`](Self::by) names someone.
     pub fn new(pool: MySqlPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            actor: Self::DEFAULT_ACTOR.to_owned(),
+            reason: None,
+        }
     }
 
     /// Per queue: ready, oldest ready age, scheduled, processing, expired leases, failed,
@@ -146,9 +159,10 @@ impl Admin {
     ) -> Result<RetryReport, Error> {
         let mut report = RetryReport::default();
         let mut conn = self.pool.acquire().await?;
+        let audit = self.record(&mut conn, "retry", &which).await?;
         let mut pages = Pages::new(which);
         while let Some(ids) = pages.next(&mut conn).await? {
-            let r = sql::job_retry_failed(&mut conn, &ids).await?;
+            let r = sql::job_retry_failed(&mut conn, &ids, audit).await?;
             report.retried += r.retried.len() as u64;
             report.conflicts.extend(r.conflicts);
             report.not_failed.extend(r.skipped);
@@ -165,9 +179,10 @@ impl Admin {
     ) -> Result<DiscardReport, Error> {
         let mut report = DiscardReport::default();
         let mut conn = self.pool.acquire().await?;
+        let audit = self.record(&mut conn, "discard", &which).await?;
         let mut pages = Pages::new(which);
         while let Some(ids) = pages.next(&mut conn).await? {
-            let r = sql::job_discard_failed(&mut conn, &ids).await?;
+            let r = sql::job_discard_failed(&mut conn, &ids, audit).await?;
             report.discarded += r.discarded.len() as u64;
             report.not_failed.extend(r.skipped);
             progress(ids.len());
@@ -187,7 +202,13 @@ impl Admin {
 
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), Error> {
         let mut conn = self.pool.acquire().await?;
-        crate::store::queue_set_paused(&mut conn, queue, paused).await
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        crate::store::queue_set_paused(&mut tx, queue, paused).await?;
+        let action = if paused { "pause" } else { "resume" };
+        self.record_entry(&mut tx, action, Some(queue), None, None)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// `true` when any job (in any state) names `queue`.
@@ -206,27 +227,38 @@ impl Admin {
         batch: u32,
         mut progress: impl FnMut(u64),
     ) -> Result<u64, Error> {
-        let status = match state {
-            JobState::Completed => crate::store::PruneStatus::Completed,
-            JobState::Failed => crate::store::PruneStatus::Failed,
-            JobState::Cancelled => crate::store::PruneStatus::Cancelled,
-            other => {
-                return Err(Error::invalid(
-                    "purge",
-                    format!("only final states can be purged, not `{other}`"),
-                ));
-            }
-        };
+        let status = prune_status(state)?;
         let mut conn = self.pool.acquire().await?;
+        let detail = format!(
+            "{state} jobs finished more than {} ago",
+            crate::backoff::format_duration(older_than)
+        );
+        let audit = self
+            .record_entry(&mut conn, "purge", None, None, Some(&detail))
+            .await?;
         let mut total = 0;
         loop {
-            let n = crate::store::job_prune(&mut conn, status, older_than, batch.max(1)).await?;
+            let n =
+                crate::store::job_prune(&mut conn, status, older_than, batch.max(1), audit).await?;
             total += n;
             progress(n);
             if n < u64::from(batch.max(1)) {
                 return Ok(total);
             }
         }
+    }
+}
+
+/// The pruner's name of a final state; an error for the others.
+fn prune_status(state: JobState) -> Result<crate::store::PruneStatus, Error> {
+    match state {
+        JobState::Completed => Ok(crate::store::PruneStatus::Completed),
+        JobState::Failed => Ok(crate::store::PruneStatus::Failed),
+        JobState::Cancelled => Ok(crate::store::PruneStatus::Cancelled),
+        other => Err(Error::invalid(
+            "purge",
+            format!("only final states can be purged, not `{other}`"),
+        )),
     }
 }
 

@@ -151,18 +151,16 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
 /// `job_prune`: deletes up to `limit` jobs in `status` finished more than `older_than` ago,
 /// oldest first (the article's batched cleanup), with their attempt history. Returns rows
 /// deleted. One transaction: `job_attempt_prune` deletes the history rows of the same batch
-/// (its read of `job_queue` locks the batch's rows), then the article's DELETE.
+/// (its read of `job_queue` locks the batch's rows), then the article's DELETE; an operator's
+/// purge adds the count to its audit record (`audit`) in the same transaction.
 pub async fn job_prune(
     conn: &mut MySqlConnection,
     status: PruneStatus,
     older_than: Duration,
     limit: u32,
+    audit: Option<u64>,
 ) -> Result<u64, Error> {
-    let status = match status {
-        PruneStatus::Completed => "completed",
-        PruneStatus::Failed => "failed",
-        PruneStatus::Cancelled => "cancelled",
-    };
+    let status = status.as_str();
     let history = "/* mysqlq:job_attempt_prune */ DELETE a FROM mysqlq_job_attempt a \
         JOIN (SELECT id FROM job_queue WHERE status = ? \
               AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
@@ -183,8 +181,27 @@ pub async fn job_prune(
         .execute(&mut *tx)
         .await?
         .rows_affected();
+    super::admin::audit_count(&mut tx, audit, n).await?;
     tx.commit().await?;
     Ok(n)
+}
+
+/// `job_prunable_count`: how many jobs [`job_prune`] would delete (`purge --dry-run`, the
+/// confirmation), counted on `idx_job_finished`.
+pub async fn job_prunable_count(
+    conn: &mut MySqlConnection,
+    status: PruneStatus,
+    older_than: Duration,
+) -> Result<u64, Error> {
+    let n: i64 = sqlx::query_scalar(
+        "/* mysqlq:job_prunable_count */ SELECT COUNT(*) FROM job_queue WHERE status = ? \
+         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+    )
+    .bind(status.as_str())
+    .bind(micros(older_than))
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// `keys_prune`: deletes up to `limit` lock rows of ordering and concurrency keys that no waiting
@@ -255,6 +272,16 @@ pub enum PruneStatus {
     Failed,
     /// `cancelled`.
     Cancelled,
+}
+
+impl PruneStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// `leader_elect`: takes or keeps the named leader lease for `ttl`. `true` when `leader_id`

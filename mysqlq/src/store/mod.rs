@@ -61,7 +61,8 @@ pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{InsertRow, job_insert_many, job_insert_one};
 pub use maintenance::{
-    PruneStatus, cron_prune, job_prune, job_reap_expired, keys_prune, leader_elect, leader_resign,
+    PruneStatus, cron_prune, job_prunable_count, job_prune, job_reap_expired, keys_prune,
+    leader_elect, leader_resign,
 };
 pub use meta::job_set_meta;
 pub use queues::queue_set_paused;

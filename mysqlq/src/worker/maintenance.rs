@@ -176,7 +176,7 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     for (status, age) in plan {
         // A few batches per round keeps each round short; the backlog goes over several rounds.
         for _ in 0..10 {
-            let n = store::job_prune(conn, status, age, BATCH).await?;
+            let n = store::job_prune(conn, status, age, BATCH, None).await?;
             pruned += n;
             if n < u64::from(BATCH) {
                 break;
@@ -190,7 +190,9 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     // The tables that gain a row per key or per tick: a batch per round, like the jobs above.
     let keys = store::keys_prune(conn, BATCH).await?;
     let ticks = store::cron_prune(conn, CRON_KEEP, BATCH).await?;
-    backlog |= keys >= u64::from(BATCH) || ticks >= u64::from(BATCH);
+    // The operators' audit trail is kept as long as the failed jobs it may explain.
+    let audit = store::admin::audit_prune(conn, s.config.failed_retention, BATCH).await?;
+    backlog |= keys >= u64::from(BATCH) || ticks >= u64::from(BATCH) || audit >= u64::from(BATCH);
     Ok((pruned, backlog))
 }
 

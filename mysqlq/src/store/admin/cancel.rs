@@ -112,6 +112,26 @@ pub async fn job_active_page(
     Ok(ids)
 }
 
+/// `job_active_count`: how many waiting and running jobs of `p`'s queue and kind there are now
+/// (what a filtered cancel would take: its confirmation and `--dry-run`).
+pub async fn job_active_count(
+    conn: &mut MySqlConnection,
+    p: &ActivePageParams<'_>,
+) -> Result<u64, Error> {
+    let n: i64 = sqlx::query_scalar(
+        "/* mysqlq:job_active_count */ SELECT COUNT(*) FROM job_queue \
+         WHERE status IN ('pending', 'processing') \
+         AND (? IS NULL OR queue_name = ?) AND (? IS NULL OR kind = ?)",
+    )
+    .bind(p.queue)
+    .bind(p.queue)
+    .bind(p.kind)
+    .bind(p.kind)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// Who cancels, and why ([`job_cancel_many`]).
 #[derive(Debug, Clone, Copy)]
 pub struct CancelParams<'a> {
@@ -119,6 +139,8 @@ pub struct CancelParams<'a> {
     pub by: &'a str,
     /// `cancel_reason` (at most 1024 characters).
     pub reason: Option<&'a str>,
+    /// The audit trail's record of this cancel ([`super::audit_insert`]), if one.
+    pub audit: Option<u64>,
 }
 
 /// What [`job_cancel_many`] did.
@@ -165,6 +187,7 @@ pub async fn job_cancel_many(
         ));
         let q = sqlx::query(sql).bind(p.by).bind(p.reason);
         bind_ids(q, &found_ids).execute(&mut *tx).await?;
+        super::audit::audit_jobs(&mut tx, p.audit, &found_ids).await?;
         tx.commit().await?;
         for (id, running) in found {
             if running {
@@ -218,6 +241,7 @@ pub struct DeleteReport {
 pub async fn job_delete_many(
     conn: &mut MySqlConnection,
     ids: &[JobId],
+    audit: Option<u64>,
 ) -> Result<DeleteReport, Error> {
     let mut report = DeleteReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
@@ -257,6 +281,7 @@ pub async fn job_delete_many(
         bind_ids(sqlx::query(sql), &deletable)
             .execute(&mut *tx)
             .await?;
+        super::audit::audit_jobs(&mut tx, audit, &deletable).await?;
         tx.commit().await?;
         report.deleted.extend(deletable);
     }

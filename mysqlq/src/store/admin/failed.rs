@@ -294,6 +294,7 @@ fn retry_sql(n: usize) -> AssertSqlSafe<String> {
 pub async fn job_retry_failed(
     conn: &mut MySqlConnection,
     ids: &[JobId],
+    audit: Option<u64>,
 ) -> Result<RetryReport, Error> {
     let mut report = RetryReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
@@ -303,6 +304,7 @@ pub async fn job_retry_failed(
         if failed.is_empty() {
             continue;
         }
+        let before = report.retried.len();
         match bind_ids(sqlx::query(retry_sql(failed.len())), &failed)
             .execute(&mut *tx)
             .await
@@ -326,6 +328,7 @@ pub async fn job_retry_failed(
             }
             Err(e) => return Err(e.into()),
         }
+        super::audit::audit_jobs(&mut tx, audit, &report.retried[before..]).await?;
         tx.commit().await?;
     }
     Ok(report)
@@ -364,6 +367,7 @@ pub struct DiscardReport {
 pub async fn job_discard_failed(
     conn: &mut MySqlConnection,
     ids: &[JobId],
+    audit: Option<u64>,
 ) -> Result<DiscardReport, Error> {
     let mut report = DiscardReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
@@ -381,6 +385,7 @@ pub async fn job_discard_failed(
         bind_ids(sqlx::query(sql), &failed)
             .execute(&mut *tx)
             .await?;
+        super::audit::audit_jobs(&mut tx, audit, &failed).await?;
         tx.commit().await?;
         report.discarded.extend(&failed);
     }

@@ -11,22 +11,27 @@
 //! | [`job_failed_list`], [`job_failed_page`], [`job_failed_count`] | `idx_job_finished` (`status = 'failed'`, keyset on `(finished_at, id)`) |
 //! | [`job_active_page`] | a window of ids: `idx_job_finished` (`status IN ('pending', 'processing') AND finished_at IS NULL`) or the primary key, whichever the optimizer prefers; never sorted |
 //! | [`job_cancel_many`], [`job_delete_many`] | primary key |
+//! | [`audit_list`] | `mysqlq_audit`'s primary key (newest first), `idx_audit_queue`, or `mysqlq_audit_job`'s primary key for one job |
 //!
 //! [`stats_explain`] EXPLAINs the stats statements with the same text they run with, so a test
 //! (and `doctor`) can check the plans. The per-minute tables (`mysqlq_stats_minute`,
 //! `mysqlq_kind_minute`, `mysqlq_worker`) are written by workers; these functions only read them.
 
+mod audit;
 mod cancel;
 mod failed;
 mod job;
 mod settings;
 mod stats;
 
+pub use audit::{
+    AuditEntry, AuditQuery, AuditRecord, audit_count, audit_insert, audit_list, audit_prune,
+};
 #[cfg(feature = "__internal-store")]
 pub use cancel::DeleteReport;
 pub use cancel::{
-    ActiveCursor, ActivePageParams, CancelParams, CancelReport, job_active_page, job_cancel_many,
-    job_delete_many,
+    ActiveCursor, ActivePageParams, CancelParams, CancelReport, job_active_count, job_active_page,
+    job_cancel_many, job_delete_many,
 };
 pub use failed::{
     DedupeConflict, FailedCursor, FailedJob, FailedListParams, FailedPageParams,
