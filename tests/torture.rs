@@ -563,6 +563,206 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
     assert!(drained, "the queue did not drain");
 }
 
+/// Issue 27: operator actions racing the workers. Two workers run jobs that fail, panic,
+/// snooze and succeed while two operators retry, discard, cancel and delete — by ids, by queue
+/// and every failed job — at random (seeded) moments. Besides every runtime invariant, the
+/// checker holds each operator change in the history against the audit trail: an action changes
+/// each job at most once, and the trail names every change it made, and only those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_actions_racing_workers_change_each_job_at_most_once() {
+    let _turn = HEAVY.lock().await;
+    let seed = seed();
+    println!("operator torture seed {seed} (replay with MYSQLQ_TORTURE_SEED={seed})");
+    let db = TestDb::new().await;
+    install_history(&db.pool).await;
+    let stalls = StallWatch::start(Duration::from_millis(200));
+    let mut workers = Vec::new();
+    for id in ["w1", "w2"] {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(mysqlq::Worker::recommended_pool_size(16))
+            .connect_with(db.options.clone())
+            .await
+            .unwrap();
+        let worker = mysqlq::Worker::builder(pool)
+            .queues(["torture"])
+            .worker_id(id)
+            .concurrency(16)
+            .lease(LEASE)
+            .heartbeat_interval(HEARTBEAT)
+            .poll_interval(Duration::from_millis(5), Duration::from_millis(50))
+            .maintenance(Duration::from_millis(200), Duration::from_secs(1))
+            .start()
+            .await
+            .unwrap();
+        workers.push(worker);
+    }
+    let phase = Duration::from_secs(6) * scale();
+    let until = Instant::now() + phase;
+    let enqueued = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let operators: Vec<_> = ["op1", "op2"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let admin = mysqlq::admin::Admin::new(db.pool.clone()).by(name);
+            let enqueued = enqueued.clone();
+            let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(i as u64));
+            tokio::spawn(async move { operate(admin, &enqueued, &mut rng, until).await })
+        })
+        .collect();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    while Instant::now() < until {
+        let wave: Vec<NewJob> = (0..20)
+            .map(|_| {
+                let (a, ms, attempts) = match rng.u8(..10) {
+                    0..=3 => (act::FAIL, 0, 1),
+                    4 => (act::PANIC, 0, 1),
+                    5..=6 => (act::SNOOZE0, 0, 2),
+                    _ => (act::OK, rng.u64(10..150), 3),
+                };
+                let job = Torture {
+                    act: a.to_owned(),
+                    ms,
+                };
+                NewJob::from_job(&job, &EnqueueOptions::new().max_attempts(attempts)).unwrap()
+            })
+            .collect();
+        loop {
+            match mysqlq::enqueue_many(&db.pool, wave.clone()).await {
+                Ok(ids) => {
+                    enqueued
+                        .lock()
+                        .unwrap()
+                        .extend(ids.iter().map(|e| e.id().0));
+                    break;
+                }
+                Err(e) if mysqlq_tests::is_lock_error(&e) => {}
+                Err(e) => panic!("enqueue a wave: {e}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let mut acted = 0;
+    for op in operators {
+        acted += op.await.expect("an operator task panicked");
+    }
+    let drained = drained(&db, Duration::from_secs(60)).await;
+    for w in workers {
+        w.shutdown().await.unwrap();
+    }
+    let history = History::load(&db.pool, stalls.finish(&["w1", "w2"]))
+        .await
+        .unwrap();
+    let report = check::check(&history);
+    println!("{report}");
+    // Jobs gone from the table are exactly those a delete or discard names.
+    let remaining: std::collections::HashSet<u64> = history.jobs.iter().map(|j| j.id).collect();
+    let removed: std::collections::HashSet<u64> = history
+        .actions
+        .iter()
+        .filter(|a| a.action == "delete" || a.action == "discard")
+        .flat_map(|a| a.changed.iter().copied())
+        .collect();
+    let gone: std::collections::HashSet<u64> = enqueued
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|id| !remaining.contains(id))
+        .collect();
+    assert_eq!(
+        gone, removed,
+        "jobs gone from the table vs. deletes and discards on record"
+    );
+    let kinds = |k: &str| {
+        history
+            .actions
+            .iter()
+            .filter(|a| a.action == k && a.jobs > 0)
+            .count()
+    };
+    assert!(
+        acted > 20 && kinds("retry") > 0 && kinds("cancel") > 0 && kinds("discard") > 0,
+        "the operators acted too little to test anything: {acted} actions, {:?}",
+        history
+            .actions
+            .iter()
+            .map(|a| (&a.action, a.jobs))
+            .collect::<Vec<_>>()
+    );
+    assert!(report.ok(), "seed {seed}: {report}");
+    assert!(drained, "the queue did not drain");
+}
+
+/// One operator: until `until`, a random action every 20–120 ms on a random sample of the jobs
+/// enqueued so far (or on every failed job, or every waiting and running one); returns how many
+/// actions it took.
+async fn operate(
+    admin: mysqlq::admin::Admin,
+    enqueued: &Mutex<Vec<u64>>,
+    rng: &mut fastrand::Rng,
+    until: Instant,
+) -> usize {
+    use mysqlq::admin::{JobSelection, Selection};
+    let mut acted = 0;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(rng.u64(20..120))).await;
+        let sample: Vec<mysqlq::JobId> = {
+            let all = enqueued.lock().unwrap();
+            if all.is_empty() {
+                continue;
+            }
+            (0..rng.usize(1..30))
+                .map(|_| mysqlq::JobId(all[rng.usize(..all.len())]))
+                .collect()
+        };
+        let queue = Some("torture");
+        let done = match rng.u8(..20) {
+            0..=5 => admin
+                .retry_failed(Selection::Ids(&sample), |_| {})
+                .await
+                .map(drop),
+            6..=8 => admin
+                .retry_failed(Selection::All { queue }, |_| {})
+                .await
+                .map(drop),
+            9..=11 => admin
+                .discard_failed(Selection::Ids(&sample), |_| {})
+                .await
+                .map(drop),
+            12..=15 => admin
+                .cancel(
+                    JobSelection::Ids(&sample),
+                    admin.actor(),
+                    Some("torture"),
+                    |_| {},
+                )
+                .await
+                .map(drop),
+            16..=17 => admin.delete(&sample).await.map(drop),
+            18 => admin
+                .discard_failed(Selection::All { queue }, |_| {})
+                .await
+                .map(drop),
+            _ => admin
+                .cancel(
+                    JobSelection::Filter { queue, kind: None },
+                    admin.actor(),
+                    None,
+                    |_| {},
+                )
+                .await
+                .map(drop),
+        };
+        match done {
+            Ok(()) => acted += 1,
+            // Two operators and the workers lock the same rows: a lock wait may time out.
+            Err(e) if mysqlq_tests::is_lock_error(&e) => {}
+            Err(e) => panic!("operator action: {e}"),
+        }
+    }
+    acted
+}
+
 /// The proxy's lost `COMMIT` reply: the transaction is committed, the client sees its
 /// connection fail, and the link logs the fault. A cut link closes every connection.
 #[tokio::test]

@@ -297,6 +297,23 @@ pub struct History {
     pub runs: Vec<RunEvent>,
     /// Injected faults.
     pub faults: Vec<Fault>,
+    /// The operators' actions on record (the audit trail), oldest first.
+    pub actions: Vec<Action>,
+}
+
+/// One operator action of the audit trail, with the jobs it says it changed.
+#[derive(Debug, Clone)]
+pub struct Action {
+    /// `mysqlq_audit.id`.
+    pub id: u64,
+    /// `cancel`, `retry`, `discard`, `delete`, …
+    pub action: String,
+    /// Who.
+    pub actor: String,
+    /// The count it kept of the jobs it changed.
+    pub jobs: u64,
+    /// The jobs linked to it (`mysqlq_audit_job`).
+    pub changed: Vec<u64>,
 }
 
 const MICROS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at)";
@@ -369,12 +386,47 @@ impl History {
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let mut actions: Vec<Action> = sqlx::query(
+            "SELECT id, CAST(action AS CHAR) AS action, CAST(actor AS CHAR) AS actor, jobs \
+             FROM mysqlq_audit ORDER BY id",
+        )
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Action {
+                id: r.try_get("id")?,
+                action: r.try_get("action")?,
+                actor: r.try_get("actor")?,
+                jobs: r.try_get("jobs")?,
+                changed: Vec::new(),
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let links: Vec<(u64, u64)> = sqlx::query_as(
+            "SELECT audit_id, job_id FROM mysqlq_audit_job ORDER BY audit_id, job_id",
+        )
+        .fetch_all(pool)
+        .await?;
+        for (audit, job) in links {
+            if let Some(a) = actions.iter_mut().find(|a| a.id == audit) {
+                a.changed.push(job);
+            }
+        }
         Ok(Self {
             jobs,
             writes,
             runs,
             faults,
+            actions,
         })
+    }
+
+    /// Whether an operator action of kind `action` says it changed `job`.
+    pub fn operator_changed(&self, action: &str, job: u64) -> bool {
+        self.actions
+            .iter()
+            .any(|a| a.action == action && a.changed.contains(&job))
     }
 
     /// Jobs per (act, status), for the summary.

@@ -154,6 +154,10 @@ pub mod inv {
     pub const ORDERING: &str = "ordering key: one run at a time";
     /// A concurrency key's limit holds, but for runs within a fault's window.
     pub const CONCURRENCY: &str = "concurrency key: limit never exceeded";
+    /// An operator action (cancel, retry, discard, delete) changes each job at most once.
+    pub const OPERATOR_ONCE: &str = "an operator action changes each job at most once";
+    /// The audit trail names exactly the changes operators made, and counts them.
+    pub const OPERATOR_TRAIL: &str = "the audit trail names every operator change, and only those";
 }
 
 /// Builds the claims from the state writes and the runs.
@@ -306,7 +310,9 @@ pub fn check(h: &History) -> Report {
     // Per job: final state, completions.
     for j in jobs.values() {
         let mine: Vec<&Claim> = cl.iter().filter(|c| c.job == j.id).collect();
-        if j.status != "completed" && j.status != "failed" {
+        if j.status == "cancelled" && h.operator_changed("cancel", j.id) {
+            // An operator's cancel is its final state ([`operator_actions`] checks the trail).
+        } else if j.status != "completed" && j.status != "failed" {
             v.push(Violation {
                 invariant: inv::LOST,
                 jobs: vec![j.id],
@@ -444,6 +450,7 @@ pub fn check(h: &History) -> Report {
         &mut v,
     );
     concurrency(&cl, &sp, &h.faults, &jobs, &mut v);
+    operator_actions(h, &jobs, &mut v);
     let text = super::report::render(h, &cl, &v, reaped, excused, sp.len());
     Report {
         violations: v,
@@ -583,3 +590,92 @@ pub(crate) fn ms(us: i64) -> String {
 #[cfg(test)]
 #[path = "check_tests.rs"]
 mod tests;
+
+/// Operator actions racing the workers: per job, the history's operator changes (`failed` →
+/// `pending` is only ever an operator's retry; `pending`/`processing` → `cancelled` only a
+/// cancel, as no torture act cancels itself) must match one for one the actions of the audit
+/// trail that name the job (the trail links a job once per action, so an action that changed a
+/// job twice shows as one link short); a job gone from the table must be named by exactly one
+/// delete or discard, and one still there by none; each action's count must be its links.
+fn operator_actions(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Violation>) {
+    let named = |action: &str, job: u64| {
+        h.actions
+            .iter()
+            .filter(|a| a.action == action && a.changed.contains(&job))
+            .count()
+    };
+    let mut seen: Vec<u64> = h
+        .writes
+        .iter()
+        .map(|w| w.job)
+        .chain(h.runs.iter().map(|r| r.job))
+        .chain(h.actions.iter().flat_map(|a| a.changed.iter().copied()))
+        .chain(jobs.keys().copied())
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    for job in seen {
+        let changes = |from: &[&str], to: &str| {
+            h.writes
+                .iter()
+                .filter(|w| {
+                    w.job == job && from.contains(&w.old_status.as_str()) && w.new_status == to
+                })
+                .count()
+        };
+        for (action, made) in [
+            ("retry", changes(&["failed"], "pending")),
+            ("cancel", changes(&["pending", "processing"], "cancelled")),
+        ] {
+            let on_record = named(action, job);
+            if made != on_record {
+                v.push(Violation {
+                    // More changes than actions naming the job: one action changed it twice
+                    // (its link is one per action); none naming it: a change off the record.
+                    invariant: if made > on_record && on_record > 0 {
+                        inv::OPERATOR_ONCE
+                    } else {
+                        inv::OPERATOR_TRAIL
+                    },
+                    jobs: vec![job],
+                    why: format!(
+                        "job {job}: the history shows {made} {action} change(s), the audit trail names it in {on_record} {action} action(s)"
+                    ),
+                });
+            }
+        }
+        let removals = named("delete", job) + named("discard", job);
+        let gone = !jobs.contains_key(&job);
+        if gone != (removals == 1) {
+            v.push(Violation {
+                invariant: if removals > 1 {
+                    inv::OPERATOR_ONCE
+                } else {
+                    inv::OPERATOR_TRAIL
+                },
+                jobs: vec![job],
+                why: format!(
+                    "job {job} is {} the table, and {removals} delete or discard action(s) name it",
+                    if gone { "gone from" } else { "still in" }
+                ),
+            });
+        }
+    }
+    for a in &h.actions {
+        let counted = matches!(a.action.as_str(), "cancel" | "retry" | "discard" | "delete");
+        if counted && a.jobs != a.changed.len() as u64 {
+            v.push(Violation {
+                invariant: inv::OPERATOR_TRAIL,
+                jobs: a.changed.clone(),
+                why: format!(
+                    "{} action {} by {} counts {} jobs but links {}",
+                    a.action,
+                    a.id,
+                    a.actor,
+                    a.jobs,
+                    a.changed.len()
+                ),
+            });
+        }
+    }
+}

@@ -69,6 +69,7 @@ fn history(jobs: Vec<JobEnd>, mut writes: Vec<StateWrite>, runs: Vec<RunEvent>) 
         writes,
         runs,
         faults: Vec::new(),
+        actions: Vec::new(),
     }
 }
 
@@ -318,4 +319,87 @@ fn a_concurrency_limit_exceeded_by_healthy_workers_is_reported() {
     let report = check(&history(jobs, writes, runs));
     assert_eq!(report.count(inv::CONCURRENCY), 1, "{report}");
     assert_eq!(report.violations.len(), 1, "{report}");
+}
+
+fn action(id: u64, action: &str, jobs: u64, changed: Vec<u64>) -> crate::torture::Action {
+    crate::torture::Action {
+        id,
+        action: action.to_owned(),
+        actor: "op".to_owned(),
+        jobs,
+        changed,
+    }
+}
+
+#[test]
+fn an_operator_action_changing_a_job_twice_or_off_the_record_is_reported() {
+    // Job 1 failed, retried, failed again, retried again: two retry changes, one retry action.
+    let failed_twice = vec![
+        write(
+            1,
+            10,
+            ("pending", "failed"),
+            (None, None),
+            "w",
+            Some("permanent"),
+        ),
+        write(1, 20, ("failed", "pending"), (None, None), "w", None),
+        write(
+            1,
+            30,
+            ("pending", "failed"),
+            (None, None),
+            "w",
+            Some("permanent"),
+        ),
+        write(1, 40, ("failed", "pending"), (None, None), "w", None),
+        write(
+            1,
+            50,
+            ("pending", "failed"),
+            (None, None),
+            "w",
+            Some("permanent"),
+        ),
+    ];
+    let mut failed = job(1, "fail", "failed");
+    failed.last_error = Some("torture: deliberate permanent failure".to_owned());
+    let mut h = history(vec![failed], failed_twice, vec![]);
+    h.actions = vec![action(1, "retry", 1, vec![1])];
+    let r = check(&h);
+    assert_eq!(r.count(inv::OPERATOR_ONCE), 1, "{r}");
+    // Two actions, each named it once: as the history shows.
+    h.actions.push(action(2, "retry", 1, vec![1]));
+    assert!(check(&h).ok(), "{}", check(&h));
+    // A cancel no action names; an action whose count is not its links; a job gone that no
+    // delete names.
+    let mut h = history(
+        vec![job(2, "ok", "cancelled")],
+        vec![write(
+            2,
+            10,
+            ("pending", "cancelled"),
+            (None, None),
+            "w",
+            None,
+        )],
+        vec![],
+    );
+    h.actions = vec![action(1, "delete", 2, vec![3])];
+    h.runs.push(run(3, "t3", "start", 5));
+    let r = check(&h);
+    assert_eq!(
+        r.count(inv::OPERATOR_TRAIL),
+        2,
+        "the cancel and the count: {r}"
+    );
+    assert_eq!(
+        r.count(inv::LOST),
+        1,
+        "cancelled without a cancel on record: {r}"
+    );
+    h.actions[0].jobs = 1;
+    h.actions.push(action(2, "cancel", 1, vec![2]));
+    let r = check(&h);
+    assert!(r.ok(), "{r}");
 }

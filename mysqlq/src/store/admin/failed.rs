@@ -254,7 +254,7 @@ pub struct RetryReport {
     pub skipped: Vec<JobId>,
 }
 
-/// The failed jobs among `ids`, in their order; the others go to `skipped`. The rows are
+/// The failed jobs among `ids`, in their order, each once; the others go to `skipped`. The rows are
 /// locked (`FOR UPDATE`) until the caller's transaction ends, so they stay failed while it
 /// acts on them: a concurrent retry, discard or delete waits, then finds them changed.
 async fn failed_among(
@@ -272,9 +272,19 @@ async fn failed_among(
         .iter()
         .map(|r| r.try_get("id"))
         .collect::<Result<_, _>>()?;
-    let (failed, others): (Vec<JobId>, Vec<JobId>) =
-        ids.iter().partition(|id| found.contains(&id.0));
-    skipped.extend(others);
+    // An id named twice is one job: acted on, counted and reported once.
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    let mut failed = Vec::with_capacity(found.len());
+    for &id in ids {
+        if !seen.insert(id.0) {
+            continue;
+        }
+        if found.contains(&id.0) {
+            failed.push(id);
+        } else {
+            skipped.push(id);
+        }
+    }
     Ok(failed)
 }
 
