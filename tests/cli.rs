@@ -1036,3 +1036,43 @@ async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
     fails(&db.url(), &["work", "--lease", "forever"], 2);
     fails(&db.url(), &["work", "--concurrency", "0"], 2);
 }
+
+/// Issue 27, item 3, from the command line: every setting `work` takes that would break a
+/// worker is refused at start (exit 2) with one line naming the setting and its range.
+#[tokio::test]
+async fn work_refuses_each_setting_that_would_break_a_worker_by_name() {
+    let db = TestDb::new().await;
+    let cases: &[(&[&str], &str)] = &[
+        (&["--job-timeout", "0s"], "job timeout"),
+        (&["--job-timeout", "365d"], "job timeout"),
+        (&["--maintenance-interval", "0s"], "maintenance interval"),
+        (&["--poll-ceiling", "2d"], "poll ceiling"),
+        (&["--shutdown-timeout", "8d"], "shutdown timeout"),
+        (&["--lease", "0s"], "lease"),
+        (&["--heartbeat", "2h"], "heartbeat"),
+        (
+            &["--worker-id", "redis-relay:mine"],
+            "must not start with `redis-relay:`",
+        ),
+        (&["--worker-id", &"w".repeat(129)], "worker id"),
+        (&["--claimers", "17"], "--claimers"),
+        (&["--batch", "0"], "--batch"),
+    ];
+    for (args, names) in cases {
+        let argv = [&["work", "--queues", "test"][..], args].concat();
+        let e = fails(&db.url(), &argv, 2);
+        assert!(
+            e.contains(names),
+            "{args:?}: the error names `{names}`: {e}"
+        );
+        assert!(
+            e.contains("between") || e.contains("must") || e.contains("not in"),
+            "{args:?}: the error gives the range: {e}"
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_worker").await,
+        0,
+        "no worker started"
+    );
+}

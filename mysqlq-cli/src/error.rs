@@ -80,6 +80,11 @@ impl CliError {
                     None => Self::new(format!("{what}: {text}"), "see `mysqlq-cli doctor`"),
                 }
             }
+            // A setting out of its range: the message names it and the range.
+            mysqlq::Error::Config(msg) => Self::usage(
+                format!("{what}: {msg}"),
+                "change that setting (`mysqlq-cli work --help` describes each)",
+            ),
             _ => Self::new(format!("{what}: {}", chain(e)), "see `mysqlq-cli doctor`"),
         }
     }

@@ -279,8 +279,12 @@ pub(super) fn validate(c: &Config) -> Result<(), Error> {
     }
     for (name, value, (low, high), hint) in duration_ranges(c) {
         if value < low || value > high {
+            let f = crate::backoff::format_duration;
             return bad(format!(
-                "{name} {value:?} must be between {low:?} and {high:?}{hint}"
+                "{name} {} must be between {} and {}{hint}",
+                f(value),
+                f(low),
+                f(high)
             ));
         }
     }
