@@ -843,7 +843,7 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
             "ops",
         ],
     );
-    assert!(out.contains("cancelled 1 jobs"), "{out}");
+    assert!(out.contains("cancelled 1 job\n"), "{out}");
     let j = Admin::new(db.pool.clone()).job(a).await.unwrap().unwrap();
     assert_eq!(
         (
@@ -869,7 +869,7 @@ async fn cli_cancels_deletes_and_shows_the_attempts() {
         "nothing changed"
     );
     let out = ok(&url, &[&filter[..], &["--yes"]].concat());
-    assert!(out.contains("cancelled 1 jobs"), "{out}");
+    assert!(out.contains("cancelled 1 job\n"), "{out}");
     let j = Admin::new(db.pool.clone()).job(b).await.unwrap().unwrap();
     assert_eq!(j.cancelled_by.as_deref(), Some("cli:tester"));
     assert_eq!(db.status(other.0).await.as_deref(), Some("pending"));

@@ -308,6 +308,33 @@ fn passwords_with_url_delimiters_are_never_printed() {
     }
 }
 
+/// Issue 28, item 4: a usage error whose text has an `@` but no URL (an e-mail address in a
+/// value) was swallowed whole as `error: <redacted>`; only URLs' passwords are redacted, and a
+/// URL in a usage error still is.
+#[test]
+fn usage_errors_keep_their_text_and_redact_only_urls() {
+    let url = "mysql://root@127.0.0.1:1/none";
+    let e = fails(url, &["failed", "list", "--limit", "ada@example.com"], 2);
+    assert!(
+        e.contains("invalid value 'ada@example.com' for '--limit"),
+        "{e}"
+    );
+    let e = fails(
+        url,
+        &[
+            "failed",
+            "list",
+            "--limit",
+            "mysql://app:s3cretpw@db:3306/x",
+        ],
+        2,
+    );
+    assert!(
+        !e.contains("s3cretpw") && e.contains("mysql://app:***@db:3306/x"),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn listings_escape_terminal_control_characters() {
     let db = TestDb::new().await;
@@ -846,9 +873,9 @@ async fn purge_deletes_old_finished_rows_only() {
             "--yes",
         ],
     );
-    assert!(out.contains("deleted 1 completed jobs"), "{out}");
+    assert!(out.contains("deleted 1 completed job that"), "{out}");
     let out = ok(&db.url(), &["purge", "--status", "failed", "--yes"]);
-    assert!(out.contains("deleted 1 failed jobs"), "{out}");
+    assert!(out.contains("deleted 1 failed job that"), "{out}");
     let out = ok(&db.url(), &["audit"]);
     let purges: Vec<&str> = out.lines().filter(|l| l.contains("purge")).collect();
     assert_eq!(purges.len(), 3, "{out}");

@@ -81,7 +81,7 @@ pub(crate) async fn cancel(target: &Target, a: &CancelArgs) -> Result<u8, CliErr
             r.running.len()
         )
     };
-    println!("cancelled {} jobs{running}", r.cancelled);
+    println!("cancelled {}{running}", confirm::jobs(r.cancelled));
     Ok(0)
 }
 
@@ -128,6 +128,6 @@ pub(crate) async fn delete(target: &Target, a: &DeleteArgs) -> Result<u8, CliErr
             "running jobs must be cancelled first (`mysqlq-cli cancel ID`); check the ids",
         ));
     }
-    println!("deleted {} jobs", r.deleted);
+    println!("deleted {}", confirm::jobs(r.deleted));
     Ok(0)
 }

@@ -266,8 +266,7 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
         .map_err(|e| CliError::mysqlq("cannot count the failed jobs", &e))?;
     let scope = queue.map_or(String::new(), |q| format!(" of queue `{q}`"));
     // Discarding every failed job asks first; retrying them does not (nothing is lost).
-    let plural = if total == 1 { "" } else { "s" };
-    let action = format!("{verb} {total} failed job{plural}{scope}");
+    let action = format!("{verb} {}{scope}", confirm::counted(total, "failed"));
     if !go_ahead(&a.confirm, op == Op::Discard, total, &action)? {
         return Ok(0);
     }
@@ -285,11 +284,11 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
                 out::warn(&format!("{}; left in failed", conflict_text(c)));
             }
             if r.conflicts.is_empty() {
-                println!("retried {} failed jobs{scope}", r.retried);
+                println!("retried {}{scope}", confirm::counted(r.retried, "failed"));
             } else {
                 println!(
-                    "retried {} failed jobs{scope}; {} left failed (dedupe key taken)",
-                    r.retried,
+                    "retried {}{scope}; {} left failed (dedupe key taken)",
+                    confirm::counted(r.retried, "failed"),
                     r.conflicts.len()
                 );
             }
@@ -300,7 +299,10 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
                 .await
                 .map_err(|e| CliError::mysqlq("discarding stopped part-way", &e))?;
             bar.finish_and_clear();
-            println!("discarded {} failed jobs{scope}", r.discarded);
+            println!(
+                "discarded {}{scope}",
+                confirm::counted(r.discarded, "failed")
+            );
         }
     }
     Ok(0)

@@ -51,8 +51,8 @@ pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError
         .await
         .map_err(|e| CliError::mysqlq("cannot count the jobs to purge", &e))?;
     let action = format!(
-        "delete {n} {state} job{} that finished more than {} ago",
-        if n == 1 { "" } else { "s" },
+        "delete {} that finished more than {} ago",
+        confirm::counted(n, state.as_str()),
         humantime::format_duration(a.older_than)
     );
     if !confirm::go_ahead(&a.confirm, true, n, &action)? {
@@ -65,7 +65,8 @@ pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError
         .map_err(|e| CliError::mysqlq("purge stopped part-way", &e))?;
     bar.finish_and_clear();
     println!(
-        "deleted {total} {state} jobs that finished more than {} ago",
+        "deleted {} that finished more than {} ago",
+        confirm::counted(total, state.as_str()),
         humantime::format_duration(a.older_than)
     );
     Ok(())

@@ -66,9 +66,15 @@ pub(crate) fn go_ahead(c: &Confirm, ask: bool, jobs: u64, action: &str) -> Resul
 
 /// `N job(s)`.
 pub(crate) fn jobs(n: u64) -> String {
-    if n == 1 {
-        "1 job".to_owned()
+    counted(n, "job")
+}
+
+/// `1 <what> job`, `N <what> jobs` (`what` may be empty).
+pub(crate) fn counted(n: u64, what: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    if what.ends_with("job") {
+        format!("{n} {what}{s}")
     } else {
-        format!("{n} jobs")
+        format!("{n} {what} job{s}")
     }
 }

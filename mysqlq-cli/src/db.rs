@@ -179,6 +179,23 @@ fn password_of(url: &str) -> Option<String> {
     (!password.is_empty()).then(|| password.to_owned())
 }
 
+/// `text` with the password of every URL in it (`scheme://user:password@host…`) redacted by
+/// [`redact_url`]; the rest of the text, `@`s included, is kept.
+pub(crate) fn redact_urls_in(text: &str) -> String {
+    let bounds = |c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | '<' | '>');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at].rfind(bounds).map_or(0, |i| i + 1);
+        let end = rest[at..].find(bounds).map_or(rest.len(), |i| at + i);
+        out.push_str(&rest[..start]);
+        out.push_str(&redact_url(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `mysql://user:***@host/db`: everything between the user's `:` and the last `@` replaced, so
 /// a password containing `/`, `?`, `#` or `@` never shows.
 pub(crate) fn redact_url(url: &str) -> String {

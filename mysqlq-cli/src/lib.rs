@@ -188,8 +188,8 @@ fn clap_error(e: &clap::Error) -> u8 {
                 }
             }
             let problem = parts.join(" ").replace(": ;", ":");
-            // Never echo a password given on the command line.
-            let problem = db::redact_url(&problem);
+            // Never echo a password given on the command line; keep the rest of the text.
+            let problem = db::redact_urls_in(&problem);
             logging::eprint_line(&format!("error: {problem}; see `--help` for usage"));
             EXIT_USAGE
         }
