@@ -335,6 +335,39 @@ fn usage_errors_keep_their_text_and_redact_only_urls() {
     );
 }
 
+/// Issue 28, item 8: `--version` names the binary (an application's own, here) and the versions
+/// of mysqlq-cli and mysqlq it was built with.
+#[test]
+fn version_names_the_binary_and_both_crates() {
+    let out = ok("mysql://root@127.0.0.1:1/none", &["--version"]);
+    assert!(
+        out.trim().starts_with("mysqlq-test-worker (mysqlq-cli ")
+            && out
+                .trim()
+                .ends_with(&format!(", mysqlq {})", mysqlq::VERSION)),
+        "{out}"
+    );
+}
+
+/// Issue 28, item 8: a user the server lets in only some other way (MariaDB's `unix_socket`,
+/// error 1698) got "check that the server is running"; the hint names the login instead.
+#[tokio::test]
+async fn a_user_without_a_password_login_gets_a_hint_about_the_login() {
+    let db = TestDb::new().await;
+    let user = format!("mq_sock_{}", std::process::id());
+    db.exec(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED VIA unix_socket"
+    ))
+    .await;
+    let url = format!("mysql://{user}@127.0.0.1:3306/mysql");
+    let o = run(&url, &["stats"]);
+    db.exec(&format!("DROP USER '{user}'@'%'")).await;
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("1698") && err.contains("password"), "{err}");
+    assert!(!err.contains("server is running"), "{err}");
+}
+
 #[tokio::test]
 async fn listings_escape_terminal_control_characters() {
     let db = TestDb::new().await;
@@ -1053,6 +1086,11 @@ async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
         .read_to_string(&mut err)
         .unwrap();
     assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.matches("worker started").count(),
+        1,
+        "logged once (issue 28, item 8): {err}"
+    );
     assert_eq!(db.count("processing").await, 0);
 
     // A taken metrics address is a start-up error.

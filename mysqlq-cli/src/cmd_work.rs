@@ -98,12 +98,8 @@ pub(crate) async fn work(
         let render: metrics_http::Render = Arc::new(move || metrics.render_prometheus());
         tokio::spawn(metrics_http::serve(l, render))
     });
-    tracing::info!(
-        worker = handle.id(),
-        queues = %queues.join(","),
-        concurrency,
-        "worker started; SIGINT or SIGTERM stops it gracefully"
-    );
+    // The library logged "worker started" with its settings.
+    tracing::info!("SIGINT or SIGTERM stops the worker gracefully");
     let result = handle.run_until_signal().await;
     if let Some(s) = server {
         s.abort();

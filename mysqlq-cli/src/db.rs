@@ -146,6 +146,12 @@ impl Target {
         };
         let fix = match number {
             Some(1045) => "check the user and password in DATABASE_URL",
+            Some(1698) => {
+                "the server has no password login for this user (MariaDB's root often logs in \
+                 by unix_socket only): use a user with a password (CREATE USER ... IDENTIFIED BY \
+                 ...) in DATABASE_URL"
+            }
+            Some(1044) => "the user may not use this database: grant it, or fix DATABASE_URL",
             Some(1049) => {
                 "the database does not exist: create it (CREATE DATABASE ...) or fix DATABASE_URL"
             }

@@ -48,6 +48,10 @@ impl CliError {
                     Some(1045 | 1044) => {
                         "check the user and password in DATABASE_URL and the user's grants"
                     }
+                    Some(1698) => {
+                        "the server has no password login for this user (MariaDB's root often \
+                         logs in by unix_socket only): use a user with a password in DATABASE_URL"
+                    }
                     Some(1142 | 1227) => "grant the user the privilege, or use a user that has it",
                     Some(1290 | 1836) => {
                         "the server is read-only: point DATABASE_URL at the writer"

@@ -167,8 +167,18 @@ where
 fn clap_error(e: &clap::Error) -> u8 {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+        ErrorKind::DisplayHelp => {
             let _ = e.print();
+            0
+        }
+        // The binary (often an application's own) and what it was built with.
+        ErrorKind::DisplayVersion => {
+            println!(
+                "{} (mysqlq-cli {}, mysqlq {})",
+                program::name(),
+                env!("CARGO_PKG_VERSION"),
+                mysqlq::VERSION
+            );
             0
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {

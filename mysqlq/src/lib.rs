@@ -65,6 +65,9 @@
 //! limits, are documented in `docs/` of the repository (`docs/schema.md`,
 //! `docs/state_machine.md`, `docs/guarantees.md`).
 
+/// This build's version of mysqlq (`CARGO_PKG_VERSION`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub mod admin;
 mod backoff;
 pub mod cluster;
