@@ -51,7 +51,7 @@ pub struct AuditRecord {
     pub detail: Option<String>,
 }
 
-/// Which recorded actions [`audit_list`] returns, newest first.
+/// Which recorded actions [`Admin::audit`](crate::admin::Admin::audit) returns, newest first.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AuditQuery<'a> {
     /// Only actions aimed at this queue.
