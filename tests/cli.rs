@@ -265,6 +265,47 @@ async fn enqueue_uses_the_registered_defaults_and_reports_duplicates() {
     );
 }
 
+/// Issue 28, item 7: enqueueing onto a queue no live worker serves was silent (the job waits
+/// for ever; only `doctor` noticed). It warns, naming the queues live workers serve.
+#[tokio::test]
+async fn enqueue_warns_when_no_live_worker_serves_the_queue() {
+    let db = TestDb::new().await;
+    let o = run(&db.url(), &["enqueue", "noop", "--json", r#"{"n": 1}"#]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: no live worker serves queue `test`")
+            && stderr(&o).contains("no worker has reported"),
+        "{}",
+        stderr(&o)
+    );
+    let worker = db
+        .worker()
+        .queues(["other", "third"])
+        .start()
+        .await
+        .unwrap();
+    let o = run(&db.url(), &["enqueue", "noop", "--json", r#"{"n": 2}"#]);
+    assert!(
+        stderr(&o)
+            .contains("no live worker serves queue `test` (live workers serve: other, third)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(
+        &db.url(),
+        &[
+            "enqueue",
+            "noop",
+            "--queue",
+            "third",
+            "--json",
+            r#"{"n": 3}"#,
+        ],
+    );
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    worker.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn enqueue_checks_the_payload_against_the_job_and_refuses_unknown_kinds() {
     let db = TestDb::new().await;
@@ -970,14 +1011,20 @@ async fn pause_and_resume_set_the_flag_and_warn_about_unknown_queues() {
     );
     assert_eq!(paused().await, Some(1));
     ok(&db.url(), &["resume", "test"]);
-    assert_eq!(paused().await, Some(0));
+    assert_eq!(paused().await, None, "a resumed queue keeps no row");
     let o = run(&db.url(), &["pause", "nosuch"]);
     assert!(o.status.success());
     assert!(
-        stderr(&o).contains("warning: no job of queue `nosuch`"),
+        stderr(&o).contains("warning: no job of queue `nosuch`")
+            && stderr(&o).contains("`mysqlq-test-worker resume nosuch`"),
         "{}",
         stderr(&o)
     );
+    // Issue 28, item 7: the typo's row stayed in `stats` and on the dashboard for good; resume
+    // takes it away.
+    assert!(ok(&db.url(), &["stats"]).contains("nosuch"));
+    ok(&db.url(), &["resume", "nosuch"]);
+    assert!(!ok(&db.url(), &["stats"]).contains("nosuch"));
     insert(&db, "hand-made", "pending", "", "").await;
     let o = run(&db.url(), &["pause", "hand-made"]);
     assert!(

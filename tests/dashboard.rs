@@ -442,7 +442,7 @@ async fn actions_need_the_csrf_token_and_then_work() {
         &format!("queue=test&mysqlq_csrf={token}"),
     )
     .await;
-    assert_eq!(db.scalar(paused).await, 0);
+    assert_eq!(db.scalar(paused).await, -1, "a resumed queue keeps no row");
     let r = d
         .post(
             "/queues/pause",

@@ -96,7 +96,12 @@ pub(crate) async fn set_paused(
     if !known {
         out::warn(&format!(
             "no job of queue `{queue}` exists and no registered job uses it; the flag is set anyway \
-             (check the spelling; `mysqlq-cli stats` lists the queues)"
+             (check the spelling; `mysqlq-cli stats` lists the queues{})",
+            if paused {
+                format!("; `mysqlq-cli resume {queue}` takes it back")
+            } else {
+                String::new()
+            }
         ));
     }
     println!(
@@ -172,6 +177,19 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
     let result = mysqlq::enqueue_many(&pool, [job])
         .await
         .map_err(|e| CliError::mysqlq("cannot enqueue", &e))?;
+    // A job no live worker will take waits for ever, silently: say so (it is enqueued).
+    if let Ok(live) = mysqlq::admin::Admin::new(pool.clone()).live_queues().await
+        && !live.contains(&queue)
+    {
+        let serving = if live.is_empty() {
+            "no worker has reported in the last minute".to_owned()
+        } else {
+            format!("live workers serve: {}", live.join(", "))
+        };
+        out::warn(&format!(
+            "no live worker serves queue `{queue}` ({serving}); the job waits until one does"
+        ));
+    }
     match result.first() {
         Some(Enqueued::Inserted(id)) => println!("{id}"),
         Some(Enqueued::Duplicate(id)) => println!("duplicate of id {id}"),

@@ -211,6 +211,13 @@ impl Admin {
         Ok(())
     }
 
+    /// The queues that live workers serve: those seen within the last minute (their row is
+    /// refreshed every statistics interval, 5 s by default) and not stopped. Sorted.
+    pub async fn live_queues(&self) -> Result<Vec<String>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        crate::store::queue_live(&mut conn, Duration::from_secs(60)).await
+    }
+
     /// `true` when any job (in any state) names `queue`.
     pub async fn queue_has_jobs(&self, queue: &str) -> Result<bool, Error> {
         let mut conn = self.pool.acquire().await?;

@@ -65,7 +65,7 @@ pub use maintenance::{
     leader_elect, leader_resign,
 };
 pub use meta::job_set_meta;
-pub use queues::queue_set_paused;
+pub use queues::{queue_live, queue_set_paused};
 #[cfg(not(any(feature = "redis", feature = "__internal-store")))]
 pub(crate) use relay::RELAY_PREFIX;
 #[cfg(feature = "__internal-store")]
