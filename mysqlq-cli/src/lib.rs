@@ -186,6 +186,31 @@ fn clap_error(e: &clap::Error) -> u8 {
             EXIT_USAGE
         }
         _ => {
+            let problem = usage_problem(e);
+            logging::eprint_line(&format!("error: {problem}; see `--help` for usage"));
+            EXIT_USAGE
+        }
+    }
+}
+
+/// The one-line problem of a usage error: clap's text without its usage lines, URLs' passwords
+/// redacted; a `--redis-*` flag on a build without the `redis` feature says which feature.
+#[cfg(feature = "cli")]
+fn usage_problem(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    #[cfg(not(feature = "redis"))]
+    if e.kind() == ErrorKind::UnknownArgument
+        && let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
+        && arg.starts_with("--redis")
+    {
+        let flag = arg.split('=').next().unwrap_or(arg);
+        return format!(
+            "`{flag}` needs the Redis transport, which this binary was built without: turn on \
+             mysqlq-cli's `redis` feature (mysqlq-cli = {{ version = \"…\", features = [\"redis\"] }})"
+        );
+    }
+    {
+        {
             let text = e.render().to_string();
             let mut parts = Vec::new();
             for line in text.lines() {
@@ -199,10 +224,28 @@ fn clap_error(e: &clap::Error) -> u8 {
             }
             let problem = parts.join(" ").replace(": ;", ":");
             // Never echo a password given on the command line; keep the rest of the text.
-            let problem = db::redact_urls_in(&problem);
-            logging::eprint_line(&format!("error: {problem}; see `--help` for usage"));
-            EXIT_USAGE
+            db::redact_urls_in(&problem)
         }
+    }
+}
+
+#[cfg(all(test, feature = "cli", not(feature = "redis")))]
+mod usage_tests {
+    use clap::Parser as _;
+
+    /// Issue 28, item 6: `--redis-url` on a build without the feature said "unexpected argument
+    /// … a similar argument exists: '--database-url'".
+    #[test]
+    fn a_redis_flag_without_the_feature_names_the_feature() {
+        let e =
+            crate::args::Cli::try_parse_from(["mysqlq-cli", "stats", "--redis-url", "redis://x"])
+                .unwrap_err();
+        let problem = super::usage_problem(&e);
+        assert!(
+            problem.starts_with("`--redis-url` needs the Redis transport")
+                && problem.contains("`redis` feature"),
+            "{problem}"
+        );
     }
 }
 

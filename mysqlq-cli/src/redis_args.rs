@@ -11,8 +11,9 @@ use crate::args::parse_duration;
 use crate::error::CliError;
 use crate::out::Table;
 
-/// Redis Streams transport (docs/redis.md).
+/// Redis Streams transport (docs/redis.md), under a heading of its own in `--help`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Redis Streams transport (feature `redis`)")]
 pub(crate) struct RedisArgs {
     /// Redis URL (redis://[:password@]host:6379[/db]): `work` serves its queues over Redis
     /// Streams, `stats` and `doctor` show the streams [env: MYSQLQ_REDIS_URL]
