@@ -1098,6 +1098,80 @@ async fn doctor_fails_on_statement_based_binlog() {
     );
 }
 
+/// Issue 28, item 9: JSON logs were only partly structured: a failed attempt's number and retry
+/// delay lived inside the `error` text, `queues` was a Debug string, and job lines carried no
+/// span. Each is a field now, and the outcome line is inside the job's span.
+#[tokio::test]
+async fn json_logs_give_the_attempt_the_delay_and_the_job_span_as_fields() {
+    let db = TestDb::new().await;
+    ok(&db.url(), &["enqueue", "always_fails", "--json", "{}"]);
+    let mut child = cmd(
+        &db.url(),
+        &[
+            "--log-format",
+            "json",
+            "work",
+            "--queues",
+            "test",
+            "--shutdown-timeout",
+            "1s",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    db.wait_for(
+        "the first attempt recorded",
+        "SELECT COUNT(*) FROM mysqlq_job_attempt",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(mysqlq_tests::signal(child.id(), "TERM"));
+    mysqlq_tests::wait_within(&mut child, Duration::from_secs(30)).expect("stopped");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let lines: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let find = |msg: &str| {
+        lines
+            .iter()
+            .find(|v| v["fields"]["message"] == msg)
+            .unwrap_or_else(|| panic!("no `{msg}` line in:\n{err}"))
+    };
+    let started = find("worker started");
+    assert_eq!(started["fields"]["queues"], "test", "{started}");
+    let failed = find("job attempt failed");
+    let f = &failed["fields"];
+    assert_eq!(
+        (f["attempt"].as_u64(), f["max_attempts"].as_u64()),
+        (Some(1), Some(4)),
+        "{failed}"
+    );
+    assert_eq!(f["outcome"], "retry", "{failed}");
+    assert!(
+        f["retry_in_ms"]
+            .as_u64()
+            .is_some_and(|ms| (5_000..=15_000).contains(&ms)),
+        "the first delay of `10s, 20s, 40s`, with its jitter: {failed}"
+    );
+    assert!(
+        f["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("upstream returned 503") && !e.contains("attempt 1")),
+        "{failed}"
+    );
+    assert_eq!(failed["span"]["name"], "job", "{failed}");
+    assert_eq!(failed["span"]["kind"], "always_fails", "{failed}");
+}
+
 #[tokio::test]
 async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
     let db = TestDb::new().await;

@@ -197,10 +197,10 @@ fn clap_error(e: &clap::Error) -> u8 {
 /// redacted; a `--redis-*` flag on a build without the `redis` feature says which feature.
 #[cfg(feature = "cli")]
 fn usage_problem(e: &clap::Error) -> String {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
     #[cfg(not(feature = "redis"))]
-    if e.kind() == ErrorKind::UnknownArgument
-        && let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
+    if e.kind() == clap::error::ErrorKind::UnknownArgument
+        && let Some(clap::error::ContextValue::String(arg)) =
+            e.get(clap::error::ContextKind::InvalidArg)
         && arg.starts_with("--redis")
     {
         let flag = arg.split('=').next().unwrap_or(arg);

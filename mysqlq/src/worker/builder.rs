@@ -388,7 +388,7 @@ impl WorkerBuilder {
         ]);
         tracing::info!(
             worker = %shared.worker_id,
-            queues = ?shared.config.queues,
+            queues = %shared.config.queues.join(","),
             concurrency = shared.config.concurrency,
             jobs = shared.registry.len(),
             "worker started"

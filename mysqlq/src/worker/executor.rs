@@ -260,7 +260,7 @@ async fn supervise(
             ))),
             Ok(fut) => {
                 let timeout = r.timeout().unwrap_or(s.config.job_timeout);
-                let handler = Box::pin(fut.instrument(span));
+                let handler = Box::pin(fut.instrument(span.clone()));
                 let fut = match &run {
                     None => handler,
                     Some(run) => s.hooks.wrap_run(run.clone(), catch_panic(&s, handler)),
@@ -313,11 +313,7 @@ async fn supervise(
         unit_random(),
     );
     let message = describe(&err, &outcome, job.attempt, job.max_attempts);
-    if let Outcome::Fail = outcome {
-        tracing::warn!(id = job.id.0, kind = %kind_label, error = %message, "job failed");
-    } else {
-        tracing::info!(id = job.id.0, kind = %kind_label, error = %message, "job attempt failed");
-    }
+    log_outcome(&span, &err, &outcome, (job.attempt, job.max_attempts));
     let attempt = Attempt {
         number: job.attempt,
         ran_for: took,
@@ -340,6 +336,30 @@ async fn supervise(
             s.operator_cancelled(Some(run));
         }
         _ => {}
+    }
+}
+
+/// Logs a failed attempt inside the job's span (id, kind, queue, attempt), each fact a field: the
+/// handler's error, the outcome, the attempt and the delay before the next one.
+fn log_outcome(
+    span: &tracing::Span,
+    err: &JobError,
+    outcome: &Outcome,
+    (attempt, max): (u32, u32),
+) {
+    let _in = span.enter();
+    let (name, delay) = match outcome {
+        Outcome::Retry { delay } => ("retry", Some(delay)),
+        Outcome::Snooze { delay } => ("snooze", Some(delay)),
+        Outcome::Fail => ("fail", None),
+        Outcome::Cancel => ("cancel", None),
+    };
+    let retry_in_ms = delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let permanent = matches!(err.class(), crate::ErrorClass::Fail);
+    if let Outcome::Fail = outcome {
+        tracing::warn!(error = %err, outcome = name, attempt, max_attempts = max, permanent, "job failed");
+    } else {
+        tracing::info!(error = %err, outcome = name, attempt, max_attempts = max, retry_in_ms, "job attempt failed");
     }
 }
 
