@@ -312,14 +312,48 @@ async fn enqueue_checks_the_payload_against_the_job_and_refuses_unknown_kinds() 
     let url = db.url();
     for (json, why) in [
         (r#"{"n": "seven"}"#, "invalid type"),
-        (r#"{"m": 1}"#, "missing field `n`"),
+        ("{}", "missing field `n`"),
+        // Issue 28, item 5: a misspelt field was ignored (an optional one became `None`).
+        (r#"{"n": 1, "m": 1}"#, "the job has no field `m`"),
         ("[1]", "JSON object"),
         ("42", "JSON object"),
     ] {
         let e = fails(&url, &["enqueue", "noop", "--json", json], 2);
         assert!(e.contains("noop") || e.contains("object"), "{json}: {e}");
         assert!(e.contains(why), "{json}: {e}");
+        if why != "JSON object" {
+            // The fix names the job's own arguments (it always said `order_id`).
+            assert!(e.contains("of the job's arguments: n: u64"), "{json}: {e}");
+        }
     }
+    // Payloads from a file (`@path`) and from standard input (`-`), beyond what an argument holds.
+    let file = std::env::temp_dir().join(format!("mysqlq-payload-{}.json", mysqlq_tests::token()));
+    std::fs::write(&file, r#"{"n": 8}"#).unwrap();
+    ok(
+        &url,
+        &["enqueue", "noop", "--json", &format!("@{}", file.display())],
+    );
+    std::fs::remove_file(&file).unwrap();
+    let mut child = cmd(&url, &["enqueue", "noop", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), br#"{"n": 9}"#).unwrap();
+    drop(child.stdin.take());
+    assert!(child.wait_with_output().unwrap().status.success());
+    let e = fails(
+        &url,
+        &["enqueue", "noop", "--json", "@/no/such/file.json"],
+        2,
+    );
+    assert!(
+        e.contains("cannot read the payload file `/no/such/file.json`"),
+        "{e}"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 2);
+    db.exec("DELETE FROM job_queue").await;
     // A kind this binary does not know would land on a queue no worker may serve.
     let e = fails(&url, &["enqueue", "no_such_job", "--json", "{}"], 2);
     assert!(e.contains("not registered") && e.contains("--queue"), "{e}");

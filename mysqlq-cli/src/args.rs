@@ -337,7 +337,8 @@ pub(crate) struct QueueArg {
 pub(crate) struct EnqueueArgs {
     /// The job's kind name (as in `#[job(name = ...)]`, default the function's name)
     pub(crate) kind: String,
-    /// The payload: a JSON object of the job's arguments
+    /// The payload: a JSON object of the job's arguments, `@path` to read it from a file, or `-`
+    /// to read it from standard input
     #[arg(long, value_name = "PAYLOAD", value_parser = parse_json)]
     pub(crate) json: serde_json::Value,
     /// Queue [default: the registered job's queue, else `default`]
@@ -414,10 +415,27 @@ fn parse_queue(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// `--json`: the JSON itself, `@path` (a file's contents) or `-` (standard input), for payloads
+/// too large or awkward for a command-line argument.
 fn parse_json(s: &str) -> Result<serde_json::Value, String> {
-    serde_json::from_str(s).map_err(|e| {
-        format!("invalid JSON ({e}); quote it for the shell, e.g. --json '{{\"n\": 1}}'")
-    })
+    let (text, from) = if s == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| format!("cannot read the payload from standard input: {e}"))?;
+        (text, "standard input".to_owned())
+    } else if let Some(path) = s.strip_prefix('@') {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the payload file `{path}`: {e}"))?;
+        (text, format!("`{path}`"))
+    } else {
+        return serde_json::from_str(s).map_err(|e| {
+            format!(
+                "invalid JSON ({e}); quote it for the shell, e.g. --json '{{\"n\": 1}}', or pass \
+                 --json @file or --json - (standard input)"
+            )
+        });
+    };
+    serde_json::from_str(&text).map_err(|e| format!("invalid JSON in {from} ({e})"))
 }
 
 #[cfg(test)]

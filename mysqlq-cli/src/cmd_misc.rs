@@ -123,9 +123,16 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
     let registered = registry.get(&a.kind);
     match registered {
         Some(r) => r.check_payload(&a.json.to_string()).map_err(|e| {
+            let fix = match r.fields_text() {
+                Some(f) if f.is_empty() => {
+                    "this job takes no arguments: pass --json '{}'".to_owned()
+                }
+                Some(f) => format!("pass --json with an object of the job's arguments: {f}"),
+                None => "pass --json with an object of the job's arguments".to_owned(),
+            };
             CliError::usage(
                 format!("the payload does not fit job `{}`: {e}", a.kind),
-                "pass --json with an object of the job's arguments, e.g. --json '{\"order_id\": 42}'",
+                fix,
             )
         })?,
         None if !a.json.is_object() => {

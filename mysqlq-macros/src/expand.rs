@@ -84,6 +84,11 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
         .map(|i| format_ident!("__mysqlq_arg_{}", i))
         .collect();
     let field_idents: Vec<_> = fields.iter().map(|f| &f.ident).collect();
+    let field_list = fields.iter().map(|f| {
+        let name = f.ident.unraw().to_string();
+        let ty = type_text(&f.ty);
+        quote!((#name, #ty))
+    });
     let ctx_arg = takes_ctx.then(|| quote!(__mysqlq_ctx,));
 
     let retries = match retries {
@@ -184,6 +189,8 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
                 const KIND: &'static str = #kind;
                 const QUEUE: &'static str = #queue;
                 const PRIORITY: i16 = #priority;
+                const FIELDS: #p::Option<&'static [(&'static str, &'static str)]> =
+                    #p::Option::Some(&[#(#field_list),*]);
 
                 fn retry_policy() -> #p::RetryPolicy {
                     #policy
@@ -232,4 +239,25 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
             }
         };
     }
+}
+
+/// A type as written, without the token stream's spaces: `Option<Vec<u64>>`, `std::string::String`.
+fn type_text(ty: &syn::Type) -> String {
+    let text = quote!(#ty).to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ' ' {
+            let prev = out.chars().last();
+            let next = chars.peek().copied();
+            let tight = |c: Option<char>| {
+                matches!(c, Some('<' | '>' | ':' | ',' | '&' | '[' | ']' | '(' | ')'))
+            };
+            if tight(prev) && prev != Some(',') || tight(next) {
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
 }

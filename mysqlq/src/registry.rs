@@ -28,6 +28,7 @@ pub struct JobRegistration {
     check: fn(&str) -> Result<(), serde_json::Error>,
     retry_policy: fn() -> RetryPolicy,
     timeout: fn() -> Option<Duration>,
+    fields: Option<&'static [(&'static str, &'static str)]>,
 }
 
 fn run_erased<J: Job>(
@@ -56,6 +57,7 @@ impl JobRegistration {
             check: check_erased::<J>,
             retry_policy: J::retry_policy,
             timeout: J::timeout,
+            fields: J::FIELDS,
         }
     }
 
@@ -89,6 +91,22 @@ impl JobRegistration {
         (self.retry_policy)()
     }
 
+    /// The job's arguments as `(name, type)`, in order (`None` for a hand-written [`Job`] that
+    /// does not list them).
+    pub fn fields(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        self.fields
+    }
+
+    /// `order_id: u64, to: String`: the arguments as a tool shows them.
+    pub fn fields_text(&self) -> Option<String> {
+        self.fields.map(|f| {
+            f.iter()
+                .map(|(name, ty)| format!("{name}: {ty}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    }
+
     /// The per-attempt timeout, if the job sets one.
     pub fn timeout(&self) -> Option<Duration> {
         (self.timeout)()
@@ -98,11 +116,21 @@ impl JobRegistration {
     /// decode it, without running the job: for tools that enqueue by kind name. The payload
     /// must be a JSON object (a worker's decoding would also take an array of the arguments in
     /// order, which mysqlq never writes).
+    /// A field the job does not have is refused when the job lists its fields (every `#[job]`
+    /// does): a misspelt optional argument would otherwise become `None` silently. Workers stay
+    /// lenient: they ignore extra fields, so a payload written for a newer build still runs.
     pub fn check_payload(&self, payload: &str) -> Result<(), PayloadError> {
         let value: serde_json::Value =
             serde_json::from_str(payload).map_err(PayloadError::Decode)?;
-        if !value.is_object() {
+        let Some(object) = value.as_object() else {
             return Err(PayloadError::NotAnObject);
+        };
+        if let Some(fields) = self.fields
+            && let Some(unknown) = object
+                .keys()
+                .find(|k| !fields.iter().any(|(name, _)| name == k))
+        {
+            return Err(PayloadError::UnknownField(unknown.clone()));
         }
         (self.check)(payload).map_err(PayloadError::Decode)
     }
@@ -134,6 +162,9 @@ pub enum PayloadError {
     /// The payload does not decode as the job's arguments (a field missing, of the wrong type, …).
     #[error(transparent)]
     Decode(serde_json::Error),
+    /// The payload has a field the job does not have (a misspelling?).
+    #[error("the job has no field `{0}`")]
+    UnknownField(String),
 }
 
 /// The jobs a worker can run, sorted by kind name.
