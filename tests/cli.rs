@@ -37,6 +37,18 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Everything a spawned child wrote on its piped stderr (read to its end).
+fn child_stderr(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr is piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 /// Runs and expects success; returns stdout.
 fn ok(url: &str, args: &[&str]) -> String {
     let o = run(url, args);
@@ -1163,13 +1175,7 @@ async fn json_logs_give_the_attempt_the_delay_and_the_job_span_as_fields() {
     .await;
     assert!(mysqlq_tests::signal(child.id(), "TERM"));
     mysqlq_tests::wait_within(&mut child, Duration::from_secs(30)).expect("stopped");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = child_stderr(&mut child);
     let lines: Vec<Value> = err
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -1242,13 +1248,7 @@ async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
     let deadline = Instant::now() + Duration::from_secs(60);
     while db.count("completed").await < 20 {
         if let Ok(Some(status)) = child.try_wait() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            let err = child_stderr(&mut child);
             panic!("the worker exited early ({status}):\n{err}");
         }
         assert!(Instant::now() < deadline, "20 jobs not completed in 60 s");
@@ -1263,13 +1263,7 @@ async fn work_runs_the_linked_jobs_serves_metrics_and_stops_on_sigterm() {
     assert!(mysqlq_tests::signal(child.id(), "TERM"));
     let status = mysqlq_tests::wait_within(&mut child, Duration::from_secs(30))
         .expect("the worker stopped within 30 s of SIGTERM");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = child_stderr(&mut child);
     assert_eq!(status.code(), Some(0), "{err}");
     assert_eq!(
         err.matches("worker started").count(),
