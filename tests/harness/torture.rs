@@ -69,6 +69,10 @@ pub enum FaultKind {
     /// The test process itself was not scheduled for a while (an overloaded host): its
     /// in-process workers could not act, as if stopped ([`StallWatch`]).
     HostStall,
+    /// The database server did not commit a one-row write within the watch's threshold (an
+    /// overloaded host starving the server): no worker could renew a lease meanwhile, as if
+    /// the server were stopped ([`ServerWatch`]).
+    ServerSlow,
 }
 
 impl FaultKind {
@@ -81,7 +85,7 @@ impl FaultKind {
     pub fn excuses(self) -> bool {
         matches!(
             self,
-            Self::ServerStall | Self::Stop | Self::Kill | Self::HostStall
+            Self::ServerStall | Self::Stop | Self::Kill | Self::HostStall | Self::ServerSlow
         )
     }
 }
@@ -148,6 +152,102 @@ impl StallWatch {
         stalls
             .iter()
             .flat_map(|&(start, end)| workers.iter().map(move |w| host_stall(w, start, end)))
+            .collect()
+    }
+}
+
+/// Watches the database server for stalls no test injected: a thread of its own, on its own
+/// connection, commits a one-row `UPDATE` every 5 ms and notes every round trip longer than
+/// `threshold`. On an overloaded host the server itself can go unscheduled (or wait on its log
+/// flush) longer than a short lease allows; a heartbeat then cannot land, whatever the worker
+/// does. A write that waits for row locks the workers hold is not what this measures: the
+/// watch's row is its own table's, so only a server too slow for everyone shows.
+pub struct ServerWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(i64, i64)>>>,
+}
+
+impl ServerWatch {
+    /// Starts watching the server behind `options` (creating the table `torture_ping` in its
+    /// database); round trips longer than `threshold` are kept.
+    pub async fn start(options: sqlx::mysql::MySqlConnectOptions, threshold: Duration) -> Self {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::MySqlConnection::connect_with(&options)
+            .await
+            .expect("the server watch connects");
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS torture_ping (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("create torture_ping");
+        sqlx::query("REPLACE INTO torture_ping VALUES (1, 0)")
+            .execute(&mut conn)
+            .await
+            .expect("seed torture_ping");
+        drop(conn);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let limit = i64::try_from(threshold.as_micros()).unwrap_or(i64::MAX);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the server watch's runtime");
+            rt.block_on(async move {
+                let mut stalls = Vec::new();
+                let mut conn = None;
+                while !flag.load(Ordering::SeqCst) {
+                    let before = crate::jobs::now_micros();
+                    if conn.is_none() {
+                        conn = sqlx::MySqlConnection::connect_with(&options).await.ok();
+                    }
+                    let ok = match conn.as_mut() {
+                        Some(c) => sqlx::query("UPDATE torture_ping SET n = n + 1 WHERE id = 1")
+                            .execute(c)
+                            .await
+                            .is_ok(),
+                        None => false,
+                    };
+                    let after = crate::jobs::now_micros();
+                    if !ok {
+                        // An injected fault (a stopped or restarted server) shows here too;
+                        // it is already in the log: reconnect and go on.
+                        conn = None;
+                    } else if after - before > limit {
+                        stalls.push((before, after));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                stalls
+            })
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops watching; one [`FaultKind::ServerSlow`] (hitting every worker) per slow round trip.
+    pub fn finish(mut self) -> Vec<Fault> {
+        self.stop.store(true, Ordering::SeqCst);
+        let stalls = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        stalls
+            .into_iter()
+            .map(|(start, end)| Fault {
+                kind: FaultKind::ServerSlow,
+                worker: None,
+                start,
+                end: Some(end),
+                note: format!(
+                    "the server took {} ms to commit a one-row write",
+                    (end - start) / 1000
+                ),
+            })
             .collect()
     }
 }
