@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use mysqlq::{DedupeScope, EnqueueOptions, Enqueued, NewJob, Periodic};
+use mysqlq::{DedupeScope, EnqueueOptions, Enqueued, NewJob, Periodic, WorkerConfig};
 use mysqlq_tests::jobs::{Keyed, Limited, Noop, Sleepy, Tick};
 use mysqlq_tests::{Proc, TestDb};
 
@@ -356,6 +356,133 @@ async fn a_periodic_job_runs_once_per_tick_with_three_workers_and_catches_up_onc
         gap >= 3,
         "missed ticks were skipped, not replayed one by one (gap {gap}s)"
     );
+}
+
+/// Every tick of a schedule that ticks faster than the maintenance interval is enqueued, once,
+/// with three workers at their default intervals (issue 28, item 10). Before: the scheduler ran
+/// in the maintenance rounds (every 4–5 s), so each round enqueued only the latest due tick and
+/// the ticks between rounds were skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_enqueue_every_tick_exactly_once_between_maintenance_rounds() {
+    let db = TestDb::new().await;
+    let start = |i: usize| {
+        db.worker()
+            .queues(["ticks"])
+            .worker_id(format!("every-tick-{i}"))
+            .maintenance(
+                WorkerConfig::DEFAULT_MAINTENANCE_INTERVAL,
+                WorkerConfig::DEFAULT_LEADER_TTL,
+            )
+            .periodic(
+                Periodic::new("*/2 * * * * *", &Tick {})
+                    .unwrap()
+                    .named("every-2s"),
+            )
+            .start()
+    };
+    let workers = vec![
+        start(0).await.unwrap(),
+        start(1).await.unwrap(),
+        start(2).await.unwrap(),
+    ];
+    db.wait_for(
+        "six ticks enqueued",
+        "SELECT COUNT(*) >= 6 FROM mysqlq_cron WHERE job_id IS NOT NULL",
+        Duration::from_secs(60),
+    )
+    .await;
+    for w in workers {
+        w.shutdown().await.unwrap();
+    }
+    // The ledger holds every tick from the first (the baseline) to the last: none skipped.
+    let (rows, span): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), TIMESTAMPDIFF(SECOND, MIN(tick), MAX(tick)) FROM mysqlq_cron \
+         WHERE name = 'every-2s'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let ticks: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(tick AS CHAR) FROM mysqlq_cron WHERE name = 'every-2s' ORDER BY tick",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, span / 2 + 1, "a tick was skipped: {ticks:?}");
+    // Each tick after the first enqueued one has its own job, and no other tick job exists.
+    let without_job = db
+        .scalar(
+            "SELECT COUNT(*) FROM mysqlq_cron WHERE job_id IS NULL AND tick > \
+             (SELECT MIN(tick) FROM mysqlq_cron WHERE job_id IS NOT NULL)",
+        )
+        .await;
+    assert_eq!(without_job, 0, "a tick was recorded without its job");
+    let (with_job, distinct_jobs): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(DISTINCT job_id) FROM mysqlq_cron WHERE job_id IS NOT NULL",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let jobs = db
+        .scalar("SELECT COUNT(*) FROM job_queue WHERE kind = 'tick'")
+        .await;
+    assert_eq!((with_job, distinct_jobs), (jobs, jobs), "one job per tick");
+}
+
+/// A worker in its shutdown grace enqueues no tick (issue 28, item 10). Before: the scheduler
+/// ran in the maintenance rounds, which go on until the grace period is over, so a worker kept
+/// enqueueing ticks while it waited for its running jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tick_is_enqueued_once_shutdown_has_begun() {
+    let db = TestDb::new().await;
+    let worker = db
+        .worker()
+        .queues(["test", "ticks"])
+        .shutdown_timeout(Duration::from_secs(120))
+        .periodic(Periodic::new("* * * * * *", &Tick {}).unwrap())
+        .start()
+        .await
+        .unwrap();
+    Sleepy { ms: 120_000 }.enqueue(&db.pool).await.unwrap();
+    db.wait_for(
+        "the long job running",
+        "SELECT COUNT(*) FROM test_runs WHERE tag = 'sleepy' AND event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
+    db.wait_for(
+        "a tick enqueued",
+        "SELECT COUNT(*) FROM mysqlq_cron WHERE job_id IS NOT NULL",
+        Duration::from_secs(30),
+    )
+    .await;
+    let begun: String = sqlx::query_scalar("SELECT CAST(UTC_TIMESTAMP(6) AS CHAR)")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (force, forced) = tokio::sync::oneshot::channel::<()>();
+    let stopping = tokio::spawn(worker.shutdown_with(async {
+        let _ = forced.await;
+    }));
+    // Three ticks pass while the long job holds the grace period open.
+    db.wait_for(
+        "three ticks past the start of the shutdown",
+        &format!("SELECT UTC_TIMESTAMP(6) > '{begun}' + INTERVAL 3500000 MICROSECOND"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(!stopping.is_finished(), "the grace period is still running");
+    // A tick due in the moment the shutdown was being called may land; none a second later.
+    let during_grace = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM job_queue WHERE kind = 'tick' \
+             AND created_at > '{begun}' + INTERVAL 1 SECOND"
+        ))
+        .await;
+    let _ = force.send(());
+    let report = stopping.await.unwrap().unwrap();
+    assert_eq!(report.released, 1, "the long job was handed back");
+    assert_eq!(during_grace, 0, "ticks enqueued during the shutdown grace");
 }
 
 #[tokio::test]

@@ -129,8 +129,8 @@ pub(crate) struct WorkArgs {
     /// Per-attempt timeout of jobs that set none
     #[arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) job_timeout: Duration,
-    /// How often every worker reaps expired leases and enqueues due periodic jobs (once per
-    /// tick across workers); the elected leader also prunes old rows
+    /// How often every worker reaps expired leases; the elected leader also prunes old rows
+    /// (periodic jobs do not wait for it: they are enqueued at their tick)
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) maintenance_interval: Duration,
     /// Leader lease: a dead leader is replaced after at most this long

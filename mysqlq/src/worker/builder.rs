@@ -213,8 +213,8 @@ impl WorkerBuilder {
     }
 
     /// Adds a periodic job (besides those declared with `#[job(cron = "...")]`). Every worker
-    /// that declares a schedule runs the scheduler each maintenance round; the ledger makes each
-    /// tick exactly-once however many do.
+    /// that declares a schedule wakes at each of its ticks (on the database clock) to enqueue
+    /// it; the ledger makes each tick exactly-once however many do. See [`crate::Periodic`].
     pub fn periodic(mut self, periodic: crate::Periodic) -> Self {
         self.periodic.push(periodic);
         self
@@ -313,8 +313,8 @@ impl WorkerBuilder {
         }
         let mut periodic = registry.periodic()?;
         periodic.extend(self.periodic);
-        scheduler::validate(&periodic, config.maintenance_interval)?;
-        let db = service_pool(&self.pool, &config);
+        scheduler::validate(&periodic)?;
+        let db = service_pool(&self.pool, &config, !periodic.is_empty());
         {
             let mut conn = db.acquire().await?;
             crate::store::server::detect(&mut conn).await?;
@@ -386,6 +386,9 @@ impl WorkerBuilder {
             tokio::spawn(maintenance::run(shared.clone())),
             tokio::spawn(stats::run(shared.clone())),
         ]);
+        if !shared.periodic.is_empty() {
+            services.push(tokio::spawn(scheduler::run(shared.clone())));
+        }
         tracing::info!(
             worker = %shared.worker_id,
             queues = %shared.config.queues.join(","),
@@ -409,11 +412,13 @@ fn claim_loops(shared: &Arc<Shared>) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>
 }
 
 /// The worker's own pool: same server and credentials as the application's pool, sized for the
-/// services alone, with a short lock wait on every session. When the application's pool is a
-/// multi-host pool ([`crate::cluster`]), this one joins its failover group, so that both always
-/// talk to the same writer.
-fn service_pool(app: &MySqlPool, config: &Config) -> MySqlPool {
-    let size = RESERVED_CONNECTIONS + u32::try_from(config.claimers).unwrap_or(16);
+/// services alone (one more when the periodic-job scheduler runs, so that a tick never waits
+/// for another service's connection), with a short lock wait on every session. When the
+/// application's pool is a multi-host pool ([`crate::cluster`]), this one joins its failover
+/// group, so that both always talk to the same writer.
+fn service_pool(app: &MySqlPool, config: &Config, scheduler: bool) -> MySqlPool {
+    let size =
+        RESERVED_CONNECTIONS + u32::try_from(config.claimers).unwrap_or(16) + u32::from(scheduler);
     let lock_wait = config.lock_wait_timeout.as_secs().max(1);
     let options = MySqlPoolOptions::new()
         .max_connections(size)

@@ -7,7 +7,8 @@ use crate::Error;
 
 /// Connections of the worker's own pool for its services besides the claim loops: the
 /// completer, heartbeats, attempt outcomes, maintenance and statistics; the pool has one more
-/// per claim loop (each keeps its own while it claims back to back or polls an empty queue). The
+/// per claim loop (each keeps its own while it claims back to back or polls an empty queue), and
+/// one more for the periodic-job scheduler when the worker declares schedules. The
 /// worker opens this small pool itself, from the connect options of the pool it is given, so
 /// handlers borrowing connections through [`JobContext::pool`] can never starve the claims,
 /// heartbeats and completions that keep their jobs safe.

@@ -5,18 +5,17 @@
 //!    idempotent and index-backed, so running it everywhere costs little and means a dead
 //!    worker's jobs come back within lease + one interval, whether or not it was the leader;
 //! 2. the **leader lease** (a row in `mysqlq_leader`), held under a per-process identity;
-//! 3. the **scheduler** for periodic jobs, on every worker that declares schedules (the ledger
-//!    makes each tick exactly-once), each schedule on its own;
-//! 4. on the leader only, the **pruner**: batched deletes of old finished rows and statistics,
+//! 3. on the leader only, the **pruner**: batched deletes of old finished rows and statistics,
 //!    every twelfth round at most (every minute at the default interval), each round while a
 //!    backlog remains;
-//! 5. on the leader only, the **queue gauges** (`mysqlq_queue_*` in `/metrics`), read at most
+//! 4. on the leader only, the **queue gauges** (`mysqlq_queue_*` in `/metrics`), read at most
 //!    every `gauge_interval` with index-backed statements (`store/gauges.rs`). A worker that is
 //!    not the leader, or stops being it, shows none, so exactly one worker reports them; a
 //!    reading the leader could not renew disappears after two intervals instead of going stale.
 //!
 //! When the leader dies its lease expires and another worker takes over within `leader_ttl`;
-//! a clean shutdown resigns at once.
+//! a clean shutdown resigns at once. Periodic jobs are not enqueued here but by a service of
+//! their own that wakes at each tick ([`super::scheduler`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +35,6 @@ pub(crate) struct Report {
     pub(crate) leader: bool,
     pub(crate) reaped: u64,
     pub(crate) pruned: u64,
-    pub(crate) scheduled: u64,
 }
 
 pub(crate) async fn run(s: Arc<Shared>) {
@@ -87,9 +85,6 @@ pub(crate) async fn run_once(
         Err(e) => failed(s, "leader election", &e),
     }
     s.metrics.set_leader(report.leader);
-    // Every worker that declares schedules runs the scheduler (not only the leader, which may
-    // declare none): the ledger's primary key makes each tick exactly-once anyway.
-    report.scheduled = super::scheduler::run_once(s, &mut conn).await;
     if report.leader && prune_due(s, last_prune) {
         match prune(s, &mut conn).await {
             Ok((n, backlog)) => {

@@ -4,7 +4,8 @@
 //! [`producer`] (claim loop) → [`buffer`] (claimed ahead, per-queue limits) → [`executor`] (one
 //! task per job) → [`completer`] (batched, token-guarded completion, carried in the next claim's
 //! transaction when one is due), beside [`lease`] (batched heartbeats), [`maintenance`] (leader
-//! election, reaper, pruner) and [`stats`] (per-minute counters for `mysqlq-cli stats`). They
+//! election, reaper, pruner), [`scheduler`] (periodic jobs, woken at each tick) and [`stats`]
+//! (per-minute counters for `mysqlq-cli stats`). They
 //! write through [`write`] (retried writes, error text) and hand jobs back through [`release`].
 //! They run on a thread of their own, handlers on the application's runtime ([`threads`]).
 //! The public face is [`config`] (settings), [`builder`] (start) and [`handle`] (shutdown).

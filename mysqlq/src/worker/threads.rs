@@ -1,8 +1,8 @@
 //! Where a worker's code runs. Its services — claim loops, the supervisor of each job (slot,
-//! timeout, outcome), the completer, heartbeats, the watchdog, maintenance, statistics, the
-//! Redis transport — run on a runtime of their own, on a thread of their own; the handlers and
-//! hooks run on the application's runtime, the one [`start`](super::WorkerBuilder::start) was
-//! awaited on. A handler that blocks its thread (a CPU-bound loop, a blocking call, a panic whose
+//! timeout, outcome), the completer, heartbeats, the watchdog, maintenance, the periodic-job
+//! scheduler, statistics, the Redis transport — run on a runtime of their own, on a thread of
+//! their own; the handlers and hooks run on the application's runtime, the one
+//! [`start`](super::WorkerBuilder::start) was awaited on. A handler that blocks its thread (a CPU-bound loop, a blocking call, a panic whose
 //! backtrace is being symbolized) can then hold up other handlers, never the heartbeats that keep
 //! their leases, nor the watchdog, the timeouts or the completions. The worker's own pool is made
 //! on the services' runtime and used from there, so its connections are driven by a thread no
