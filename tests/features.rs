@@ -429,6 +429,45 @@ async fn three_workers_enqueue_every_tick_exactly_once_between_maintenance_round
     assert_eq!((with_job, distinct_jobs), (jobs, jobs), "one job per tick");
 }
 
+/// The workers that lose the race for a tick write nothing, not even a job row rolled back
+/// (issue 28, item 10): with every worker waking at the same tick, the ledger row is inserted
+/// first, so the losers stop at its key. Before, each loser inserted the tick's job, then met the
+/// ledger's key and rolled back — a wasted insert per worker per tick, and a burnt id each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_that_lose_a_tick_write_no_job() {
+    let db = TestDb::new().await;
+    let mut workers = Vec::new();
+    for i in 0..4 {
+        let w = db
+            .worker()
+            .queues(["ticks"])
+            .worker_id(format!("racer-{i}"))
+            .periodic(Periodic::new("* * * * * *", &Tick {}).unwrap())
+            .start()
+            .await
+            .unwrap();
+        workers.push(w);
+    }
+    db.wait_for(
+        "five ticks enqueued",
+        "SELECT COUNT(*) >= 5 FROM mysqlq_cron WHERE job_id IS NOT NULL",
+        Duration::from_secs(30),
+    )
+    .await;
+    for w in workers {
+        w.shutdown().await.unwrap();
+    }
+    // Only ticks' jobs are inserted in this database: their ids are consecutive unless a
+    // loser's insert took one and rolled back.
+    let (jobs, span): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), CAST(MAX(id) - MIN(id) + 1 AS SIGNED) FROM job_queue WHERE kind = 'tick'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(span, jobs, "ids taken by inserts that were rolled back");
+}
+
 /// A worker in its shutdown grace enqueues no tick (issue 28, item 10). Before: the scheduler
 /// ran in the maintenance rounds, which go on until the grace period is over, so a worker kept
 /// enqueueing ticks while it waited for its running jobs.

@@ -42,8 +42,12 @@ pub async fn cron_baseline(
     }
 }
 
-/// `cron_enqueue_tick`: in one transaction, enqueues the tick's job and records `(name, tick)`.
+/// `cron_enqueue_tick`: in one transaction, records `(name, tick)` and enqueues the tick's job.
 /// Returns `None` (and enqueues nothing) when the tick was already recorded.
+///
+/// The ledger row comes first: when several workers wake at the same tick, the ones that lose
+/// wait at its key for the winner's commit, then get a duplicate key and roll back having
+/// written nothing (a job row inserted first would be inserted and undone by every loser).
 pub async fn cron_enqueue_tick(
     conn: &mut MySqlConnection,
     name: &str,
@@ -51,26 +55,34 @@ pub async fn cron_enqueue_tick(
     job: &InsertRow,
 ) -> Result<Option<JobId>, Error> {
     let mut tx = conn.begin().await?;
+    let ledger = sqlx::query(
+        "/* mysqlq:cron_enqueue_tick */ INSERT INTO mysqlq_cron (name, tick, job_id) VALUES (?, ?, NULL)",
+    )
+    .bind(name)
+    .bind(tick)
+    .execute(&mut *tx)
+    .await;
+    match ledger {
+        Ok(_) => {}
+        Err(e) if sqlx_error_number(&e) == Some(1062) => {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    }
     let id = match super::job_insert_one(&mut tx, job).await? {
         crate::Enqueued::Inserted(id)
         | crate::Enqueued::Duplicate(id)
         | crate::Enqueued::Replaced(id) => id,
     };
-    let ledger = sqlx::query("/* mysqlq:cron_enqueue_tick */ INSERT INTO mysqlq_cron (name, tick, job_id) VALUES (?, ?, ?)")
-        .bind(name)
-        .bind(tick)
-        .bind(id.0)
-        .execute(&mut *tx)
-        .await;
-    match ledger {
-        Ok(_) => {
-            tx.commit().await?;
-            Ok(Some(id))
-        }
-        Err(e) if sqlx_error_number(&e) == Some(1062) => {
-            tx.rollback().await?;
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
+    sqlx::query(
+        "/* mysqlq:cron_enqueue_tick */ UPDATE mysqlq_cron SET job_id = ? WHERE name = ? AND tick = ?",
+    )
+    .bind(id.0)
+    .bind(name)
+    .bind(tick)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(id))
 }
