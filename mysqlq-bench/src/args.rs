@@ -3,7 +3,8 @@
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
 /// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, idle statements, pickup
-/// latency) in a scratch database on the same server, dropped afterwards.
+/// latency), and how late periodic jobs are enqueued, in a scratch database on the same server,
+/// dropped afterwards.
 ///
 /// The worker runs with its default settings (WorkerConfig::default()) except what
 /// --concurrency or --batch change. The drain baseline is the best raw loop: the article's
@@ -51,6 +52,9 @@ pub(crate) struct BenchArgs {
     /// round runs the framework and the baseline with 1 and with 8 claim loops)
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub(crate) rounds: u32,
+    /// Seconds the periodic scenario runs its workers on a schedule ticking every second
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(3..=3600))]
+    pub(crate) periodic_seconds: u32,
     /// Print one JSON object
     #[arg(long)]
     pub(crate) json: bool,
@@ -75,6 +79,10 @@ pub(crate) enum Scenario {
     /// Statements per second of an idle consumer (counted by a proxy), then pickup latency of
     /// an idle worker, same process and another process
     Pickup,
+    /// Periodic jobs: three workers on one schedule ticking every second; how late each tick's
+    /// job is enqueued (p50, p99, max, on the database clock), and that every tick is enqueued
+    /// exactly once
+    Periodic,
     /// The framework's drain and pickup over Redis Streams (needs --redis-url)
     Redis,
     /// All of them

@@ -250,6 +250,8 @@ pub(crate) struct Finished {
     /// Per drain round: framework jobs/s over the round's best baseline.
     pub(crate) drain_ratios: Vec<f64>,
     pub(crate) redis: crate::scenario::redis::RedisSide,
+    /// The periodic scenario (`None`: not run).
+    pub(crate) periodic: Option<crate::scenario::periodic::PeriodicRun>,
 }
 
 pub(crate) async fn run(
@@ -337,6 +339,11 @@ pub(crate) async fn run(
             }
         }
     }
+    let periodic = if wants(Scenario::Periodic) {
+        Some(b.periodic(a.periodic_seconds).await?)
+    } else {
+        None
+    };
     let over_redis = match (&a.redis_url, a.scenario) {
         (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds).await?,
         (None, Scenario::Redis) => {
@@ -364,6 +371,7 @@ pub(crate) async fn run(
             diag: b.diag,
             drain_ratios,
             redis: over_redis,
+            periodic,
         },
     ))
 }

@@ -6,6 +6,7 @@ use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
+use crate::scenario::periodic::PeriodicRun;
 use crate::sql;
 use crate::table::Table;
 
@@ -222,6 +223,7 @@ impl Report<'_> {
             "database_dropped": self.dropped,
             "diagnostics": b.diag.json(),
             "redis": if b.redis.server.is_some() { b.redis.json() } else { Value::Null },
+            "periodic": b.periodic.as_ref().map_or(Value::Null, PeriodicRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -329,6 +331,9 @@ impl Report<'_> {
                 .map(|(_, v)| v)
                 .collect();
             text.push_str(&b.redis.human(&mysql));
+        }
+        if let Some(p) = &b.periodic {
+            text.push_str(&p.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(

@@ -285,6 +285,52 @@ pub(crate) async fn bench_counts(
     })
 }
 
+/// `bench_now_us`: the database clock (UTC), microseconds since the Unix epoch.
+pub(crate) async fn bench_now_us(conn: &mut MySqlConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "/* mysqlq:bench_now_us */ SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// One row of the periodic jobs' ledger, as the periodic scenario reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BenchTick {
+    /// The tick, seconds since the Unix epoch (UTC, the database clock).
+    pub(crate) tick_s: i64,
+    /// The job the tick enqueued (`None`: the schedule's baseline, recorded without a job).
+    pub(crate) job_id: Option<u64>,
+    /// When that job's row was written (`created_at`, the database clock), minus the tick, in
+    /// microseconds; `None` when the row is not in `job_queue`.
+    pub(crate) late_us: Option<i64>,
+}
+
+/// `bench_ticks`: the ledger rows of schedule `name`, oldest first, each with its job's lateness.
+pub(crate) async fn bench_ticks(
+    conn: &mut MySqlConnection,
+    name: &str,
+) -> Result<Vec<BenchTick>, sqlx::Error> {
+    let rows = sqlx::query(
+        "/* mysqlq:bench_ticks */ SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', c.tick) AS tick_s, \
+         c.job_id, TIMESTAMPDIFF(MICROSECOND, c.tick, j.created_at) AS late_us \
+         FROM mysqlq_cron c LEFT JOIN job_queue j ON j.id = c.job_id \
+         WHERE c.name = ? ORDER BY c.tick",
+    )
+    .bind(name)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(BenchTick {
+                tick_s: r.try_get("tick_s")?,
+                job_id: r.try_get("job_id")?,
+                late_us: r.try_get("late_us")?,
+            })
+        })
+        .collect()
+}
+
 /// Server-wide counters the bench reads around a run to count statements, commits and log
 /// flushes per job (`SHOW GLOBAL STATUS`; other sessions on the server count too). Read by
 /// name: a counter the server lacks (`Innodb_os_log_fsyncs` is gone from MariaDB 10.8 and

@@ -31,7 +31,15 @@ fn positive(v: &Value, what: &str) -> f64 {
 async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
     let db = TestDb::new().await;
     let out = Command::new(BIN)
-        .args(["--json", "--jobs", "500", "--concurrency", "8"])
+        .args([
+            "--json",
+            "--jobs",
+            "500",
+            "--concurrency",
+            "8",
+            "--periodic-seconds",
+            "3",
+        ])
         .env("DATABASE_URL", db.url())
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -113,6 +121,18 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         positive(&d["fsyncs_per_job"], "fsyncs_per_job");
     }
 
+    // Periodic jobs: how late each tick was enqueued, as figures (no threshold).
+    let p = &v["periodic"];
+    assert_eq!(p["seconds"], 3, "{v:#}");
+    assert!(
+        p["ticks_enqueued"].as_u64().is_some_and(|n| n >= 1),
+        "{v:#}"
+    );
+    let p50 = positive(&p["lateness_p50_ms"], "periodic.lateness_p50_ms");
+    let p99 = positive(&p["lateness_p99_ms"], "periodic.lateness_p99_ms");
+    let max = positive(&p["lateness_max_ms"], "periodic.lateness_max_ms");
+    assert!(p50 <= p99 && p99 <= max, "{p}");
+
     // The exactly-once verification ran for every run and passed.
     assert_eq!(v["verification"]["passed"], true, "{v:#}");
     let checks = v["verification"]["checks"].as_array().expect("checks");
@@ -127,6 +147,7 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         "pickup baseline cross-process",
         "enqueue bulk framework",
         "enqueue single baseline",
+        "periodic framework",
     ] {
         assert!(
             checks

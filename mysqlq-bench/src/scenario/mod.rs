@@ -6,5 +6,6 @@ pub(crate) mod enqueue_bulk;
 pub(crate) mod enqueue_single;
 pub(crate) mod idle;
 pub(crate) mod memory;
+pub(crate) mod periodic;
 pub(crate) mod pickup;
 pub(crate) mod redis;
