@@ -229,9 +229,9 @@ async fn get_place(addr: SocketAddr, place_id: u64) -> std::io::Result<(u16, Str
     fake_http::exchange(addr, "GET", &path, &[], String::new(), "place API").await
 }
 
-/// A consumer or producer worker. Every worker carries the producer's schedule: the periodic
-/// scheduler runs on whichever worker is the elected maintenance leader, so a worker without
-/// the schedule that wins the election would skip ticks.
+/// A consumer or producer worker. Every worker carries the producer's schedule: each one's
+/// scheduler wakes at the ticks and the ledger lets one of them enqueue each tick, so the ticks
+/// go on while any worker runs (the consumer stopped mid-run included).
 async fn start_worker(
     pool: &MySqlPool,
     state: &RefreshState,

@@ -7,11 +7,16 @@
 //! `(name, tick)` into `mysqlq_cron`, whose primary key refuses a second one — however many
 //! workers run the scheduler, and across leader changes.
 //!
+//! **When**: every worker that declares a schedule runs a scheduler of its own that sleeps until
+//! the schedule's next tick on the database clock and enqueues it then, typically milliseconds
+//! after the tick (not at the next maintenance round). It stops as soon as the worker's shutdown
+//! begins: no tick is enqueued during the grace period.
+//!
 //! **Catch-up policy**: the scheduler enqueues the most recent tick that is due and not yet in
-//! the ledger. After downtime (no worker, or queue paused is irrelevant: enqueueing continues)
-//! the missed ticks collapse into one run for the latest of them; older missed ticks are skipped
-//! and logged. A schedule seen for the first time starts with the next tick (no run for a tick
-//! that passed before it was deployed).
+//! the ledger. After downtime (no worker carrying the schedule; a paused queue does not matter,
+//! enqueueing continues) the missed ticks collapse into one run for the latest of them; older
+//! missed ticks are skipped and logged. A schedule seen for the first time starts with the next
+//! tick (no run for a tick that passed before it was deployed).
 
 use std::str::FromStr;
 
