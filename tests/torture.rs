@@ -28,8 +28,8 @@ use mysqlq_tests::jobs::{Torture, act, now_micros};
 use mysqlq_tests::torture::check::{self, inv};
 use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent};
 use mysqlq_tests::torture::{
-    Fault, FaultKind, History, STALL_LOG_ENV, ServerWatch, StallWatch, install_history,
-    recorded_stalls,
+    Fault, FaultKind, History, LagWatch, STALL_LOG_ENV, ServerWatch, StallWatch, install_history,
+    logged_lags, recorded_stalls,
 };
 use mysqlq_tests::{PrivateServer, Proc, TestDb, signal};
 use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
@@ -408,6 +408,13 @@ async fn one_random_run(seed: u64, scale: u32) {
         process(&db, &upstream, "p0").await,
         process(&db, &upstream, "p1").await,
     ];
+    let lags: Vec<LagWatch> = members
+        .iter()
+        .filter_map(|m| match &m.kind {
+            MemberKind::InProcess(Some(h)) => Some(LagWatch::start(h, &m.id, LEASE / 4)),
+            _ => None,
+        })
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let enqueuer = tokio::spawn(enqueue_until(db.pool.clone(), seed, stop.clone()));
     let log: Log = Arc::default();
@@ -438,10 +445,14 @@ async fn one_random_run(seed: u64, scale: u32) {
     let mut faults = log.lock().unwrap().clone();
     faults.extend(stalls.finish(&["in0", "in1"]));
     faults.extend(server_stalls.finish());
+    for l in lags {
+        faults.extend(l.finish().await);
+    }
     for m in &members {
-        if matches!(m.kind, MemberKind::Process { .. }) {
+        if let MemberKind::Process { proc, .. } = &m.kind {
             let path = stall_log(&db, &m.id);
             faults.extend(recorded_stalls(&path, &m.id));
+            faults.extend(logged_lags(&proc.log, &m.id));
             let _ = std::fs::remove_file(path);
         }
         for e in m.link.events() {
@@ -506,6 +517,7 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
         .start()
         .await
         .unwrap();
+    let lags = LagWatch::start(&worker, "solo", Duration::from_millis(200));
     // 300 waves of 12 jobs, each small enough to be claimed at once, so that a snoozed job is
     // re-claimed as soon as its snooze is written: 12 jobs that snooze once and have a single
     // attempt; in every other wave 3 of them instead hold one of the worker's pool connections
@@ -557,6 +569,7 @@ async fn a_healthy_worker_never_lets_a_reclaimed_jobs_lease_expire() {
     .unwrap();
     let mut faults = stalls.finish(&["solo"]);
     faults.extend(server_stalls.finish());
+    faults.extend(lags.finish().await);
     faults.sort_by_key(|f| f.start);
     let history = History::load(&db.pool, faults).await.unwrap();
     let report = check::check(&history);
@@ -596,6 +609,7 @@ async fn operator_actions_racing_workers_change_each_job_at_most_once() {
     let stalls = StallWatch::start(Duration::from_millis(200));
     let server_stalls = ServerWatch::start(db.options.clone(), Duration::from_millis(200)).await;
     let mut workers = Vec::new();
+    let mut lags = Vec::new();
     for id in ["w1", "w2"] {
         let pool = MySqlPoolOptions::new()
             .max_connections(mysqlq::Worker::recommended_pool_size(16))
@@ -613,6 +627,7 @@ async fn operator_actions_racing_workers_change_each_job_at_most_once() {
             .start()
             .await
             .unwrap();
+        lags.push(LagWatch::start(&worker, id, Duration::from_millis(200)));
         workers.push(worker);
     }
     let phase = Duration::from_secs(6) * scale();
@@ -670,6 +685,9 @@ async fn operator_actions_racing_workers_change_each_job_at_most_once() {
     }
     let mut faults = stalls.finish(&["w1", "w2"]);
     faults.extend(server_stalls.finish());
+    for l in lags {
+        faults.extend(l.finish().await);
+    }
     faults.sort_by_key(|f| f.start);
     let history = History::load(&db.pool, faults).await.unwrap();
     let report = check::check(&history);

@@ -265,3 +265,48 @@ async fn a_second_sigterm_ends_the_grace_period_at_once_and_releases_running_job
         "both released, attempts given back"
     );
 }
+
+/// Issue 26: a worker whose service thread gets no CPU cannot renew its leases, and nothing
+/// else tells (the process exists, the database answers). The worker measures how late that
+/// thread wakes and warns — with the lag, the lease and what to do — once the lag reaches half
+/// the lease's safety margin. A stopped process is the starkest starvation: every thread of it
+/// wakes late by as long as it was stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_service_thread_was_starved_warns_with_the_lag() {
+    let db = TestDb::new().await;
+    let w = Proc::start(
+        BIN,
+        &db,
+        "starved",
+        &["--queues", "test", "--heartbeat", "200ms"],
+    );
+    // Started: it registered itself.
+    db.wait_for(
+        "the worker registered",
+        "SELECT COUNT(*) FROM mysqlq_worker WHERE worker_id = 'starved'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let pid = w.child.id();
+    assert!(mysqlq_tests::signal(pid, "STOP"), "SIGSTOP {pid}");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(mysqlq_tests::signal(pid, "CONT"), "SIGCONT {pid}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let lags = loop {
+        let lags = mysqlq_tests::torture::logged_lags(&w.log, "starved");
+        if !lags.is_empty() || std::time::Instant::now() > deadline {
+            break lags;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = w.log_text();
+    assert!(
+        lags.iter()
+            .any(|f| f.end.unwrap_or(0) - f.start >= 1_000_000),
+        "no warning of a service lag of at least 1 s after a stop of 1.2 s: {lags:?}\nlog:\n{log}"
+    );
+    assert!(
+        log.contains("raise the lease") && log.contains("lease_ms=2000"),
+        "the warning says what to do: {log}"
+    );
+}

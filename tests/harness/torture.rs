@@ -73,6 +73,10 @@ pub enum FaultKind {
     /// overloaded host starving the server): no worker could renew a lease meanwhile, as if
     /// the server were stopped ([`ServerWatch`]).
     ServerSlow,
+    /// The worker's own service thread woke late (`WorkerEvent::ServiceLag`, or its warning
+    /// in a worker process's log): starved of CPU, its heartbeats and completions could not be
+    /// sent meanwhile ([`LagWatch`], [`logged_lags`]).
+    ServiceLag,
 }
 
 impl FaultKind {
@@ -85,7 +89,12 @@ impl FaultKind {
     pub fn excuses(self) -> bool {
         matches!(
             self,
-            Self::ServerStall | Self::Stop | Self::Kill | Self::HostStall | Self::ServerSlow
+            Self::ServerStall
+                | Self::Stop
+                | Self::Kill
+                | Self::HostStall
+                | Self::ServerSlow
+                | Self::ServiceLag
         )
     }
 }
@@ -250,6 +259,106 @@ impl ServerWatch {
             })
             .collect()
     }
+}
+
+fn service_lag(worker: &str, lag: Duration, at: i64) -> Fault {
+    let lag_us = i64::try_from(lag.as_micros()).unwrap_or(i64::MAX);
+    Fault {
+        kind: FaultKind::ServiceLag,
+        worker: Some(worker.to_owned()),
+        start: at.saturating_sub(lag_us),
+        end: Some(at),
+        note: format!("its service thread woke {} ms late", lag_us / 1000),
+    }
+}
+
+/// Watches an in-process worker's service thread through its events: every
+/// `WorkerEvent::ServiceLag` of at least `threshold` becomes a [`FaultKind::ServiceLag`]. A
+/// worker whose service thread gets no CPU cannot renew its leases, however correct it is; the
+/// worker measures that itself (and warns), and the checker must not blame it for it. A service
+/// that blocked the thread would show here too: `tests/runtime.rs` holds the runtime to never
+/// doing that.
+pub struct LagWatch {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Vec<Fault>>,
+}
+
+impl LagWatch {
+    /// Starts watching `handle`, the worker `worker`.
+    pub fn start(handle: &mysqlq::WorkerHandle, worker: &str, threshold: Duration) -> Self {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+        let mut rx = handle.events();
+        let (tx, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let worker = worker.to_owned();
+        let keep = move |found: &mut Vec<Fault>, e: mysqlq::WorkerEvent| {
+            if let mysqlq::WorkerEvent::ServiceLag { lag, at } = e
+                && lag >= threshold
+            {
+                let at = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+                found.push(service_lag(&worker, lag, at));
+            }
+        };
+        let task = tokio::spawn(async move {
+            let mut found = Vec::new();
+            loop {
+                tokio::select! {
+                    biased;
+                    e = rx.recv() => match e {
+                        Ok(e) => keep(&mut found, e),
+                        Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return found,
+                    },
+                    _ = &mut stop => break,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(e) => keep(&mut found, e),
+                    Err(TryRecvError::Lagged(_)) => {}
+                    Err(_) => return found,
+                }
+            }
+        });
+        Self {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// Stops watching; the lags seen.
+    pub async fn finish(mut self) -> Vec<Fault> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.unwrap_or_default()
+    }
+}
+
+/// The service-thread lags worker process `worker` warned about in its log at `path` (the
+/// runtime warns of a lag of half the lease's safety margin or more), as faults.
+pub fn logged_lags(path: &std::path::Path, worker: &str) -> Vec<Fault> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("mysqlq::worker::lag"))
+        .filter_map(|l| {
+            let at = chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok()?;
+            let ms: u64 = l
+                .split("lag_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some(service_lag(
+                worker,
+                Duration::from_millis(ms),
+                at.timestamp_micros(),
+            ))
+        })
+        .collect()
 }
 
 /// The environment variable naming the file where a worker process records its stalls

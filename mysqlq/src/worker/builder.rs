@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::config::{RESERVED_CONNECTIONS, validate, validate_worker_id};
 use super::threads::{self, ServiceThread};
 use super::{
-    Config, Shared, WorkerHandle, completer, events, lease, maintenance, producer, scheduler, stats,
+    Config, Shared, WorkerHandle, completer, events, lag, lease, maintenance, producer, scheduler,
+    stats,
 };
 use crate::context::Extensions;
 use crate::metrics::Metrics;
@@ -383,6 +384,7 @@ impl WorkerBuilder {
             tokio::spawn(completer::run(shared.clone())),
             tokio::spawn(lease::run(shared.clone())),
             tokio::spawn(lease::watchdog(shared.clone())),
+            tokio::spawn(lag::run(shared.clone())),
             tokio::spawn(maintenance::run(shared.clone())),
             tokio::spawn(stats::run(shared.clone())),
         ]);

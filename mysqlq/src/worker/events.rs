@@ -101,6 +101,15 @@ pub enum WorkerEvent {
     },
     /// A maintenance round ended.
     MaintenanceRound,
+    /// The worker's service thread (heartbeats, watchdog, completions, claims) woke later than
+    /// it asked to: for `lag`, none of its services could act. A lag near the lease's safety
+    /// margin means leases are at risk on a worker that is alive (logged as a warning too).
+    ServiceLag {
+        /// How late.
+        lag: std::time::Duration,
+        /// When the late wake came (the lag is the time just before it).
+        at: std::time::SystemTime,
+    },
     /// The Redis relay added jobs to a stream (feature `redis`).
     #[cfg(feature = "redis")]
     Relayed {

@@ -17,6 +17,7 @@ mod config;
 mod events;
 mod executor;
 mod handle;
+mod lag;
 mod lease;
 mod maintenance;
 mod outcome;
