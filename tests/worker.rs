@@ -623,3 +623,78 @@ async fn an_enqueue_in_this_process_wakes_an_idle_worker() {
     .await;
     worker.shutdown().await.unwrap();
 }
+
+/// Issue 26: a row another transaction holds (an application's `SELECT … FOR UPDATE`, or the
+/// worker's own write of that job's outcome) must not hold up the heartbeats of every other job.
+/// One heartbeat statement renews all leases; it used to wait for the row lock (up to
+/// `lock_wait_timeout`, while the lease ran), so one held row stopped every renewal, and the
+/// watchdog stopped every job. The heartbeat skips a row it cannot lock and tries it again soon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_held_by_another_transaction_does_not_hold_up_the_other_jobs_heartbeats() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(Sleepy { ms: 5_000 }.enqueue(&db.pool).await.unwrap().id());
+    }
+    let worker = db
+        .worker()
+        .concurrency(4)
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(300))
+        .lock_wait_timeout(Duration::from_secs(5))
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    db.wait_for(
+        "four jobs started",
+        "SELECT COUNT(*) >= 4 FROM test_runs WHERE event = 'start'",
+        Duration::from_secs(30),
+    )
+    .await;
+    // Hold the first job's row for 4 s: twice the lease.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(ids[0].0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    tx.rollback().await.unwrap();
+    db.wait_for(
+        "the three other jobs completed",
+        &format!(
+            "SELECT COUNT(*) >= 3 FROM job_queue WHERE status = 'completed' AND id IN ({}, {}, {})",
+            ids[1].0, ids[2].0, ids[3].0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let rows: Vec<(u64, u32, Option<String>)> =
+        sqlx::query_as("SELECT id, attempts, last_error FROM job_queue WHERE id <> ? ORDER BY id")
+            .bind(ids[0].0)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    for (id, attempts, err) in &rows {
+        assert_eq!(
+            (*attempts, err.as_deref()),
+            (1, None),
+            "job {id}: its lease was not kept while another job's row was held"
+        );
+    }
+    let mut stopped = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let mysqlq::WorkerEvent::LeaseUnconfirmed { id } | mysqlq::WorkerEvent::LeaseLost { id } =
+            e
+            && id != ids[0]
+        {
+            stopped.push(id);
+        }
+    }
+    assert!(
+        stopped.is_empty(),
+        "stopped for want of a heartbeat: {stopped:?}"
+    );
+}

@@ -36,6 +36,9 @@ pub struct GuardedReport {
     /// Claims whose guard failed because an operator cancelled the job
     /// ([`crate::admin::Admin::cancel`]): stop running it, nothing more to write.
     pub cancelled: Vec<Owned>,
+    /// Claims whose row another transaction held, left unwritten rather than waited for
+    /// ([`job_heartbeat`] only): not renewed this time, to be tried again soon.
+    pub skipped: Vec<Owned>,
 }
 
 impl GuardedReport {
@@ -52,6 +55,12 @@ impl GuardedReport {
     /// An operator cancelled the job of claim `(id, token)` (see [`GuardedReport::cancelled`]).
     pub fn is_cancelled(&self, id: JobId, token: &str) -> bool {
         names(&self.cancelled, id, token)
+    }
+
+    /// The row of claim `(id, token)` was held by another transaction and left unwritten (see
+    /// [`GuardedReport::skipped`]).
+    pub fn is_skipped(&self, id: JobId, token: &str) -> bool {
+        names(&self.skipped, id, token)
     }
 }
 
@@ -183,15 +192,57 @@ pub async fn job_complete_many(
     guarded_update(conn, "job_complete_many", &set, None, jobs).await
 }
 
-/// `job_heartbeat`: extends the leases of in-flight jobs in one statement (token-guarded).
-/// Returns the jobs whose lease was already lost.
+/// `job_heartbeat`: extends the leases of in-flight jobs (token-guarded), in one transaction
+/// that first locks, without waiting, the rows no one else holds (`FOR UPDATE SKIP LOCKED`), then
+/// renews those. A row another transaction holds — an application's `SELECT … FOR UPDATE`, this
+/// worker's own write of that job's outcome, an operator's action — is left for the next round
+/// ([`GuardedReport::skipped`]) instead of being waited for: one statement renews every lease,
+/// and waiting for one row (up to `innodb_lock_wait_timeout`) stopped them all.
 pub async fn job_heartbeat(
     conn: &mut MySqlConnection,
     lease: Duration,
     jobs: &[Owned],
 ) -> Result<GuardedReport, Error> {
+    use sqlx::Connection as _;
+    if jobs.is_empty() {
+        return Ok(GuardedReport::default());
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    // READ COMMITTED: the UPDATE below names only rows this transaction locked, and at this
+    // level InnoDB judges a row another transaction holds by its last committed version
+    // (semi-consistent read), so whatever index the optimizer scans (a small table is read
+    // whole), a held row that is not named is passed over, never waited for.
+    let mut tx = conn
+        .begin_with("/* mysqlq:job_heartbeat */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        .await?;
+    let lock = AssertSqlSafe(format!(
+        "/* mysqlq:job_heartbeat_lock */ SELECT id FROM job_queue WHERE id IN ({}) \
+         FOR UPDATE SKIP LOCKED",
+        placeholders(padded_len(ids.len()))
+    ));
+    let locked: Vec<u64> = bind_ids(sqlx::query(lock), &ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| r.try_get::<u64, _>("id"))
+        .collect::<Result<_, _>>()?;
+    let (free, passed): (Vec<Owned>, Vec<Owned>) =
+        jobs.iter().cloned().partition(|j| locked.contains(&j.id.0));
     let set = "lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
-    guarded_update(conn, "job_heartbeat", set, Some(micros(lease)), jobs).await
+    let mut report =
+        guarded_update(&mut *tx, "job_heartbeat", set, Some(micros(lease)), &free).await?;
+    tx.commit().await?;
+    if !passed.is_empty() {
+        // Not locked by this statement: held by another transaction, or gone. A plain read of
+        // the last committed state tells: still this claim's (skipped: try again soon), lost,
+        // settled by this token, or cancelled by an operator.
+        let o = job_ownership(conn, &passed).await?;
+        report.lost.extend(o.lost);
+        report.settled.extend(o.settled);
+        report.cancelled.extend(o.cancelled);
+        report.skipped = o.owned;
+    }
+    Ok(report)
 }
 
 /// `job_release`: hands claimed jobs back to `pending` without consuming the attempt (worker

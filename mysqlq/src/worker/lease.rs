@@ -26,6 +26,9 @@ use crate::worker::{Key, Phase, Shared, WorkerEvent, sleep_or_cancel};
 /// Most jobs per heartbeat statement.
 const CHUNK: usize = 1000;
 
+/// How soon a heartbeat round that had to skip a held row comes again.
+const SKIPPED_AGAIN: Duration = Duration::from_millis(100);
+
 pub(crate) async fn run(s: Arc<Shared>) {
     let every = s.config.heartbeat();
     let mut wait = every;
@@ -34,9 +37,11 @@ pub(crate) async fn run(s: Arc<Shared>) {
     // handler returning at once) must not queue them behind it for a pool connection.
     let mut conn = Held::default();
     while sleep_or_cancel(wait, &s.stop_services).await {
-        if run_once(&s, &mut conn).await.is_ok() {
+        if let Ok(all) = run_once(&s, &mut conn).await {
             failures = 0;
-            wait = every;
+            // A job whose row another transaction held was not renewed: try it again soon,
+            // not a full interval later.
+            wait = if all { every } else { every.min(SKIPPED_AGAIN) };
         } else {
             // Try again soon: the lease keeps running while we wait.
             failures += 1;
@@ -46,18 +51,20 @@ pub(crate) async fn run(s: Arc<Shared>) {
 }
 
 /// One round of heartbeats over every job held (including those whose outcome is being
-/// written: their lease must hold until it is). `Err(())` when a statement failed.
-pub(crate) async fn run_once(s: &Arc<Shared>, conn: &mut Held) -> Result<(), ()> {
+/// written: their lease must hold until it is). `Ok(false)` when some job's row was held by
+/// another transaction and skipped; `Err(())` when a statement failed.
+pub(crate) async fn run_once(s: &Arc<Shared>, conn: &mut Held) -> Result<bool, ()> {
     let keys: Vec<Key> = s.in_flight().keys().cloned().collect();
     if keys.is_empty() {
         conn.release();
         if s.lease_unconfirmed.load(Ordering::SeqCst) {
             // Nothing to renew, but claims stay stopped until the database answers again.
-            return ping(s).await;
+            return ping(s).await.map(|()| true);
         }
-        return Ok(());
+        return Ok(true);
     }
     let mut ok = true;
+    let mut all = true;
     for chunk in keys.chunks(CHUNK) {
         let sent = Instant::now();
         let owned: Vec<Owned> = chunk.iter().map(Key::owned).collect();
@@ -67,7 +74,10 @@ pub(crate) async fn run_once(s: &Arc<Shared>, conn: &mut Held) -> Result<(), ()>
             conn.release();
         }
         match result {
-            Ok(report) => settle(s, chunk, &report, sent),
+            Ok(report) => {
+                all &= report.skipped.is_empty();
+                settle(s, chunk, &report, sent);
+            }
             Err(e) if store::is_lock_error(&e) && chunk.len() > 1 => {
                 // One row locked by an application transaction must not stall the others:
                 // renew them one by one, so only the blocked job waits.
@@ -93,7 +103,7 @@ pub(crate) async fn run_once(s: &Arc<Shared>, conn: &mut Held) -> Result<(), ()>
     }
     if ok {
         s.lease_unconfirmed.store(false, Ordering::SeqCst);
-        Ok(())
+        Ok(all)
     } else {
         Err(())
     }
@@ -159,7 +169,9 @@ fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
             } else if report.is_cancelled(key.id, &key.token) {
                 (CancelReason::Cancelled, &mut cancelled)
             } else {
+                // Renewed, unless this statement left its row to the transaction holding it.
                 if !report.is_settled(key.id, &key.token)
+                    && !report.is_skipped(key.id, &key.token)
                     && let Some(f) = map.get_mut(key)
                     && f.lease_from < sent
                 {
@@ -190,7 +202,9 @@ fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
         }
     }
     if lost.is_empty() {
-        s.emit(WorkerEvent::Heartbeat { jobs: keys.len() });
+        if report.skipped.is_empty() {
+            s.emit(WorkerEvent::Heartbeat { jobs: keys.len() });
+        }
         return;
     }
     s.slot_freed.notify_waiters();
