@@ -232,7 +232,7 @@ async fn doctor(
                 Level::Fail,
                 "indexes",
                 format!("job_queue lacks {}", missing.join(", ")),
-                Some("restore them from migrations/0001_job_queue.sql (claims and stats would scan the table)"),
+                Some("restore them from mysqlq/migrations/0001_job_queue.sql (claims and stats would scan the table)"),
             ));
         }
         let queues = match admin::stats_queues(conn).await {
