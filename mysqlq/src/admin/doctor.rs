@@ -181,8 +181,8 @@ async fn doctor(
                 Level::Warn,
                 "time zone",
                 format!(
-                    "{tz} is {off:+}s from UTC: mysqlq stores UTC times, so the article's NOW(6) \
-                     queries run by hand disagree with them"
+                    "{tz} is {off:+}s from UTC: mysqlq stores UTC times, so NOW(6) queries run by \
+                     hand (the job-queue article's) disagree with them"
                 ),
                 Some(tz_fix),
             )),
