@@ -455,36 +455,6 @@ async fn a_user_without_a_password_login_gets_a_hint_about_the_login() {
     assert!(!err.contains("server is running"), "{err}");
 }
 
-/// Issue 28, item 11: the `migrate` and `doctor` samples in the docs said schema version 2 long
-/// after it had moved on. They are checked against what the binary prints now.
-#[tokio::test]
-async fn the_docs_show_what_migrate_and_doctor_print() {
-    let db = TestDb::new().await;
-    db.exec(
-        "DROP TABLE job_queue, mysqlq_queue, mysqlq_leader, mysqlq_concurrency, mysqlq_cron, \
-             mysqlq_worker, mysqlq_stats_minute, mysqlq_kind_minute, mysqlq_migrations, \
-             mysqlq_job_attempt, mysqlq_ordering, mysqlq_audit, mysqlq_audit_job",
-    )
-    .await;
-    let cli_md =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let first = ok(&db.url(), &["migrate"]);
-    let again = ok(&db.url(), &["migrate"]);
-    for line in [first.trim(), again.trim()] {
-        assert!(cli_md.contains(line), "docs/cli.md does not show `{line}`");
-    }
-    let applied = first.split(" (").next().unwrap();
-    assert!(readme.contains(applied), "README does not show `{applied}`");
-    let doctor = ok(&db.url(), &["doctor"]);
-    let schema = doctor.lines().find(|l| l.contains("schema")).unwrap();
-    assert!(
-        cli_md.contains(schema.trim_end()),
-        "docs/cli.md does not show `{schema}`"
-    );
-}
-
 #[tokio::test]
 async fn listings_escape_terminal_control_characters() {
     let db = TestDb::new().await;

@@ -330,7 +330,7 @@ async fn semi_synchronous_failover_loses_no_acknowledged_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_takes_a_multi_host_database_url() {
-    let (_replica, _primary, nothing, url) = three_hosts().await;
+    let (replica, primary, nothing, url) = three_hosts().await;
     let run = |args: &[&str]| {
         let out = std::process::Command::new(BIN)
             .args(args)
@@ -360,6 +360,28 @@ async fn the_cli_takes_a_multi_host_database_url() {
     assert!(
         hosts[2].starts_with("ok") && hosts[2].contains("the writer"),
         "{out}"
+    );
+    // docs/clusters.md shows these three lines, with addresses of its own.
+    let sample = mysqlq_tests::docs::block("docs/clusters.md", "warn  host");
+    let ours: Vec<String> = hosts
+        .iter()
+        .map(|l| {
+            l.replace(&format!(" 127.0.0.1:{nothing}:"), " 10.0.0.1:3306:")
+                .replace(
+                    &format!(" 127.0.0.1:{}:", replica.port()),
+                    " 10.0.0.2:3306:",
+                )
+                .replace(
+                    &format!(" 127.0.0.1:{}:", primary.port()),
+                    " 10.0.0.3:3306:",
+                )
+        })
+        .collect();
+    assert_eq!(
+        sample.lines,
+        ours,
+        "{} shows other lines than doctor prints",
+        sample.place()
     );
     let (code, out, err) = run(&["stats", "--json"]);
     assert_eq!(code, Some(0), "{err}");

@@ -48,7 +48,7 @@ async fn migrate_is_idempotent_and_creates_the_articles_table() {
         .await
         .unwrap();
     // Versions need not be contiguous (branches add migrations side by side): one row per file.
-    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"))
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../mysqlq/migrations"))
         .expect("the migrations directory")
         .filter(|e| {
             e.as_ref()

@@ -147,6 +147,19 @@ fn a_binary_that_links_no_jobs_refuses_work_at_once_with_the_line_to_add() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));
+    // The README shows this error for its own layout (`worker`, `my_app`): the same line.
+    let readme = mysqlq_tests::docs::block("README.md", "error: no jobs are linked");
+    let ours = err
+        .trim_end()
+        .replace("(`forgot`)", "(`worker`)")
+        .replace("`use outside_app as _;`", "`use my_app as _;`")
+        .replace("src/bin/forgot.rs", "src/bin/worker.rs");
+    assert_eq!(
+        readme.lines,
+        [ours],
+        "{} shows another error than the binary prints",
+        readme.place()
+    );
 }
 
 #[tokio::test]

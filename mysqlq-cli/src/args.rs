@@ -53,7 +53,7 @@ pub(crate) enum Command {
     /// Inspect, retry or discard failed jobs.
     #[command(subcommand)]
     Failed(FailedCommand),
-    /// Delete old finished jobs in small batches (the article's cleanup).
+    /// Delete old finished jobs in small batches (the job-queue article's cleanup).
     Purge(PurgeArgs),
     /// Check the server and the schema: version, binlog format, read-only, time zone, indexes,
     /// stranded queues and the claim query's plan. Exits non-zero when a check fails.

@@ -38,7 +38,7 @@ fn migrate_summary(before: u32, after: u32) -> String {
     }
 }
 
-/// `purge`: the article's batched cleanup, repeated until a batch comes back short.
+/// `purge`: the job-queue article's batched cleanup, repeated until a batch comes back short.
 pub(crate) async fn purge(target: &Target, a: &PurgeArgs) -> Result<(), CliError> {
     let admin = confirm::admin(target.pool(2).await?, &a.acting);
     let state = match a.status {

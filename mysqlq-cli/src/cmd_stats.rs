@@ -1,4 +1,4 @@
-//! `stats`: every metric of the article, from indexed queries and the workers' minute tables.
+//! `stats`: every metric of the job-queue article, from indexed queries and the workers' minute tables.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;

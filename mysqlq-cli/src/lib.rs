@@ -35,8 +35,13 @@
 //! `mysqlq-cli` binary; clap, humantime, indicatif, tracing-subscriber) and `dashboard` (the
 //! web UI: [`dashboard::router`] and the `dashboard` command; axum, maud, hmac, sha2). An
 //! application that only mounts the router depends on
-//! `mysqlq-cli = { version = "0.1", default-features = false, features = ["dashboard"] }`.
+//! `mysqlq-cli = { version = "0.1", default-features = false, features = ["dashboard"] }`
+//! (before the crate is published, `git = "https://github.com/mysqlq/mysqlq"` instead of
+//! `version = "0.1"`).
 //! The benchmark is not here: it is the workspace's own `mysqlq-bench` binary.
+
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "cli")]
 mod app;

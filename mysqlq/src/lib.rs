@@ -65,6 +65,11 @@
 //! limits, are documented in `docs/` of the repository (`docs/schema.md`,
 //! `docs/state_machine.md`, `docs/guarantees.md`).
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with the feature it needs;
+// not the private `__internal-store`, whose absence gates the store's re-exported types.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "__internal-store"))))]
+
 /// This build's version of mysqlq (`CARGO_PKG_VERSION`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

@@ -1,4 +1,5 @@
-//! Schema migrations from `migrations/`, applied in order, each once, under a named lock.
+//! Schema migrations from `mysqlq/migrations/`, applied in order, each once, under a named lock.
+//! The files live inside the crate so that its published package has them.
 
 use sqlx::{MySqlConnection, MySqlPool};
 
@@ -18,37 +19,37 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_job_queue",
-        sql: include_str!("../../migrations/0001_job_queue.sql"),
+        sql: include_str!("../migrations/0001_job_queue.sql"),
     },
     Migration {
         version: 2,
         name: "0002_workers_and_stats",
-        sql: include_str!("../../migrations/0002_workers_and_stats.sql"),
+        sql: include_str!("../migrations/0002_workers_and_stats.sql"),
     },
     Migration {
         version: 3,
         name: "0003_binary_keys_utc_defaults",
-        sql: include_str!("../../migrations/0003_binary_keys_utc_defaults.sql"),
+        sql: include_str!("../migrations/0003_binary_keys_utc_defaults.sql"),
     },
     Migration {
         version: 4,
         name: "0004_cancel_and_attempts",
-        sql: include_str!("../../migrations/0004_cancel_and_attempts.sql"),
+        sql: include_str!("../migrations/0004_cancel_and_attempts.sql"),
     },
     Migration {
         version: 5,
         name: "0005_meta_hooks_dedupe",
-        sql: include_str!("../../migrations/0005_meta_hooks_dedupe.sql"),
+        sql: include_str!("../migrations/0005_meta_hooks_dedupe.sql"),
     },
     Migration {
         version: 6,
         name: "0006_ordering_locks",
-        sql: include_str!("../../migrations/0006_ordering_locks.sql"),
+        sql: include_str!("../migrations/0006_ordering_locks.sql"),
     },
     Migration {
         version: 7,
         name: "0007_audit",
-        sql: include_str!("../../migrations/0007_audit.sql"),
+        sql: include_str!("../migrations/0007_audit.sql"),
     },
 ];
 

@@ -181,8 +181,8 @@ async fn doctor(
                 Level::Warn,
                 "time zone",
                 format!(
-                    "{tz} is {off:+}s from UTC: mysqlq stores UTC times, so the article's NOW(6) \
-                     queries run by hand disagree with them"
+                    "{tz} is {off:+}s from UTC: mysqlq stores UTC times, so NOW(6) queries run by \
+                     hand (the job-queue article's) disagree with them"
                 ),
                 Some(tz_fix),
             )),
@@ -232,7 +232,7 @@ async fn doctor(
                 Level::Fail,
                 "indexes",
                 format!("job_queue lacks {}", missing.join(", ")),
-                Some("restore them from migrations/0001_job_queue.sql (claims and stats would scan the table)"),
+                Some("restore them from mysqlq/migrations/0001_job_queue.sql (claims and stats would scan the table)"),
             ));
         }
         let queues = match admin::stats_queues(conn).await {
