@@ -6,8 +6,11 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mysqlq::testing::{TestContext, run_inline, run_inline_with};
-use mysqlq::{CancelReason, Job, JobContext, JobError};
+use mysqlq::testing::{
+    EnqueuedMatch, TestContext, assert_enqueued, assert_enqueued_with, enqueued, enqueued_with,
+    refute_enqueued, refute_enqueued_with, run_inline, run_inline_with,
+};
+use mysqlq::{CancelReason, EnqueueOptions, Job, JobContext, JobError};
 use mysqlq_tests::TestDb;
 use serde_json::json;
 
@@ -75,6 +78,13 @@ async fn tt_steps(ctx: JobContext, steps: u32) -> Result<(), JobError> {
             () = tokio::time::sleep(Duration::from_millis(5)) => {}
         }
     }
+    Ok(())
+}
+
+/// A job whose payload the assertions look at.
+#[mysqlq::job(queue = "tt-notes")]
+async fn tt_note(n: u64) -> Result<(), JobError> {
+    let _ = n;
     Ok(())
 }
 
@@ -208,4 +218,146 @@ async fn a_cancel_handle_stops_the_handler_with_each_reason_a_worker_has() {
     }
     // Not cancelled: it finishes.
     run_inline(TtSteps { steps: 2 }).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 4: assertions
+
+#[tokio::test]
+async fn assertions_see_the_tests_own_uncommitted_jobs() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    TtNote { n: 1 }.enqueue(&mut tx).await.unwrap();
+    let options = EnqueueOptions::new()
+        .queue("tt-notes-later")
+        .priority(3)
+        .delay(Duration::from_secs(3600))
+        .meta("tenant", json!({"name": "acme", "tier": 2}))
+        .dedupe_key("note-2");
+    TtNote { n: 2 }
+        .enqueue_with(&mut tx, &options)
+        .await
+        .unwrap();
+
+    let found = assert_enqueued::<TtNote, _, _>(&mut *tx, |j| j.n == 1).await;
+    assert_eq!(found.len(), 1);
+    refute_enqueued::<TtNote, _, _>(&mut *tx, |j| j.n == 3).await;
+    let all = enqueued::<TtNote, _>(&mut *tx).await.unwrap();
+    assert_eq!(all.iter().map(|(_, j)| j.n).collect::<Vec<_>>(), [1, 2]);
+
+    let hits = assert_enqueued_with(
+        &mut *tx,
+        EnqueuedMatch::of::<TtNote>()
+            .args(json!({"n": 2}))
+            .queue("tt-notes-later")
+            .priority(3)
+            .scheduled_in(Duration::from_secs(3600), Duration::from_secs(60))
+            .meta(json!({"tenant": {"name": "acme"}}))
+            .dedupe_key("note-2")
+            .max_attempts(5),
+    )
+    .await;
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].payload, r#"{"n":2}"#);
+    let ready = enqueued_with(&mut *tx, &EnqueuedMatch::of::<TtNote>().ready())
+        .await
+        .unwrap();
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0].queue, "tt-notes");
+    refute_enqueued_with(
+        &mut *tx,
+        EnqueuedMatch::of::<TtNote>().scheduled_in(Duration::from_secs(60), Duration::from_secs(5)),
+    )
+    .await;
+    let now = chrono::Utc::now();
+    assert_enqueued_with(
+        &mut *tx,
+        EnqueuedMatch::new().scheduled_between(
+            now + chrono::Duration::minutes(59),
+            now + chrono::Duration::minutes(61),
+        ),
+    )
+    .await;
+    // Another transaction sees none of them; after the rollback nothing is left.
+    assert!(enqueued::<TtNote, _>(&db.pool).await.unwrap().is_empty());
+    tx.rollback().await.unwrap();
+    refute_enqueued_with(&db.pool, EnqueuedMatch::new()).await;
+}
+
+#[tokio::test]
+async fn a_failed_assertion_says_what_it_found() {
+    let db = TestDb::new().await;
+    TtNote { n: 5 }.enqueue(&db.pool).await.unwrap();
+    let options = EnqueueOptions::new().priority(7);
+    TtNote { n: 6 }
+        .enqueue_with(&db.pool, &options)
+        .await
+        .unwrap();
+
+    let pool = db.pool.clone();
+    let msg = panic_of(async move {
+        assert_enqueued::<TtNote, _, _>(&pool, |j| j.n == 9).await;
+    })
+    .await;
+    assert!(
+        msg.starts_with(
+            "expected a pending `tt_note` job matching the predicate; found 2 pending `tt_note` \
+             jobs, none matches:\n  job 1 `tt_note` queue=tt-notes priority=0 max_attempts=5 \
+             ready args={\"n\":5}\n  job 2 `tt_note` queue=tt-notes priority=7"
+        ),
+        "{msg}"
+    );
+
+    let pool = db.pool.clone();
+    let msg = panic_of(async move {
+        refute_enqueued::<TtNote, _, _>(&pool, |j| j.n == 6).await;
+    })
+    .await;
+    assert!(
+        msg.starts_with(
+            "expected no pending `tt_note` job matching the predicate; found 1 matching jobs:\n  \
+             job 2 `tt_note`"
+        ),
+        "{msg}"
+    );
+
+    let pool = db.pool.clone();
+    let msg = panic_of(async move {
+        assert_enqueued_with(
+            &pool,
+            EnqueuedMatch::of::<TtNote>().queue("tt-notes").priority(9),
+        )
+        .await;
+    })
+    .await;
+    assert!(
+        msg.starts_with(
+            "expected a pending job with kind = `tt_note`, queue = `tt-notes`, priority = 9; \
+             found 2 pending `tt_note` jobs, none matches:\n  job 1"
+        ),
+        "{msg}"
+    );
+
+    let pool = db.pool.clone();
+    let msg = panic_of(async move {
+        refute_enqueued_with(&pool, EnqueuedMatch::new().priority(7)).await;
+    })
+    .await;
+    assert!(
+        msg.starts_with(
+            "expected no pending job with priority = 7; found 1 matching jobs:\n  job 2 \
+             `tt_note` queue=tt-notes priority=7"
+        ),
+        "{msg}"
+    );
+    // Nothing at all to show.
+    let pool = db.pool.clone();
+    let msg = panic_of(async move {
+        assert_enqueued_with(&pool, EnqueuedMatch::new().kind("nothing_like_it")).await;
+    })
+    .await;
+    assert_eq!(
+        msg,
+        "expected a pending job with kind = `nothing_like_it`; found 0 pending `nothing_like_it` jobs"
+    );
 }

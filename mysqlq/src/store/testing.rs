@@ -1,20 +1,31 @@
-//! The read behind `mysqlq::testing`.
+//! The statements behind `mysqlq::testing`: the pending jobs a test looks at.
 
 use sqlx::MySqlConnection;
 
-use crate::{Error, JobId};
+use super::admin::{Job, job_from_row};
+use crate::Error;
 
-/// `job_list_pending_of_kind`: pending jobs of one kind, oldest first (for [`crate::testing`]).
-pub async fn job_list_pending_of_kind(
+/// Most rows [`job_list_pending`] reads: a test that enqueued more asks about too much at once.
+const PENDING_LIST_LIMIT: u32 = 10_000;
+
+const LIST_PENDING_SQL: &str = concat!(
+    "/* mysqlq:job_list_pending */ ",
+    job_select!(),
+    " WHERE j.status = 'pending' AND (? IS NULL OR j.kind = ?) ORDER BY j.id LIMIT ?"
+);
+
+/// `job_list_pending`: the pending jobs (of one kind, or all), oldest first, at most
+/// [`PENDING_LIST_LIMIT`], every column (for `mysqlq::testing`'s assertions, which run inside
+/// the test's own transaction).
+pub async fn job_list_pending(
     conn: &mut MySqlConnection,
-    kind: &str,
-) -> Result<Vec<(JobId, String)>, Error> {
-    let rows: Vec<(u64, String)> = sqlx::query_as(
-        "/* mysqlq:job_list_pending_of_kind */ SELECT id, CAST(payload AS CHAR) FROM job_queue \
-         WHERE status = 'pending' AND kind = ? ORDER BY id LIMIT 10000",
-    )
-    .bind(kind)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows.into_iter().map(|(id, p)| (JobId(id), p)).collect())
+    kind: Option<&str>,
+) -> Result<Vec<Job>, Error> {
+    let rows = sqlx::query(LIST_PENDING_SQL)
+        .bind(kind)
+        .bind(kind)
+        .bind(PENDING_LIST_LIMIT)
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(job_from_row).collect()
 }

@@ -6,61 +6,24 @@
 //!   [`run_inline_with`]; [`run_inline`] uses the defaults. Both send the job through its JSON
 //!   payload first, as an enqueue and a worker do, so a field that does not survive serde fails
 //!   the test instead of production.
-//! - **What business code enqueued**: [`enqueued`] and [`assert_enqueued`], read through your
-//!   test's own transaction, so jobs it enqueued and will roll back are seen.
+//! - **What business code enqueued**: [`assert_enqueued`], [`refute_enqueued`], [`enqueued`]
+//!   (typed, with a predicate) and [`assert_enqueued_with`] / [`enqueued_with`] (the options:
+//!   queue, priority, schedule window, meta, arguments, keys, through [`EnqueuedMatch`]). They
+//!   read through your test's own transaction, so jobs it enqueued and will roll back are seen.
+//!   Their panic messages list what was found.
 
+mod assert;
 mod context;
+mod matching;
 
+pub use assert::{
+    assert_enqueued, assert_enqueued_with, enqueued, enqueued_with, refute_enqueued,
+    refute_enqueued_with,
+};
 pub use context::{CancelHandle, TestContext};
+pub use matching::EnqueuedMatch;
 
-use sqlx::{Acquire, MySql};
-
-use crate::{EnqueueOptions, Error, Job, JobContext, JobError, JobId, JobRegistration, NewJob};
-
-/// The pending jobs of type `J` visible through `target` (your test's transaction sees its own
-/// uncommitted jobs), oldest first, decoded.
-pub async fn enqueued<'c, J, A>(target: A) -> Result<Vec<(JobId, J)>, Error>
-where
-    J: Job,
-    A: Acquire<'c, Database = MySql> + Send + 'c,
-{
-    let mut conn = target.acquire().await?;
-    let rows = crate::store::job_list_pending_of_kind(&mut conn, J::KIND).await?;
-    rows.into_iter()
-        .map(|(id, payload)| {
-            serde_json::from_str(&payload)
-                .map(|job| (id, job))
-                .map_err(|e| {
-                    Error::invalid(
-                        "payload",
-                        format!("job {id} of kind `{}` does not decode: {e}", J::KIND),
-                    )
-                })
-        })
-        .collect()
-}
-
-/// Panics unless at least one pending job of type `J` matching `pred` is visible through
-/// `target`; returns the matching jobs.
-pub async fn assert_enqueued<'c, J, A, P>(target: A, pred: P) -> Vec<(JobId, J)>
-where
-    J: Job,
-    A: Acquire<'c, Database = MySql> + Send + 'c,
-    P: Fn(&J) -> bool,
-{
-    let all = enqueued::<J, A>(target)
-        .await
-        .expect("read the enqueued jobs");
-    let total = all.len();
-    let matching: Vec<(JobId, J)> = all.into_iter().filter(|(_, j)| pred(j)).collect();
-    assert!(
-        !matching.is_empty(),
-        "expected a pending `{}` job matching the predicate; found {total} pending `{}` jobs, none matching",
-        J::KIND,
-        J::KIND
-    );
-    matching
-}
+use crate::{EnqueueOptions, Job, JobContext, JobError, JobRegistration, NewJob};
 
 /// Runs `job`'s handler now, in this task, with [`TestContext::new::<J>()`](TestContext::new)
 /// (attempt 1 of the job's attempts, no state, no pool): for unit tests of handlers that need
