@@ -4,13 +4,17 @@
 
 use std::future::Future;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use mysqlq::admin::{Admin, JobSelection, JobState};
+use mysqlq::hooks::{Hook, Hooks, JobRun, Next};
 use mysqlq::testing::{
-    EnqueuedMatch, TestContext, assert_enqueued, assert_enqueued_with, enqueued, enqueued_with,
-    refute_enqueued, refute_enqueued_with, run_inline, run_inline_with,
+    DrainOptions, EnqueuedMatch, Outcome, TestContext, WorkOptions, assert_enqueued,
+    assert_enqueued_with, drain, enqueued, enqueued_with, refute_enqueued, refute_enqueued_with,
+    run_inline, run_inline_with, work_job, work_one,
 };
-use mysqlq::{CancelReason, EnqueueOptions, Job, JobContext, JobError};
+use mysqlq::{CancelReason, EnqueueOptions, Job, JobContext, JobError, Registry};
 use mysqlq_tests::TestDb;
 use serde_json::json;
 
@@ -88,6 +92,74 @@ async fn tt_note(n: u64) -> Result<(), JobError> {
     Ok(())
 }
 
+/// Ends as `action` says: `ok`, `retry`, `snooze`, `snooze0` (snooze for no time), `fail`,
+/// `cancel`, `panic`.
+#[mysqlq::job(queue = "tt-drain", retries = 2, backoff = "1h")]
+async fn tt_outcome(action: String) -> Result<(), JobError> {
+    match action.as_str() {
+        "ok" => Ok(()),
+        "retry" => Err(JobError::retry("mail server busy")),
+        "snooze" => Err(JobError::snooze(Duration::from_secs(3600))),
+        "snooze0" => Err(JobError::snooze(Duration::ZERO)),
+        "fail" => Err(JobError::fail("address rejected")),
+        "cancel" => Err(JobError::cancel("order withdrawn")),
+        "panic" => panic!("boom"),
+        other => Err(JobError::fail(format!("unknown action {other}"))),
+    }
+}
+
+/// Fails twice, then succeeds.
+#[mysqlq::job(queue = "tt-flaky", retries = 3, backoff = "1h")]
+async fn tt_flaky(ctx: JobContext) -> Result<(), JobError> {
+    if ctx.attempt() < 3 {
+        return Err(JobError::retry("not yet"));
+    }
+    Ok(())
+}
+
+/// Step `step` of a chain of three: enqueues the next step through the worker's pool.
+#[mysqlq::job(queue = "tt-chain")]
+async fn tt_chain(ctx: JobContext, step: u32) -> Result<(), JobError> {
+    if step < 3 {
+        let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool"))?;
+        TtChain { step: step + 1 }.enqueue(pool).await?;
+    }
+    Ok(())
+}
+
+/// Counts its runs in the [`Runs`] state.
+#[mysqlq::job(queue = "tt-state")]
+async fn tt_count(ctx: JobContext) -> Result<(), JobError> {
+    let runs = ctx
+        .state::<Runs>()
+        .ok_or_else(|| JobError::fail("no Runs state"))?;
+    runs.0.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Runs counted by [`tt_count`]; the test keeps a clone.
+#[derive(Default, Clone)]
+struct Runs(std::sync::Arc<AtomicU32>);
+
+/// Sleeps far past its timeout.
+#[mysqlq::job(queue = "tt-slow", retries = 1, timeout = "100ms")]
+async fn tt_slow() -> Result<(), JobError> {
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+/// Beats until an operator cancels it (the heartbeat then answers `false`), at most 30 s.
+#[mysqlq::job(queue = "tt-cancel")]
+async fn tt_until_cancelled(ctx: JobContext) -> Result<(), JobError> {
+    for _ in 0..1500 {
+        if !ctx.heartbeat().await? {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(JobError::fail("nobody cancelled me"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -105,6 +177,14 @@ where
         .cloned()
         .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
         .unwrap_or_default()
+}
+
+async fn row(db: &TestDb, id: mysqlq::JobId) -> mysqlq::admin::Job {
+    Admin::new(db.pool.clone())
+        .job(id)
+        .await
+        .unwrap()
+        .expect("the job's row")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -359,5 +439,542 @@ async fn a_failed_assertion_says_what_it_found() {
     assert_eq!(
         msg,
         "expected a pending job with kind = `nothing_like_it`; found 0 pending `nothing_like_it` jobs"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Items 2 and 3: drain, work_one, work_job
+
+#[tokio::test]
+async fn drain_runs_each_ready_job_once_and_counts_how_each_attempt_ended() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for action in ["ok", "retry", "snooze", "fail", "cancel", "panic", "ok"] {
+        let job = TtOutcome {
+            action: action.into(),
+        };
+        ids.push(job.enqueue(&db.pool).await.unwrap().id());
+    }
+    let later = TtOutcome {
+        action: "ok".into(),
+    }
+    .enqueue_with(
+        &db.pool,
+        &EnqueueOptions::new().delay(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap()
+    .id();
+
+    let report = drain(&db.pool, DrainOptions::new().queues(["tt-drain"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.completed,
+            report.retried,
+            report.snoozed,
+            report.failed,
+            report.cancelled
+        ),
+        (2, 2, 1, 1, 1),
+        "{report:#?}"
+    );
+    assert_eq!(report.ran(), 7);
+    assert_eq!(
+        report.attempts.iter().map(|a| a.id).collect::<Vec<_>>(),
+        ids,
+        "one at a time, by id"
+    );
+    let failures: Vec<(&str, bool)> = report
+        .failures()
+        .map(|a| (a.error.as_deref().unwrap(), a.panicked))
+        .collect();
+    assert_eq!(failures.len(), 3, "{failures:?}");
+    assert!(
+        failures[0]
+            .0
+            .starts_with("mail server busy (attempt 1 of 3; retry in ")
+    );
+    assert_eq!(failures[1], ("address rejected (permanent error)", false));
+    assert!(
+        failures[2]
+            .0
+            .starts_with("handler panicked: boom (attempt 1 of 3; retry in ")
+    );
+    assert!(failures[2].1, "the panic is reported as one");
+    let states: Vec<JobState> = {
+        let mut v = Vec::new();
+        for id in &ids {
+            v.push(row(&db, *id).await.state);
+        }
+        v
+    };
+    use JobState::*;
+    assert_eq!(
+        states,
+        [
+            Completed, Pending, Pending, Failed, Cancelled, Pending, Completed
+        ]
+    );
+    assert_eq!(row(&db, later).await.state, Pending, "scheduled for later");
+    assert_eq!(
+        row(&db, ids[0])
+            .await
+            .locked_by
+            .as_deref()
+            .map(|w| w.starts_with("mysqlq-testing:")),
+        Some(true)
+    );
+    // A second drain finds nothing ready: the retries wait for their backoff.
+    let again = drain(&db.pool, DrainOptions::new().queues(["tt-drain"]))
+        .await
+        .unwrap();
+    assert_eq!(again.ran(), 0);
+}
+
+#[tokio::test]
+async fn drain_with_scheduled_runs_delayed_jobs_and_retries_until_they_end() {
+    let db = TestDb::new().await;
+    let flaky = TtFlaky {}.enqueue(&db.pool).await.unwrap().id();
+    TtFlaky {}
+        .enqueue_with(
+            &db.pool,
+            &EnqueueOptions::new().delay(Duration::from_secs(24 * 3600)),
+        )
+        .await
+        .unwrap();
+    // Without: one attempt of the ready job.
+    let first = drain(&db.pool, DrainOptions::new().queues(["tt-flaky"]))
+        .await
+        .unwrap();
+    assert_eq!((first.retried, first.completed), (1, 0));
+    // With: the retry and the delayed job run now; the flaky one fails once more, then succeeds.
+    let report = drain(
+        &db.pool,
+        DrainOptions::new()
+            .queues(["tt-flaky"])
+            .with_scheduled(true),
+    )
+    .await
+    .unwrap();
+    // The flaky job's second and third attempts; the delayed one's three.
+    assert_eq!((report.retried, report.completed), (3, 2), "{report:#?}");
+    let r = row(&db, flaky).await;
+    assert_eq!((r.state, r.attempts), (JobState::Completed, 3));
+    let history = Admin::new(db.pool.clone()).attempts(flaky).await.unwrap();
+    assert_eq!(
+        history.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [2, 1],
+        "two failed attempts recorded, newest first"
+    );
+}
+
+#[tokio::test]
+async fn drain_with_recursion_runs_the_jobs_the_drained_jobs_enqueue() {
+    let db = TestDb::new().await;
+    TtChain { step: 1 }.enqueue(&db.pool).await.unwrap();
+    let report = drain(&db.pool, DrainOptions::new().queues(["tt-chain"]))
+        .await
+        .unwrap();
+    assert_eq!(report.completed, 1, "only what was there when it started");
+    assert_enqueued::<TtChain, _, _>(&db.pool, |j| j.step == 2).await;
+    let report = drain(
+        &db.pool,
+        DrainOptions::new()
+            .queues(["tt-chain"])
+            .with_recursion(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.completed, 2, "steps 2 and 3");
+    refute_enqueued_with(&db.pool, EnqueuedMatch::of::<TtChain>()).await;
+}
+
+/// Counts the attempts it wraps and the dead jobs it hears of.
+#[derive(Default)]
+struct Counting {
+    runs: AtomicU32,
+    dead: AtomicU32,
+}
+
+impl Hook for Counting {
+    fn around_run<'a>(&'a self, _job: &'a JobRun, next: Next<'a>) -> Next<'a> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        next
+    }
+
+    fn on_dead<'a>(
+        &'a self,
+        _job: &'a JobRun,
+        _error: &'a str,
+    ) -> mysqlq::hooks::BoxFuture<'a, ()> {
+        self.dead.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {})
+    }
+}
+
+#[tokio::test]
+async fn drain_hands_out_state_calls_hooks_and_keeps_the_timeout() {
+    let db = TestDb::new().await;
+    for _ in 0..3 {
+        TtCount {}.enqueue(&db.pool).await.unwrap();
+    }
+    let slow = TtSlow {}.enqueue(&db.pool).await.unwrap().id();
+    let hook = std::sync::Arc::new(Counting::default());
+    let runs = Runs::default();
+    let report = drain(
+        &db.pool,
+        DrainOptions::new()
+            .queues(["tt-state", "tt-slow"])
+            .state(runs.clone())
+            .hooks(Hooks::new().with_arc(hook.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.completed, report.retried), (3, 1), "{report:#?}");
+    let timed_out = &report.attempts[3];
+    assert_eq!(timed_out.id, slow);
+    assert!(timed_out.timed_out);
+    assert!(
+        timed_out
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("timed out after 100ms (attempt 1 of 2; retry in "),
+        "{timed_out:?}"
+    );
+    assert_eq!(
+        hook.runs.load(Ordering::SeqCst),
+        4,
+        "around_run around each attempt"
+    );
+    assert_eq!(runs.0.load(Ordering::SeqCst), 3, "each job got the state");
+    let report = drain(
+        &db.pool,
+        DrainOptions::new()
+            .queues(["tt-slow"])
+            .with_scheduled(true)
+            .hooks(Hooks::new().with_arc(hook.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.failed, 1, "the last attempt times out too");
+    assert_eq!(hook.dead.load(Ordering::SeqCst), 1, "on_dead heard of it");
+}
+
+#[tokio::test]
+async fn drain_state_reaches_the_jobs() {
+    let db = TestDb::new().await;
+    TtCount {}.enqueue(&db.pool).await.unwrap();
+    // Without the state the job fails for good, as in a worker started without it.
+    let report = drain(&db.pool, DrainOptions::new().queues(["tt-state"]))
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 1);
+    assert_eq!(
+        report.attempts[0].error.as_deref(),
+        Some("no Runs state (permanent error)")
+    );
+}
+
+#[tokio::test]
+async fn drain_without_safety_returns_the_first_error_and_panics_with_the_first_panic() {
+    let db = TestDb::new().await;
+    for action in ["snooze", "retry", "ok"] {
+        TtOutcome {
+            action: action.into(),
+        }
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    }
+    let err = drain(
+        &db.pool,
+        DrainOptions::new().queues(["tt-drain"]).with_safety(false),
+    )
+    .await
+    .unwrap_err();
+    let mysqlq::Error::JobFailed {
+        id,
+        kind,
+        attempt,
+        max_attempts,
+        error,
+    } = &err
+    else {
+        panic!("expected JobFailed, got {err:?}");
+    };
+    assert_eq!(
+        (kind.as_str(), *attempt, *max_attempts),
+        ("tt_outcome", 1, 3)
+    );
+    assert!(
+        error.starts_with("mail server busy (attempt 1 of 3; retry in "),
+        "{error}"
+    );
+    // Recorded first, as a worker records it; the snooze before it is no failure, and the drain
+    // stopped before the job after it.
+    let r = row(&db, *id).await;
+    assert_eq!((r.state, r.attempts), (JobState::Pending, 1));
+    assert_eq!(r.last_error.as_deref(), Some(error.as_str()));
+    assert!(err.to_string().starts_with(&format!(
+        "job {id} (`tt_outcome`) attempt 1 of 3 failed: mail server busy"
+    )));
+    assert_eq!(db.count("completed").await, 0);
+
+    let db = TestDb::new().await;
+    let panicking = TtOutcome {
+        action: "panic".into(),
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap()
+    .id();
+    let pool = db.pool.clone();
+    let msg = panic_of(async move {
+        let _ = drain(
+            &pool,
+            DrainOptions::new().queues(["tt-drain"]).with_safety(false),
+        )
+        .await;
+    })
+    .await;
+    assert!(
+        msg.starts_with(&format!(
+            "job {panicking} (`tt_outcome`) attempt 1 of 3 panicked: handler panicked: boom"
+        )),
+        "{msg}"
+    );
+    assert_eq!(row(&db, panicking).await.attempts, 1);
+}
+
+#[tokio::test]
+async fn drain_keeps_paused_queues_ordering_keys_and_its_limit() {
+    let db = TestDb::new().await;
+    let admin = Admin::new(db.pool.clone());
+    // A paused queue is not drained.
+    let paused = TtNote { n: 1 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().queue("tt-paused"))
+        .await
+        .unwrap()
+        .id();
+    admin.pause("tt-paused").await.unwrap();
+    let report = drain(&db.pool, DrainOptions::new().queues(["tt-paused"]))
+        .await
+        .unwrap();
+    assert_eq!(report.ran(), 0);
+    assert_eq!(row(&db, paused).await.state, JobState::Pending);
+
+    // Jobs sharing an ordering key run in order: the second waits for the first's retry.
+    let keyed = EnqueueOptions::new()
+        .queue("tt-ordered")
+        .ordering_key("customer-7");
+    let first = TtOutcome {
+        action: "retry".into(),
+    }
+    .enqueue_with(&db.pool, &keyed)
+    .await
+    .unwrap()
+    .id();
+    let second = TtOutcome {
+        action: "ok".into(),
+    }
+    .enqueue_with(&db.pool, &keyed)
+    .await
+    .unwrap()
+    .id();
+    let report = drain(&db.pool, DrainOptions::new().queues(["tt-ordered"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.attempts.iter().map(|a| a.id).collect::<Vec<_>>(),
+        [first]
+    );
+    assert_eq!(row(&db, second).await.state, JobState::Pending);
+
+    // A job that snoozes forever ends the drain at its limit, with an error saying so.
+    TtOutcome {
+        action: "snooze0".into(),
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap();
+    let err = drain(
+        &db.pool,
+        DrainOptions::new()
+            .queues(["tt-drain"])
+            .with_scheduled(true)
+            .limit(5),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("ran 5 attempts and jobs are still left"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_operators_cancel_reaches_a_drained_job_while_it_runs() {
+    let db = TestDb::new().await;
+    let id = TtUntilCancelled {}.enqueue(&db.pool).await.unwrap().id();
+    let pool = db.pool.clone();
+    let drained =
+        tokio::spawn(async move { drain(&pool, DrainOptions::new().queues(["tt-cancel"])).await });
+    db.wait_for(
+        "the job runs",
+        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {id} AND status = 'processing'"),
+        Duration::from_secs(30),
+    )
+    .await;
+    Admin::new(db.pool.clone())
+        .cancel(
+            JobSelection::Ids(&[id]),
+            "tester",
+            Some("not needed"),
+            |_| {},
+        )
+        .await
+        .unwrap();
+    let report = drained.await.unwrap().unwrap();
+    assert_eq!(report.cancelled, 1, "{report:#?}");
+    assert_eq!(report.attempts[0].outcome, Outcome::Cancelled);
+    let r = row(&db, id).await;
+    assert_eq!(r.state, JobState::Cancelled);
+    assert_eq!(r.cancelled_by.as_deref(), Some("tester"));
+}
+
+#[tokio::test]
+async fn work_one_runs_one_job_now_and_returns_its_outcome_and_row() {
+    let db = TestDb::new().await;
+    let first = work_one(&db.pool, TtFlaky {}, WorkOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(first.outcome, Outcome::Retried);
+    assert_eq!(
+        (first.row.state, first.row.attempts),
+        (JobState::Pending, 1)
+    );
+    let error = first.row.last_error.clone().unwrap();
+    assert!(
+        error.starts_with("not yet (attempt 1 of 4; retry in "),
+        "{error}"
+    );
+    assert_eq!(first.attempt.error.as_deref(), Some(error.as_str()));
+    assert!(
+        first.row.available_at > first.row.read_at,
+        "after its backoff"
+    );
+    assert_eq!(first.history.len(), 1);
+    assert_eq!(first.history[0].error, error);
+
+    // The next attempts, now, whatever the backoff says.
+    let second = work_job(&db.pool, first.id, WorkOptions::new())
+        .await
+        .unwrap();
+    assert_eq!((second.outcome, second.row.attempts), (Outcome::Retried, 2));
+    let third = work_job(&db.pool, first.id, WorkOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(third.outcome, Outcome::Completed);
+    assert_eq!(
+        (third.row.state, third.row.attempts),
+        (JobState::Completed, 3)
+    );
+    assert_eq!(third.attempt.error, None);
+    assert_eq!(third.history.len(), 2);
+    let err = work_job(&db.pool, first.id, WorkOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("invalid job: job {} is completed, not pending", first.id)
+    );
+    let err = work_job(&db.pool, mysqlq::JobId(999_999), WorkOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "invalid job: there is no job 999999");
+
+    // Enqueue options, state, and a delayed job run now.
+    let options = WorkOptions::new().state(Mailer::default()).enqueue_options(
+        EnqueueOptions::new()
+            .delay(Duration::from_secs(3600))
+            .max_attempts(1)
+            .meta("tenant", json!("acme")),
+    );
+    let worked = work_one(&db.pool, TtWelcome { to: "d@x".into() }, options)
+        .await
+        .unwrap();
+    assert_eq!(worked.outcome, Outcome::Completed);
+    assert_eq!(
+        worked.row.meta,
+        Some(json!({"tenant": "acme", "sent": true})),
+        "the handler's meta write landed on the row"
+    );
+    // Its last attempt: a retryable error fails the job.
+    let worked = work_one(
+        &db.pool,
+        TtOutcome {
+            action: "retry".into(),
+        },
+        WorkOptions::new().enqueue_options(EnqueueOptions::new().max_attempts(1)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(worked.outcome, Outcome::Failed);
+    assert_eq!(
+        worked.row.last_error.as_deref(),
+        Some("mail server busy (attempt 1 of 1; no attempts left)")
+    );
+}
+
+#[tokio::test]
+async fn work_one_shows_what_the_worker_records_for_a_timeout_and_propagates_without_safety() {
+    let db = TestDb::new().await;
+    let worked = work_one(&db.pool, TtSlow {}, WorkOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(worked.outcome, Outcome::Retried);
+    assert!(worked.attempt.timed_out);
+    assert!(
+        worked
+            .row
+            .last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("timed out after 100ms (attempt 1 of 2; retry in "),
+        "{worked:?}"
+    );
+    let err = work_job(&db.pool, worked.id, WorkOptions::new().with_safety(false))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "job {} (`tt_slow`) attempt 2 of 2 failed: timed out after 100ms (attempt 2 of 2; \
+             no attempts left)",
+            worked.id
+        )),
+        "{err}"
+    );
+    assert_eq!(row(&db, worked.id).await.state, JobState::Failed);
+    // A job of a kind the worker does not know: recorded as a worker records it.
+    let unknown = work_one(
+        &db.pool,
+        TtNote { n: 1 },
+        WorkOptions::new().registry(Registry::new().register::<TtSlow>().unwrap()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(unknown.outcome, Outcome::Retried);
+    assert!(
+        unknown
+            .row
+            .last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("unknown job kind `tt_note` on queue `tt-notes`"),
+        "{unknown:?}"
     );
 }

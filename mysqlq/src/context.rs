@@ -57,6 +57,11 @@ impl Extensions {
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.map.get(&TypeId::of::<T>())?.downcast_ref()
     }
+
+    /// Stores every value of `other`, replacing values of the same types.
+    pub(crate) fn extend(&mut self, other: Extensions) {
+        self.map.extend(other.map);
+    }
 }
 
 impl fmt::Debug for Extensions {

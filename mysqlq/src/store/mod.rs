@@ -96,7 +96,7 @@ pub use relay::{
     job_relay_counts, job_relay_inspect, job_take,
 };
 pub use sql::{datetime_utc, micros};
-pub use testing::job_list_pending;
+pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id};
 pub use workers::{
     WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup, worker_stopped,
 };

@@ -164,7 +164,8 @@ impl TestContext {
 /// own outcome (a timeout is retried as "timed out after …"; a shutdown hands the job back; an
 /// operator's cancel stands); what a handler returns after a cancel is not written. So test
 /// with this handle what the handler does when it notices (it stops between two steps, it
-/// keeps a checkpoint).
+/// keeps a checkpoint), and what the worker records with
+/// [`work_one`](super::work_one) and a short [`job_timeout`](super::WorkOptions::job_timeout).
 ///
 /// ```
 /// use std::time::Duration;

@@ -11,17 +11,33 @@
 //!   queue, priority, schedule window, meta, arguments, keys, through [`EnqueuedMatch`]). They
 //!   read through your test's own transaction, so jobs it enqueued and will roll back are seen.
 //!   Their panic messages list what was found.
+//! - **Running jobs in an integration test**: [`drain`] runs the available jobs one at a time
+//!   through the worker's own executor and outcome writes (claim with a token, timeout, panic
+//!   capture, retry decision, attempt history, hooks), optionally also the jobs they enqueue
+//!   and the scheduled ones; [`work_one`] enqueues one job and runs it now, [`work_job`] runs
+//!   a job already enqueued. They leave exactly the rows a worker leaves.
+//! - **A fresh database per test**: `#[sqlx::test]` creates one per test on MySQL; one line,
+//!   [`mysqlq::migrate(&pool)`](crate::migrate), adds mysqlq's tables (see `docs/testing.md`).
+//!
+//! A guide with every case (state and attempts, the retry path, a rolled-back transaction, a
+//! chain of jobs, cancel and timeout) is `docs/testing.md` in the repository.
 
 mod assert;
 mod context;
+mod drain;
 mod matching;
+mod options;
+mod work;
 
 pub use assert::{
     assert_enqueued, assert_enqueued_with, enqueued, enqueued_with, refute_enqueued,
     refute_enqueued_with,
 };
 pub use context::{CancelHandle, TestContext};
+pub use drain::{Attempted, DrainReport, Outcome, drain};
 pub use matching::EnqueuedMatch;
+pub use options::{DrainOptions, WorkOptions};
+pub use work::{WorkedJob, work_job, work_one};
 
 use crate::{EnqueueOptions, Job, JobContext, JobError, JobRegistration, NewJob};
 
@@ -54,7 +70,7 @@ pub async fn run_inline<J: Job>(job: J) -> Result<(), JobError> {
 /// The job goes the way a worker sees it: it is checked and serialised as an enqueue does it
 /// (payload size, keys), and the handler runs on the value decoded from that JSON by the same
 /// decoder a worker uses. A panic in the handler is not caught: it fails the test where it
-/// happened. (A worker catches it and records a retry.)
+/// happened. (A worker catches it and records a retry; [`work_one`] shows that.)
 ///
 /// # Panics
 /// When the job cannot be enqueued as it is (its payload does not serialise, is too large, or
