@@ -978,3 +978,248 @@ async fn work_one_shows_what_the_worker_records_for_a_timeout_and_propagates_wit
         "{unknown:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Done when: drain and work_one record attempts exactly as the worker does
+
+/// A permanent error on the first attempt.
+#[mysqlq::job(queue = "tt-compare", retries = 1, name = "tt_cmp_fail")]
+async fn tt_cmp_fail(n: u32) -> Result<(), JobError> {
+    Err(JobError::fail(format!("bad input {n}")))
+}
+
+/// Retried after its first attempt, failed after its second.
+#[mysqlq::job(
+    queue = "tt-compare",
+    retries = 1,
+    backoff = "2h",
+    name = "tt_cmp_retry"
+)]
+async fn tt_cmp_retry(n: u32) -> Result<(), JobError> {
+    Err(JobError::retry(format!("busy {n}")))
+}
+
+/// Panics on its only attempt.
+#[mysqlq::job(queue = "tt-compare", retries = 0, name = "tt_cmp_panic")]
+async fn tt_cmp_panic(n: u32) -> Result<(), JobError> {
+    panic!("boom {n}")
+}
+
+/// Times out on its only attempt.
+#[mysqlq::job(
+    queue = "tt-compare",
+    retries = 0,
+    timeout = "100ms",
+    name = "tt_cmp_slow"
+)]
+async fn tt_cmp_slow(n: u32) -> Result<(), JobError> {
+    tokio::time::sleep(Duration::from_secs(30 + u64::from(n))).await;
+    Ok(())
+}
+
+/// Snoozes, writing its meta first.
+#[mysqlq::job(queue = "tt-compare", name = "tt_cmp_snooze")]
+async fn tt_cmp_snooze(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    ctx.set_meta("seen", n).await?;
+    Err(JobError::snooze(Duration::from_secs(7200)))
+}
+
+/// Completes.
+#[mysqlq::job(queue = "tt-compare", name = "tt_cmp_ok")]
+async fn tt_cmp_ok(n: u32) -> Result<(), JobError> {
+    let _ = n;
+    Ok(())
+}
+
+/// Enqueues one job of each comparison kind; returns their ids.
+async fn enqueue_comparison_set(db: &TestDb) -> Vec<mysqlq::JobId> {
+    let mut ids = Vec::new();
+    ids.push(TtCmpFail { n: 1 }.enqueue(&db.pool).await.unwrap().id());
+    ids.push(TtCmpRetry { n: 1 }.enqueue(&db.pool).await.unwrap().id());
+    ids.push(TtCmpPanic { n: 1 }.enqueue(&db.pool).await.unwrap().id());
+    ids.push(TtCmpSlow { n: 1 }.enqueue(&db.pool).await.unwrap().id());
+    ids.push(TtCmpSnooze { n: 1 }.enqueue(&db.pool).await.unwrap().id());
+    ids.push(TtCmpOk { n: 1 }.enqueue(&db.pool).await.unwrap().id());
+    ids
+}
+
+/// Every column of the job's row and of its attempt history, as text, with what must differ
+/// between two runs blanked: ids, times (kept as set or not set, and as past or future for
+/// `available_at`), claim tokens (kept as set or not), and the jittered delay of a retry in
+/// its message.
+async fn comparable(db: &TestDb, id: mysqlq::JobId) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (table, key) in [("job_queue", "id"), ("mysqlq_job_attempt", "job_id")] {
+        let columns: Vec<(String, String)> = sqlx::query_as(
+            "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position",
+        )
+        .bind(table)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        let exprs: Vec<String> = columns
+            .iter()
+            .map(|(c, ty)| match (c.as_str(), ty.as_str()) {
+                ("id" | "job_id", _) => "''".to_owned(),
+                ("available_at", _) => {
+                    format!("CASE WHEN `{c}` > UTC_TIMESTAMP(6) THEN 'future' ELSE 'past' END")
+                }
+                ("claim_token", _) | (_, "datetime" | "timestamp") => {
+                    format!("IF(`{c}` IS NULL, 'null', 'set')")
+                }
+                _ => format!("IFNULL(CAST(`{c}` AS CHAR), 'null')"),
+            })
+            .collect();
+        let sql = format!(
+            "SELECT CONCAT_WS('\\t', {}) FROM {table} WHERE {key} = ? ORDER BY 1",
+            exprs.join(", ")
+        );
+        let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(id.0)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+        let names: Vec<&str> = columns.iter().map(|(c, _)| c.as_str()).collect();
+        for (i, r) in rows.iter().enumerate() {
+            for (name, value) in names.iter().zip(r.split('\t')) {
+                let value = match value.find("; retry in ") {
+                    Some(at) => format!("{}; retry in …", &value[..at]),
+                    None => value.to_owned(),
+                };
+                let value = if *name == "error_bytes" && r.contains("; retry in ") {
+                    "(jittered)".to_owned()
+                } else {
+                    value
+                };
+                out.push((format!("{table}[{i}].{name}"), value));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn drain_and_work_one_leave_the_rows_a_worker_leaves() {
+    let db = TestDb::new().await;
+    let registry = Registry::new()
+        .register::<TtCmpFail>()
+        .and_then(|r| r.register::<TtCmpRetry>())
+        .and_then(|r| r.register::<TtCmpPanic>())
+        .and_then(|r| r.register::<TtCmpSlow>())
+        .and_then(|r| r.register::<TtCmpSnooze>())
+        .and_then(|r| r.register::<TtCmpOk>())
+        .unwrap();
+
+    // A real worker runs one of each, first attempts only (the retry and the snooze are due in
+    // hours).
+    let by_worker = enqueue_comparison_set(&db).await;
+    let worker = mysqlq::Worker::builder(db.pool.clone())
+        .registry(registry.clone())
+        .queues(["tt-compare"])
+        .worker_id("tt-compare-worker")
+        .poll_interval(Duration::from_millis(5), Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    let mut ended = std::collections::HashSet::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while ended.len() < by_worker.len() {
+            match events.recv().await.unwrap() {
+                mysqlq::WorkerEvent::Completed { id }
+                | mysqlq::WorkerEvent::Recorded { id, .. } => {
+                    ended.insert(id);
+                }
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the worker ran every job");
+    worker.shutdown().await.unwrap();
+
+    // The same jobs, drained.
+    let by_drain = enqueue_comparison_set(&db).await;
+    let report = drain(
+        &db.pool,
+        DrainOptions::new()
+            .queues(["tt-compare"])
+            .registry(registry.clone())
+            .worker_id("tt-compare-worker"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.ran(), by_drain.len(), "{report:#?}");
+    // And each worked on its own.
+    let by_work_one = [
+        work_one(&db.pool, TtCmpFail { n: 1 }, opts(&registry)).await,
+        work_one(&db.pool, TtCmpRetry { n: 1 }, opts(&registry)).await,
+        work_one(&db.pool, TtCmpPanic { n: 1 }, opts(&registry)).await,
+        work_one(&db.pool, TtCmpSlow { n: 1 }, opts(&registry)).await,
+        work_one(&db.pool, TtCmpSnooze { n: 1 }, opts(&registry)).await,
+        work_one(&db.pool, TtCmpOk { n: 1 }, opts(&registry)).await,
+    ]
+    .map(|w| w.unwrap().id);
+
+    for (i, ((w, d), o)) in by_worker
+        .iter()
+        .zip(&by_drain)
+        .zip(&by_work_one)
+        .enumerate()
+    {
+        let worker_rows = comparable(&db, *w).await;
+        assert!(worker_rows.len() > 20, "{worker_rows:?}");
+        assert_eq!(
+            worker_rows,
+            comparable(&db, *d).await,
+            "job {i}: worker vs drain"
+        );
+        assert_eq!(
+            worker_rows,
+            comparable(&db, *o).await,
+            "job {i}: worker vs work_one"
+        );
+    }
+    // The second attempt of the retried job, too: a worker's after the backoff is cut short,
+    // work_job's now.
+    let due_now = |id: mysqlq::JobId| {
+        sqlx::query("UPDATE job_queue SET available_at = UTC_TIMESTAMP(6) WHERE id = ?")
+            .bind(id.0)
+            .execute(&db.pool)
+    };
+    due_now(by_worker[1]).await.unwrap();
+    let worker = mysqlq::Worker::builder(db.pool.clone())
+        .registry(registry.clone())
+        .queues(["tt-compare"])
+        .worker_id("tt-compare-worker")
+        .poll_interval(Duration::from_millis(5), Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the worker's second attempt",
+        &format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {} AND status = 'failed'",
+            by_worker[1]
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    due_now(by_work_one[1]).await.unwrap();
+    work_job(&db.pool, by_work_one[1], opts(&registry))
+        .await
+        .unwrap();
+    assert_eq!(
+        comparable(&db, by_worker[1]).await,
+        comparable(&db, by_work_one[1]).await,
+        "the retried job's second and last attempt"
+    );
+}
+
+fn opts(registry: &Registry) -> WorkOptions {
+    WorkOptions::new()
+        .registry(registry.clone())
+        .worker_id("tt-compare-worker")
+}
