@@ -49,6 +49,14 @@ use crate::{CancelReason, Job, JobContext, JobId, Meta};
 /// # }
 /// ```
 ///
+/// It is built for a job type, whose kind, queue and attempts it takes: a type that is not a
+/// [`Job`] does not compile.
+///
+/// ```compile_fail
+/// struct NotAJob;
+/// let _ = mysqlq::testing::TestContext::new::<NotAJob>(); // error: `Job` is not implemented
+/// ```
+///
 /// [`WorkerBuilder::state`]: crate::WorkerBuilder::state
 #[derive(Debug, Clone)]
 #[must_use = "a TestContext does nothing until `build`"]
