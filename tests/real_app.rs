@@ -25,10 +25,7 @@ fn app_dir() -> PathBuf {
 fn app_bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .parent()
-            .expect("the target directory")
-            .join("outside-app");
+        let target = app_target();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let out = Command::new(cargo)
             .args(["build", "--quiet", "--manifest-path"])
@@ -48,6 +45,14 @@ fn app_bin(name: &str) -> PathBuf {
         target.join("debug")
     });
     dir.join(name)
+}
+
+/// The target directory of `tests/outside-app`: its own, as a user's crate has.
+fn app_target() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory")
+        .join("outside-app")
 }
 
 fn run(bin: &Path, url: Option<&str>, args: &[&str]) -> Output {
@@ -407,4 +412,41 @@ async fn the_sweep_drops_only_databases_of_dead_processes_that_are_old_enough() 
         db.exec(&format!("DROP DATABASE `{name}`")).await;
     }
     let _ = admin.close().await;
+}
+
+/// The application's own tests (`tests/outside-app/tests/testing.rs`, issue 29): a handler
+/// unit-tested with the state its worker gives it, what sign-up enqueues inside a rolled-back
+/// transaction, `drain` and `work_one` with the app's state, each on a database of its own from
+/// `#[sqlx::test]` and `mysqlq::migrate`, through mysqlq's public API only. `DATABASE_URL`
+/// names this test's database, where sqlx keeps its list of the databases it creates.
+#[tokio::test]
+async fn the_apps_own_tests_use_mysqlq_testing_with_a_database_per_test_from_sqlx_test() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let out = tokio::task::spawn_blocking(move || {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        Command::new(cargo)
+            .args(["test", "--manifest-path"])
+            .arg(app_dir().join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(app_target())
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUST_LOG")
+            .env("DATABASE_URL", url)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cargo test for tests/outside-app")
+    })
+    .await
+    .expect("cargo test for tests/outside-app");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("test result: ok. 4 passed; 0 failed"),
+        "{stdout}\n{stderr}"
+    );
+    // sqlx dropped the databases of the tests that passed.
+    let left = db.scalar("SELECT COUNT(*) FROM _sqlx_test_databases").await;
+    assert_eq!(left, 0, "{stderr}");
 }

@@ -35,7 +35,7 @@ use crate::server::error_chain;
 mod checks;
 mod scenario;
 
-pub use scenario::{Options, Round, Summary, run_once, run_once_with, run_round};
+pub use scenario::{Options, Round, Summary, create_schema, run_once, run_once_with, run_round};
 
 /// The queue of [`ExpireReservation`].
 pub const QUEUE: &str = "inventory";

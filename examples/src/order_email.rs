@@ -26,7 +26,7 @@ mod fake_mail;
 mod scenario;
 
 pub use fake_mail::{Delivery, FakeMailServer, Faults, MailStats};
-pub use scenario::{Options, Round, Summary, run_once, run_once_with, run_round};
+pub use scenario::{Options, Round, Summary, create_schema, run_once, run_once_with, run_round};
 
 /// The queue of [`SendOrderEmail`].
 pub const QUEUE: &str = "order-email";

@@ -45,7 +45,7 @@ mod fake_api;
 mod scenario;
 
 pub use fake_api::{ApiStats, FakePlaceApi};
-pub use scenario::{Options, Summary, keep_running, run_once, run_once_with};
+pub use scenario::{Options, Summary, create_places, keep_running, run_once, run_once_with};
 
 /// The queue of [`RefreshPlace`] (the consumers').
 pub const QUEUE: &str = "refresh";

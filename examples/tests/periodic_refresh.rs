@@ -56,3 +56,84 @@ async fn round(redis_url: Option<String>) {
     assert!(summary.poisoned_failed >= 1, "{summary}");
     assert!(summary.to_string().ends_with("— OK"), "{summary}");
 }
+
+/// With `mysqlq::testing`: the producer enqueues one refresh per active place (deduplicated by
+/// place); drained with the example's state, the poisoned place fails after its retries and the
+/// others are refreshed.
+#[tokio::test]
+async fn the_producer_and_the_refreshes_through_the_testing_helpers() {
+    use std::sync::Arc;
+
+    use mysqlq::testing::{
+        DrainOptions, EnqueuedMatch, assert_enqueued, drain, enqueued_with, refute_enqueued,
+    };
+    use mysqlq_examples::periodic_refresh::{
+        FakePlaceApi, PRODUCER_QUEUE, ProduceRefreshes, ProducerStats, QUEUE, RefreshPlace,
+        RefreshState,
+    };
+    use mysqlq_examples::server::{drop_database, fresh_database, unique_database, url_or_local};
+
+    let url = url_or_local();
+    let name = unique_database("refresh_testing");
+    let result: Result<(), Box<dyn std::error::Error>> = async {
+        let pool = fresh_database(&url, &name, 10).await?;
+        periodic_refresh::create_places(&pool, 4, 3).await?;
+        let api = FakePlaceApi::start(2).await?;
+        let state = RefreshState {
+            api: api.addr(),
+            verbose: false,
+            producer: Arc::new(ProducerStats::default()),
+            redis: None,
+        };
+        // Two ticks: the second finds every place's job still queued.
+        for _ in 0..2 {
+            ProduceRefreshes {}.enqueue(&pool).await?;
+        }
+        let report = drain(
+            &pool,
+            DrainOptions::new()
+                .queues([PRODUCER_QUEUE])
+                .state(state.clone()),
+        )
+        .await?;
+        assert_eq!(report.completed, 2, "{report:?}");
+        for place in 1..=3 {
+            assert_enqueued::<RefreshPlace, _, _>(&pool, |j| j.place_id == place).await;
+        }
+        refute_enqueued::<RefreshPlace, _, _>(&pool, |j| j.place_id == 4).await;
+        let queued = enqueued_with(&pool, &EnqueuedMatch::of::<RefreshPlace>()).await?;
+        assert_eq!(queued.len(), 3, "one per active place");
+
+        let report = drain(
+            &pool,
+            DrainOptions::new()
+                .queues([QUEUE])
+                .state(state)
+                .with_scheduled(true),
+        )
+        .await?;
+        assert_eq!((report.completed, report.failed), (2, 1), "{report:?}");
+        let failed = report
+            .attempts
+            .iter()
+            .find(|a| a.outcome == mysqlq::testing::Outcome::Failed);
+        let error = failed.and_then(|a| a.error.clone()).unwrap_or_default();
+        assert!(
+            error.starts_with("place API unavailable: HTTP 500"),
+            "{error}"
+        );
+        assert!(
+            error.ends_with("(attempt 4 of 4; no attempts left)"),
+            "{error}"
+        );
+        let refreshed: Vec<u64> =
+            sqlx::query_scalar("SELECT id FROM place WHERE refresh_count = 1 ORDER BY id")
+                .fetch_all(&pool)
+                .await?;
+        assert_eq!(refreshed, [1, 3]);
+        Ok(())
+    }
+    .await;
+    let _ = drop_database(&url, &name).await;
+    result.unwrap();
+}

@@ -57,6 +57,11 @@ impl Extensions {
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.map.get(&TypeId::of::<T>())?.downcast_ref()
     }
+
+    /// Stores every value of `other`, replacing values of the same types.
+    pub(crate) fn extend(&mut self, other: Extensions) {
+        self.map.extend(other.map);
+    }
 }
 
 impl fmt::Debug for Extensions {
@@ -260,7 +265,8 @@ impl JobContext {
     /// runs, and kept for later attempts (a checkpoint). Refused when the meta would exceed
     /// [`MAX_META_BYTES`](crate::MAX_META_BYTES). When the claim was lost (another worker may
     /// own the job) nothing is written, the context is cancelled and an error says so. Without
-    /// a worker ([`JobContext::detached`]) only the in-memory meta changes.
+    /// a worker ([`JobContext::detached`], [`crate::testing::TestContext`]) only the in-memory meta
+    /// changes.
     pub async fn set_meta(
         &self,
         key: &str,
@@ -274,7 +280,11 @@ impl JobContext {
         let mut next = self.meta();
         next.insert(key.to_owned(), value);
         let text = crate::meta::meta_json(&self.inner.kind, &next)?;
-        if let Some(pool) = &self.inner.pool {
+        // A context without a claim (detached, `mysqlq::testing::TestContext`) owns no row, even
+        // when it was given a pool for the handler's own queries.
+        if let Some(pool) = &self.inner.pool
+            && !self.inner.claim_token.is_empty()
+        {
             let owned = crate::store::Owned {
                 id: self.inner.id,
                 token: self.inner.claim_token.clone(),

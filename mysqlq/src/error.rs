@@ -82,6 +82,22 @@ pub enum Error {
     /// Worker settings do not fit together.
     #[error("invalid worker configuration: {0}")]
     Config(String),
+    /// A job that [`mysqlq::testing`](crate::testing) ran with
+    /// [`with_safety(false)`](crate::testing::WorkOptions::with_safety) returned an error or
+    /// timed out (its outcome was recorded first, as a worker records it).
+    #[error("job {id} (`{kind}`) attempt {attempt} of {max_attempts} failed: {error}")]
+    JobFailed {
+        /// The job.
+        id: crate::JobId,
+        /// Its kind name.
+        kind: String,
+        /// The attempt that failed.
+        attempt: u32,
+        /// Attempts allowed.
+        max_attempts: u32,
+        /// The error as recorded (`last_error`).
+        error: String,
+    },
     /// Redis (the Redis Streams transport, feature `redis`) refused a command or could not be
     /// reached.
     #[cfg(feature = "redis")]

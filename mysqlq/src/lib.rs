@@ -60,6 +60,9 @@
 //! - **Redis Streams transport** (cargo feature `redis`, module `redis`): a relay moves committed
 //!   jobs into `mysqlq:<queue>` streams, workers read them with the consumer group `mysqlq`; MySQL
 //!   stays the source of truth (`WorkerBuilder::redis`, `docs/redis.md`).
+//! - **Testing** ([`testing`], `docs/testing.md`): a handler's context for unit tests
+//!   ([`testing::TestContext`]), assertions on what was enqueued inside the test's transaction,
+//!   and [`testing::drain`] / [`testing::work_one`], which run jobs through the worker's own path.
 //!
 //! The schema, the state machine and every guarding statement, with each feature's SQL and
 //! limits, are documented in `docs/` of the repository (`docs/schema.md`,

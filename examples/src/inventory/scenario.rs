@@ -583,7 +583,10 @@ pub async fn run_round(url: &str, options: &Options) -> Result<Round, String> {
     })
 }
 
-async fn create_schema(pool: &MySqlPool, options: &Options) -> Result<(), String> {
+/// Creates the example's tables (units, reservations, the ledger, stock per SKU) and stocks
+/// [`RUSH_SKU`] (`options.rush_units`, no backlog), [`MUG_SKU`] (20, backlog 10) and [`CAP_SKU`]
+/// (10, no backlog).
+pub async fn create_schema(pool: &MySqlPool, options: &Options) -> Result<(), String> {
     let statements = [
         // One row per sellable unit; the composite primary key is the reservation's index.
         "CREATE TABLE inventory_unit (\

@@ -205,17 +205,7 @@ pub async fn run_round(url: &str, options: &Options) -> Result<Round, String> {
         Worker::recommended_pool_size(options.concurrency) + 2,
     )
     .await?;
-    sqlx::query(
-        "CREATE TABLE orders (\
-           id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-           customer_email VARCHAR(255) NOT NULL, \
-           total_cents BIGINT NOT NULL, \
-           created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)\
-         ) ENGINE = InnoDB",
-    )
-    .execute(&pool)
-    .await
-    .map_err(|e| format!("cannot create the orders table: {e}"))?;
+    create_schema(&pool).await?;
     say(format!(
         "database `{}` recreated, mysqlq schema v{} applied, table `orders` created",
         options.database,
@@ -312,4 +302,20 @@ pub async fn run_round(url: &str, options: &Options) -> Result<Round, String> {
         worker,
         mail,
     })
+}
+
+/// Creates the example's `orders` table (its jobs' table comes from `mysqlq::migrate`).
+pub async fn create_schema(pool: &MySqlPool) -> Result<(), String> {
+    sqlx::query(
+        "CREATE TABLE orders (\
+           id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+           customer_email VARCHAR(255) NOT NULL, \
+           total_cents BIGINT NOT NULL, \
+           created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)\
+         ) ENGINE = InnoDB",
+    )
+    .execute(pool)
+    .await
+    .map(drop)
+    .map_err(|e| format!("cannot create the orders table: {e}"))
 }

@@ -192,29 +192,8 @@ pub async fn run_once_with(url: &str, options: &Options) -> Result<Summary, Stri
         3 * Worker::recommended_pool_size(options.concurrency),
     )
     .await?;
-    sqlx::query(
-        "CREATE TABLE place (\
-           id BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
-           name VARCHAR(100) NOT NULL, \
-           active TINYINT(1) NOT NULL, \
-           population BIGINT NULL, \
-           refresh_count INT UNSIGNED NOT NULL DEFAULT 0, \
-           refreshed_at DATETIME(6) NULL\
-         ) ENGINE = InnoDB",
-    )
-    .execute(&pool)
-    .await
-    .map_err(|e| format!("cannot create the place table: {e}"))?;
     let active_count = options.places - options.inactive;
-    for id in 1..=options.places {
-        sqlx::query("INSERT INTO place (id, name, active) VALUES (?, ?, ?)")
-            .bind(id)
-            .bind(format!("place {id}"))
-            .bind(id <= active_count)
-            .execute(&pool)
-            .await
-            .map_err(|e| format!("cannot insert a place: {e}"))?;
-    }
+    create_places(&pool, options.places, active_count).await?;
     say(format!(
         "database `{}` recreated, mysqlq schema v{} applied; {} places, {active_count} active, place {} poisoned",
         options.database,
@@ -593,4 +572,32 @@ async fn delete_streams(url: &str, redis: &mysqlq::redis::Redis) {
         let keys = [redis.stream_key(QUEUE), redis.stream_key(PRODUCER_QUEUE)];
         let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&keys).query_async(&mut c).await;
     }
+}
+
+/// Creates the example's `place` table with places `1..=places`, the first `active` of them
+/// active.
+pub async fn create_places(pool: &sqlx::MySqlPool, places: u64, active: u64) -> Result<(), String> {
+    sqlx::query(
+        "CREATE TABLE place (\
+           id BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
+           name VARCHAR(100) NOT NULL, \
+           active TINYINT(1) NOT NULL, \
+           population BIGINT NULL, \
+           refresh_count INT UNSIGNED NOT NULL DEFAULT 0, \
+           refreshed_at DATETIME(6) NULL\
+         ) ENGINE = InnoDB",
+    )
+    .execute(pool)
+    .await
+    .map_err(|e| format!("cannot create the place table: {e}"))?;
+    for id in 1..=places {
+        sqlx::query("INSERT INTO place (id, name, active) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(format!("place {id}"))
+            .bind(id <= active)
+            .execute(pool)
+            .await
+            .map_err(|e| format!("cannot insert a place: {e}"))?;
+    }
+    Ok(())
 }

@@ -49,23 +49,31 @@ pub struct ClaimParams<'a> {
     pub lease: Duration,
 }
 
+/// The columns a claim reads (decoded by [`claimed_job`], keys for [`admission::admit`]).
+pub(super) const CLAIM_COLUMNS: &str = "j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
+                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, \
+                TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us";
+
+/// What keeps a `pending` job `j` from being claimed beside its queue being paused: an earlier
+/// unfinished job of its ordering key (or one running), or its concurrency key at its limit.
+/// Decided again, strictly, by [`admission::admit`].
+pub(super) const KEY_GATES: &str = "(j.ordering_key IS NULL OR NOT EXISTS ( \
+                 SELECT 1 FROM job_queue o WHERE o.ordering_key = j.ordering_key AND o.id <> j.id \
+                 AND (o.status = 'processing' OR (o.status = 'pending' AND o.id < j.id)))) \
+           AND (j.concurrency_key IS NULL OR ( \
+                 SELECT COUNT(*) FROM job_queue c \
+                 WHERE c.concurrency_key = j.concurrency_key AND c.status = 'processing') < j.concurrency_limit)";
+
 /// The claim SELECT. The queue name (validated: letters, digits, `_-.:`) appears in the tag so a
 /// DBA can attribute load per queue; every value is bound.
 fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
-         SELECT j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, \
-                TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
+         SELECT {CLAIM_COLUMNS} \
          FROM job_queue j \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
-           AND (j.ordering_key IS NULL OR NOT EXISTS ( \
-                 SELECT 1 FROM job_queue o WHERE o.ordering_key = j.ordering_key AND o.id <> j.id \
-                 AND (o.status = 'processing' OR (o.status = 'pending' AND o.id < j.id)))) \
-           AND (j.concurrency_key IS NULL OR ( \
-                 SELECT COUNT(*) FROM job_queue c \
-                 WHERE c.concurrency_key = j.concurrency_key AND c.status = 'processing') < j.concurrency_limit) \
+           AND {KEY_GATES} \
          ORDER BY j.priority, j.available_at, j.id \
          LIMIT ? OFFSET ? \
          FOR UPDATE SKIP LOCKED"
@@ -211,9 +219,22 @@ async fn claim_in(
         .bind(p.skip)
         .fetch_all(&mut *tx)
         .await?;
+    admit_and_mark(tx, &rows, p, tag, take_attempt).await
+}
+
+/// Admits ([`admission::admit`]) the jobs of rows read with [`CLAIM_COLUMNS`] and locked, and
+/// marks them claimed ([`mark_claimed`]), inside the claim's transaction. Returns the jobs
+/// claimed.
+pub(super) async fn admit_and_mark(
+    tx: &mut MySqlConnection,
+    rows: &[sqlx::mysql::MySqlRow],
+    p: &ClaimParams<'_>,
+    tag: &str,
+    take_attempt: bool,
+) -> Result<Vec<ClaimedJob>, ClaimFailed> {
     let mut jobs = Vec::with_capacity(rows.len());
     let mut candidates = Vec::with_capacity(rows.len());
-    for r in &rows {
+    for r in rows {
         let job = claimed_job(r)?;
         let concurrency = match (
             r.try_get::<Option<String>, _>("concurrency_key")?,
@@ -291,7 +312,7 @@ pub(super) async fn mark_claimed(
 /// Commits a claim. A server error on COMMIT (a deadlock, a Galera certification failure) means
 /// it was rolled back. Anything else (the connection broke) leaves the outcome unknown: the
 /// jobs are then returned as in doubt.
-async fn commit(
+pub(super) async fn commit(
     tx: sqlx::Transaction<'_, sqlx::MySql>,
     jobs: Vec<ClaimedJob>,
     completed: GuardedReport,

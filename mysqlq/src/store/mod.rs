@@ -11,6 +11,26 @@
 //! nothing in an `IN` list) so that the server and sqlx's statement cache see a handful of
 //! statement shapes instead of one per batch size.
 
+/// The `SELECT` of every column of [`admin::Job`] from `job_queue j`, as a literal (for
+/// `concat!`): the statements that read whole jobs ([`admin::job_get`], [`job_list_pending`])
+/// read them alike, decoded by `admin::job_from_row`. A macro by textual scope, so it is
+/// defined before the modules that use it.
+macro_rules! job_select {
+    () => {
+        "SELECT j.id, \
+            CAST(j.queue_name AS CHAR) AS queue_name, CAST(j.kind AS CHAR) AS kind, \
+            CAST(j.status AS CHAR) AS status, CAST(j.payload AS CHAR) AS payload, j.priority, j.attempts, \
+            j.max_attempts, CAST(j.last_error AS CHAR) AS last_error, \
+            CAST(j.dedupe_key AS CHAR) AS dedupe_key, CAST(j.ordering_key AS CHAR) AS ordering_key, \
+            CAST(j.concurrency_key AS CHAR) AS concurrency_key, CAST(j.locked_by AS CHAR) AS locked_by, \
+            j.created_at, j.first_claimed_at, j.available_at, j.lease_expires_at, j.finished_at, \
+            j.updated_at, j.cancelled_at, \
+            CAST(j.cancelled_by AS CHAR) AS cancelled_by, CAST(j.cancel_reason AS CHAR) AS cancel_reason, \
+            UTC_TIMESTAMP(6) AS now, CAST(j.meta AS CHAR) AS meta \
+            FROM job_queue j"
+    };
+}
+
 pub mod admin;
 mod admission;
 mod attempts;
@@ -76,7 +96,7 @@ pub use relay::{
     job_relay_counts, job_relay_inspect, job_take,
 };
 pub use sql::{datetime_utc, micros};
-pub use testing::job_list_pending_of_kind;
+pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id};
 pub use workers::{
     WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup, worker_stopped,
 };

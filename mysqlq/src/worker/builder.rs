@@ -273,12 +273,70 @@ impl WorkerBuilder {
         }
     }
 
+    /// A value every job can read, for each type in `extensions` (`mysqlq::testing`'s options
+    /// carry them); replaces earlier values of the same types.
+    pub(crate) fn extensions(mut self, extensions: Extensions) -> Self {
+        self.extensions.extend(extensions);
+        self
+    }
+
     /// [`start`](Self::start), on the services' runtime.
     async fn launch(
-        self,
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))] mut self,
         app: tokio::runtime::Handle,
         services: tokio::runtime::Handle,
     ) -> Result<Launched, Error> {
+        #[cfg(feature = "redis")]
+        let redis = self.redis.take();
+        #[cfg(feature = "redis")]
+        let (settled, settled_rx) = match &redis {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        #[cfg(not(feature = "redis"))]
+        let settled = None;
+        let shared = self.shared(app, services, settled).await?;
+        stats::register_worker(&shared).await?;
+        #[cfg(feature = "redis")]
+        let (producers, mut services) = match redis.zip(settled_rx) {
+            Some((redis, rx)) => super::redis::spawn(&shared, redis, rx).await?,
+            None => claim_loops(&shared),
+        };
+        #[cfg(not(feature = "redis"))]
+        let (producers, mut services) = claim_loops(&shared);
+        services.extend([
+            tokio::spawn(completer::run(shared.clone())),
+            tokio::spawn(lease::run(shared.clone())),
+            tokio::spawn(lease::watchdog(shared.clone())),
+            tokio::spawn(lag::run(shared.clone())),
+            tokio::spawn(maintenance::run(shared.clone())),
+            tokio::spawn(stats::run(shared.clone())),
+        ]);
+        if !shared.periodic.is_empty() {
+            services.push(tokio::spawn(scheduler::run(shared.clone())));
+        }
+        tracing::info!(
+            worker = %shared.worker_id,
+            queues = %shared.config.queues.join(","),
+            concurrency = shared.config.concurrency,
+            jobs = shared.registry.len(),
+            "worker started"
+        );
+        Ok((shared, producers, services))
+    }
+
+    /// The worker's shared state, with its settings, the server and the schema checked; nothing
+    /// started yet. `settled` is the Redis transport's channel (`None` without it). Also used
+    /// by `mysqlq::testing` ([`super::inline`]), which runs jobs one at a time through it.
+    pub(super) async fn shared(
+        self,
+        app: tokio::runtime::Handle,
+        services: tokio::runtime::Handle,
+        settled: Option<tokio::sync::mpsc::UnboundedSender<super::Key>>,
+    ) -> Result<Arc<Shared>, Error> {
         let registry = match self.registry {
             Some(r) => r,
             None => Registry::from_inventory()?,
@@ -300,8 +358,7 @@ impl WorkerBuilder {
         if all_limited && !self.concurrency_set {
             config.concurrency = config.queue_concurrency.values().sum();
         }
-        #[cfg(feature = "redis")]
-        if self.redis.is_some() && !config.queue_concurrency.is_empty() {
+        if settled.is_some() && !config.queue_concurrency.is_empty() {
             return Err(Error::Config(
                 "per-queue concurrency limits are not supported over Redis Streams yet: \
                  run the limited queues in a worker without --redis-url, or drop the limits"
@@ -330,16 +387,6 @@ impl WorkerBuilder {
             uuid::Uuid::new_v4().simple()
         );
         let (events, _) = broadcast::channel(events::CAPACITY);
-        #[cfg(feature = "redis")]
-        let (settled, settled_rx) = match &self.redis {
-            Some(_) => {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                (Some(tx), Some(rx))
-            }
-            None => (None, None),
-        };
-        #[cfg(not(feature = "redis"))]
-        let settled = None;
         // Completions wait briefly for the next claim to carry them, unless no claim loop runs.
         let carry_wait = if settled.is_some() {
             Duration::ZERO
@@ -372,33 +419,7 @@ impl WorkerBuilder {
             events,
             settled,
         });
-        stats::register_worker(&shared).await?;
-        #[cfg(feature = "redis")]
-        let (producers, mut services) = match self.redis.zip(settled_rx) {
-            Some((redis, rx)) => super::redis::spawn(&shared, redis, rx).await?,
-            None => claim_loops(&shared),
-        };
-        #[cfg(not(feature = "redis"))]
-        let (producers, mut services) = claim_loops(&shared);
-        services.extend([
-            tokio::spawn(completer::run(shared.clone())),
-            tokio::spawn(lease::run(shared.clone())),
-            tokio::spawn(lease::watchdog(shared.clone())),
-            tokio::spawn(lag::run(shared.clone())),
-            tokio::spawn(maintenance::run(shared.clone())),
-            tokio::spawn(stats::run(shared.clone())),
-        ]);
-        if !shared.periodic.is_empty() {
-            services.push(tokio::spawn(scheduler::run(shared.clone())));
-        }
-        tracing::info!(
-            worker = %shared.worker_id,
-            queues = %shared.config.queues.join(","),
-            concurrency = shared.config.concurrency,
-            jobs = shared.registry.len(),
-            "worker started"
-        );
-        Ok((shared, producers, services))
+        Ok(shared)
     }
 }
 

@@ -182,6 +182,18 @@ pub(crate) async fn run(s: Arc<Shared>) {
     }
 }
 
+/// Writes every queued completion now, with the flush of [`run`] (`mysqlq::testing`, which
+/// runs no completer service: [`super::inline`]).
+pub(crate) async fn flush_now(s: &Arc<Shared>) {
+    loop {
+        let mut batch = s.completer.next_batch();
+        if batch.is_empty() {
+            return;
+        }
+        flush(s, &mut batch).await;
+    }
+}
+
 async fn flush(s: &Arc<Shared>, batch: &mut Vec<Key>) {
     let keys = std::mem::take(batch);
     let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();

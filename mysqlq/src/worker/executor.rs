@@ -52,8 +52,8 @@ impl Heartbeat for LeaseExtender {
 
 /// How a claimed job gets its running slot.
 pub(crate) enum Slot {
-    /// It has it already (the Redis transport takes slots before it reads).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    /// It has it already (the Redis transport takes slots before it reads; `mysqlq::testing`
+    /// runs one job at a time).
     Running(OwnedSemaphorePermit),
     /// Claimed ahead by the claim loop: it waits in the prefetch buffer ([`crate::worker::buffer`])
     /// for a slot of its queue and of the worker, at most `prefetch_wait` after the claim.
@@ -70,6 +70,41 @@ pub(crate) fn spawn(
     slot: Slot,
     lease_from: tokio::time::Instant,
 ) {
+    let (key, ctx) = hold(s, &job, queue, token, lease_from);
+    tokio::spawn(supervise(
+        s.clone(),
+        job,
+        queue.to_owned(),
+        key,
+        ctx,
+        (slot, lease_from),
+    ));
+}
+
+/// Runs one claimed job to its end in the caller's task, holding `slot` (`mysqlq::testing`,
+/// through [`super::inline`]): the supervisor of [`spawn`], awaited instead of spawned. A
+/// completion is queued in the completer when this returns; every other outcome is written.
+pub(crate) async fn run_here(
+    s: &Arc<Shared>,
+    job: ClaimedJob,
+    queue: &str,
+    token: Arc<str>,
+    slot: OwnedSemaphorePermit,
+    lease_from: tokio::time::Instant,
+) {
+    let (key, ctx) = hold(s, &job, queue, token, lease_from);
+    let slot = (Slot::Running(slot), lease_from);
+    supervise(s.clone(), job, queue.to_owned(), key, ctx, slot).await;
+}
+
+/// The context of one claimed job, and its entry among the jobs this worker holds.
+fn hold(
+    s: &Arc<Shared>,
+    job: &ClaimedJob,
+    queue: &str,
+    token: Arc<str>,
+    lease_from: tokio::time::Instant,
+) -> (Key, JobContext) {
     let key = Key { id: job.id, token };
     let ctx = JobContext::from_parts(ContextParts {
         id: job.id,
@@ -100,14 +135,7 @@ pub(crate) fn spawn(
         id: job.id,
         attempt: job.attempt,
     });
-    tokio::spawn(supervise(
-        s.clone(),
-        job,
-        queue.to_owned(),
-        key,
-        ctx,
-        (slot, lease_from),
-    ));
+    (key, ctx)
 }
 
 /// What a job holds while it runs: its running slot(s) and, for a buffered job, its room in the

@@ -8,7 +8,8 @@
 //! (per-minute counters for `mysqlq-cli stats`). They
 //! write through [`write`] (retried writes, error text) and hand jobs back through [`release`].
 //! They run on a thread of their own, handlers on the application's runtime ([`threads`]).
-//! The public face is [`config`] (settings), [`builder`] (start) and [`handle`] (shutdown).
+//! The public face is [`config`] (settings), [`builder`] (start) and [`handle`] (shutdown);
+//! [`inline`] runs jobs one at a time in the caller's task for `mysqlq::testing`.
 
 mod buffer;
 mod builder;
@@ -17,6 +18,7 @@ mod config;
 mod events;
 mod executor;
 mod handle;
+mod inline;
 mod lag;
 mod lease;
 mod maintenance;
@@ -48,6 +50,7 @@ pub use builder::{Worker, WorkerBuilder};
 pub use config::{Config, RESERVED_CONNECTIONS};
 pub use events::WorkerEvent;
 pub use handle::{ShutdownReport, WorkerHandle};
+pub(crate) use inline::{Inline, Ran};
 
 /// One claim of one job: the job's id and the token of the claim that gave it. Every map entry,
 /// removal, cancellation and write is keyed by both, so a stale report about an earlier claim

@@ -29,3 +29,43 @@ pub async fn record_visit(ctx: JobContext, n: u64) -> Result<(), JobError> {
         .await?;
     Ok(())
 }
+
+/// Where [`send_welcome`] delivers: the application's mail client, handed to workers with
+/// `.state(...)` (a fake one in the tests, which keep a clone to look inside).
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    /// The mails sent, as `to: text`.
+    pub sent: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// Sends the welcome mail through the [`Outbox`] state, greeting with the [`AppState`]'s
+/// greeting. Without an outbox it fails for good; an address without `@` too.
+#[mysqlq::job(queue = "outside-mail", retries = 2)]
+pub async fn send_welcome(ctx: JobContext, to: String) -> Result<(), JobError> {
+    let outbox = ctx
+        .state::<Outbox>()
+        .ok_or_else(|| JobError::fail("no Outbox state given to the worker"))?;
+    if !to.contains('@') {
+        return Err(JobError::fail(format!("`{to}` is not an address")));
+    }
+    let greeting = ctx
+        .state::<AppState>()
+        .map_or("Welcome", |s| s.greeting.as_str());
+    outbox
+        .sent
+        .lock()
+        .map_err(|_| JobError::fail("the outbox is poisoned"))?
+        .push(format!("{to}: {greeting} (attempt {})", ctx.attempt()));
+    Ok(())
+}
+
+/// The application's sign-up: in the caller's transaction, its welcome mail is enqueued (the
+/// users table is left out of this example).
+pub async fn sign_up(tx: &mut sqlx::MySqlConnection, email: &str) -> Result<(), mysqlq::Error> {
+    SendWelcome {
+        to: email.to_owned(),
+    }
+    .enqueue(&mut *tx)
+    .await?;
+    Ok(())
+}

@@ -6,17 +6,8 @@ use sqlx::{MySqlConnection, Row};
 use crate::state::{JobState, Timestamp};
 use crate::{Error, JobId};
 
-pub(crate) const JOB_GET_SQL: &str = "/* mysqlq:job_get */ SELECT j.id, \
-    CAST(j.queue_name AS CHAR) AS queue_name, CAST(j.kind AS CHAR) AS kind, \
-    CAST(j.status AS CHAR) AS status, CAST(j.payload AS CHAR) AS payload, j.priority, j.attempts, \
-    j.max_attempts, CAST(j.last_error AS CHAR) AS last_error, \
-    CAST(j.dedupe_key AS CHAR) AS dedupe_key, CAST(j.ordering_key AS CHAR) AS ordering_key, \
-    CAST(j.concurrency_key AS CHAR) AS concurrency_key, CAST(j.locked_by AS CHAR) AS locked_by, \
-    j.created_at, j.first_claimed_at, j.available_at, j.lease_expires_at, j.finished_at, \
-    j.updated_at, j.cancelled_at, \
-    CAST(j.cancelled_by AS CHAR) AS cancelled_by, CAST(j.cancel_reason AS CHAR) AS cancel_reason, \
-    UTC_TIMESTAMP(6) AS now, CAST(j.meta AS CHAR) AS meta \
-    FROM job_queue j WHERE j.id = ?";
+pub(crate) const JOB_GET_SQL: &str =
+    concat!("/* mysqlq:job_get */ ", job_select!(), " WHERE j.id = ?");
 
 /// One job, every column an operator looks at ([`Admin::job`](crate::admin::Admin::job)).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -82,9 +73,14 @@ pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<Job
     else {
         return Ok(None);
     };
+    job_from_row(&r).map(Some)
+}
+
+/// A [`Job`] from a row of [`job_select!`].
+pub(crate) fn job_from_row(r: &sqlx::mysql::MySqlRow) -> Result<Job, Error> {
     let status: String = r.try_get("status")?;
     let meta: Option<String> = r.try_get("meta")?;
-    Ok(Some(Job {
+    Ok(Job {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue_name")?,
         kind: r.try_get("kind")?,
@@ -113,5 +109,5 @@ pub async fn job_get(conn: &mut MySqlConnection, id: JobId) -> Result<Option<Job
             .map(serde_json::from_str)
             .transpose()
             .map_err(|e| Error::invalid("job meta", format!("not valid JSON: {e}")))?,
-    }))
+    })
 }

@@ -39,6 +39,7 @@ pub use failed::{
 };
 #[cfg(feature = "__internal-store")]
 pub(crate) use job::JOB_GET_SQL;
+pub(crate) use job::job_from_row;
 pub use job::{Job, job_get};
 pub use settings::{server_settings, table_indexes};
 pub use stats::{
