@@ -230,7 +230,7 @@ pub async fn job_heartbeat(
         jobs.iter().cloned().partition(|j| locked.contains(&j.id.0));
     let set = "lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
     let mut report =
-        guarded_update(&mut *tx, "job_heartbeat", set, Some(micros(lease)), &free).await?;
+        guarded_update(&mut tx, "job_heartbeat", set, Some(micros(lease)), &free).await?;
     tx.commit().await?;
     if !passed.is_empty() {
         // Not locked by this statement: held by another transaction, or gone. A plain read of
