@@ -40,7 +40,7 @@ const SESSIONS: [Sample; 9] = [
 ];
 
 /// Samples of output checked by other test files.
-const CHECKED_ELSEWHERE: [(&str, &str, &str); 2] = [
+const CHECKED_ELSEWHERE: [(&str, &str, &str); 3] = [
     (
         "README.md",
         "error: no jobs are linked into this binary",
@@ -50,6 +50,11 @@ const CHECKED_ELSEWHERE: [(&str, &str, &str); 2] = [
         "docs/clusters.md",
         "warn  host",
         "tests/clusters.rs: the_cli_takes_a_multi_host_database_url",
+    ),
+    (
+        "docs/testing.md",
+        "expected a pending job with kind = `send_receipt`",
+        "tests/testing.rs: a_failed_assertion_says_what_it_found (the message's form, on its own jobs)",
     ),
 ];
 
