@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mysqlq::{EnqueueOptions, NewJob, WorkerHandle};
-use mysqlq_tests::jobs::{Torture, act, now_micros};
+use mysqlq_tests::jobs::{Sleepy, Torture, act, now_micros};
 use mysqlq_tests::torture::check::{self, inv};
 use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent};
 use mysqlq_tests::torture::{
@@ -353,6 +353,80 @@ async fn drained(db: &TestDb, patience: Duration) -> bool {
     false
 }
 
+/// What holds up a queue that did not drain, read before the workers are shut down (shutting
+/// them down may finish the stuck jobs and hide the cause): every open job's row against the
+/// server clock, the workers' rows, and the server's open transactions and connections.
+async fn stuck_state(db: &TestDb) -> String {
+    use sqlx::Row;
+    let mut out = String::from("the queue did not drain; its state before shutdown:\n");
+    let text = |r: &sqlx::mysql::MySqlRow, i: usize| -> String {
+        r.try_get::<Option<String>, _>(i)
+            .ok()
+            .flatten()
+            .or_else(|| {
+                r.try_get::<Option<i64>, _>(i)
+                    .ok()
+                    .flatten()
+                    .map(|v| v.to_string())
+            })
+            .or_else(|| {
+                r.try_get::<Option<u64>, _>(i)
+                    .ok()
+                    .flatten()
+                    .map(|v| v.to_string())
+            })
+            .unwrap_or_else(|| "NULL".into())
+    };
+    let queries: [(&str, &'static str); 4] = [
+        (
+            "open jobs",
+            "SELECT id, CAST(status AS CHAR), JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')), \
+             attempts, max_attempts, locked_by, claim_token, \
+             CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) DIV 1000 AS SIGNED), \
+             CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), available_at) DIV 1000 AS SIGNED), \
+             ordering_key, concurrency_key, CAST(concurrency_limit AS SIGNED), last_error \
+             FROM job_queue WHERE queue_name = 'torture' AND status IN ('pending', 'processing') \
+             ORDER BY id LIMIT 50",
+        ),
+        (
+            "workers",
+            "SELECT worker_id, CAST(running AS SIGNED), \
+             CAST(TIMESTAMPDIFF(MICROSECOND, last_seen_at, NOW(6)) DIV 1000 AS SIGNED), \
+             CAST(stopped_at IS NOT NULL AS SIGNED) FROM mysqlq_worker ORDER BY worker_id",
+        ),
+        (
+            "open transactions",
+            "SELECT CAST(trx_mysql_thread_id AS SIGNED), trx_state, \
+             CAST(TIMESTAMPDIFF(SECOND, trx_started, NOW()) AS SIGNED), \
+             CAST(trx_rows_locked AS SIGNED), trx_query FROM information_schema.innodb_trx",
+        ),
+        (
+            "connections",
+            "SELECT CAST(id AS SIGNED), host, command, CAST(time AS SIGNED), state, info \
+             FROM information_schema.processlist WHERE command <> 'Daemon'",
+        ),
+    ];
+    let heads = [
+        "id status act attempts max locked_by token lease_in_ms available_in_ms ordering concurrency limit last_error",
+        "worker_id running seen_ms_ago stopped",
+        "thread state secs rows_locked query",
+        "id host command secs state info",
+    ];
+    for ((name, sql), head) in queries.iter().zip(heads) {
+        out.push_str(&format!("- {name} ({head}):\n"));
+        match sqlx::query(*sql).fetch_all(&db.pool).await {
+            Ok(rows) => {
+                for r in rows {
+                    let cells: Vec<String> = (0..r.len()).map(|i| text(&r, i)).collect();
+                    out.push_str(&format!("    {}\n", cells.join(" | ")));
+                }
+            }
+            Err(e) => out.push_str(&format!("    (could not read: {e})\n")),
+        }
+    }
+    out
+}
+
 /// Seeds of one run of the random-faults test: `MYSQLQ_TORTURE_SEEDS` (default
 /// [`DEFAULT_SEEDS`]; one when `MYSQLQ_TORTURE_SEED` replays a seed).
 fn seeds() -> Vec<u64> {
@@ -428,6 +502,19 @@ async fn one_random_run(seed: u64, scale: u32) {
     stop.store(true, Ordering::SeqCst);
     let enqueued = enqueuer.await.expect("the enqueuer");
     let drained = drained(&db, Duration::from_secs(60)).await;
+    let stuck = if drained {
+        None
+    } else {
+        let state = stuck_state(&db).await;
+        // The checker over the history so far shows each open job's timeline (`no job lost`).
+        let faults = log.lock().unwrap().clone();
+        let so_far = History::load(&db.pool, faults)
+            .await
+            .map(|h| check::check(&h).to_string())
+            .unwrap_or_else(|e| format!("(history unreadable: {e})"));
+        println!("torture seed {seed}: {state}{so_far}");
+        Some(state)
+    };
     for m in &mut members {
         match &mut m.kind {
             MemberKind::InProcess(h) => {
@@ -488,7 +575,11 @@ async fn one_random_run(seed: u64, scale: u32) {
          {} invariant violation(s)\n{report}",
         report.violations.len()
     );
-    assert!(drained, "torture seed {seed}: the queue did not drain");
+    assert!(
+        drained,
+        "torture seed {seed}: the queue did not drain (no open job's count fell for 60 s); {}",
+        stuck.unwrap_or_default()
+    );
 }
 
 /// Issue 13, defect 1: one healthy worker, no faults. Jobs that `snooze(0)` are re-claimed by
@@ -858,4 +949,109 @@ async fn the_fault_proxy_loses_a_commit_reply_after_the_commit_happened() {
     }
     assert!(sqlx::query("SELECT 1").execute(&mut *conn).await.is_err());
     link.close();
+}
+
+/// Issue 26, the drain that stalled for a minute: during a server stall a heartbeat timed out
+/// while its `START TRANSACTION` was on the wire. sqlx counts a transaction as begun only once
+/// the reply is read, so the connection went back to the worker's pool inside a transaction the
+/// server had opened; the next users' single statements ran in it and never committed (a
+/// completion held its row lock for a minute, the claims failed with error 1568). Here the
+/// proxy holds back exactly that statement past the heartbeat's 1 s limit: no transaction of
+/// the worker may stay open, and the job completes on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_cut_off_inside_its_begin_leaves_no_transaction_behind() {
+    let db = TestDb::new().await;
+    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
+    let link = Link::start(&upstream).await;
+    let options = db
+        .options
+        .clone()
+        .host("127.0.0.1")
+        .port(link.port())
+        .ssl_mode(MySqlSslMode::Disabled);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .expect("connect through the proxy link");
+    let worker = mysqlq::Worker::builder(pool)
+        .queues(["test"])
+        .worker_id("cut-begin")
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(150))
+        .start()
+        .await
+        .unwrap();
+    let id = mysqlq::Job::enqueue(&Sleepy { ms: 5_000 }, &db.pool)
+        .await
+        .unwrap()
+        .id();
+    db.wait_for(
+        "the job running",
+        "SELECT COUNT(*) > 0 FROM job_queue WHERE status = 'processing'",
+        Duration::from_secs(20),
+    )
+    .await;
+    link.delay_statement(
+        "mysqlq:job_heartbeat */ SET TRANSACTION",
+        Duration::from_millis(1_500),
+    );
+    let armed = Instant::now();
+    while link.delays_armed() > 0 {
+        assert!(
+            armed.elapsed() < Duration::from_secs(10),
+            "no heartbeat began a transaction within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The held-back statement reaches the server 1.5 s after it was sent; watch the worker's
+    // connections for 4 s from then for a transaction open longer than a second.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut leaked = Vec::new();
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(4) {
+        let hosts = link.processlist_hosts();
+        let rows: Vec<(i64, i64, String)> = sqlx::query_as(
+            "SELECT CAST(t.trx_mysql_thread_id AS SIGNED), \
+             CAST(TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)) DIV 1000 AS SIGNED), p.host \
+             FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE t.trx_started < NOW(6) - INTERVAL 1 SECOND",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        for (thread, ms, host) in rows.into_iter().filter(|(_, _, h)| hosts.contains(h)) {
+            // The longest time each connection was seen in its transaction.
+            leaked.retain(|(t, _, _)| *t != thread);
+            leaked.push((thread, ms, host));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    db.wait_for(
+        "the job completed",
+        &format!(
+            "SELECT COUNT(*) > 0 FROM job_queue WHERE id = {} AND status = 'completed'",
+            id.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    link.close();
+    assert!(
+        leaked.is_empty(),
+        "a worker connection stayed in a transaction for over a second after its heartbeat was \
+         cut off inside START TRANSACTION (server thread, ms seen open, host): {leaked:?}"
+    );
+    let attempts = db
+        .scalar(&format!(
+            "SELECT CAST(attempts AS SIGNED) FROM job_queue WHERE id = {}",
+            id.0
+        ))
+        .await;
+    assert_eq!(
+        attempts, 1,
+        "the job needed another attempt: its lease ran out"
+    );
 }

@@ -78,22 +78,6 @@ pub(crate) async fn run_once(s: &Arc<Shared>, conn: &mut Held) -> Result<bool, (
                 all &= report.skipped.is_empty();
                 settle(s, chunk, &report, sent);
             }
-            Err(e) if store::is_lock_error(&e) && chunk.len() > 1 => {
-                // One row locked by an application transaction must not stall the others:
-                // renew them one by one, so only the blocked job waits.
-                count_error(s, &e);
-                for key in chunk {
-                    let sent = Instant::now();
-                    match beat_on(s, conn, std::slice::from_ref(&key.owned())).await {
-                        Ok(report) => settle(s, std::slice::from_ref(key), &report, sent),
-                        Err(e) => {
-                            ok = false;
-                            count_error(s, &e);
-                            conn.release();
-                        }
-                    }
-                }
-            }
             Err(e) => {
                 ok = false;
                 count_error(s, &e);
@@ -122,7 +106,19 @@ async fn beat_on(
     };
     match tokio::time::timeout(limit, work).await {
         Ok(r) => r,
-        Err(_) => Err(crate::Error::Database(sqlx::Error::PoolTimedOut)),
+        Err(_) => {
+            // Perhaps cut off inside its transaction's first statement: never reused.
+            conn.discard();
+            Err(crate::Error::Database(sqlx::Error::Io(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer within {} ms (a connection from the worker's pool, then the heartbeat's statements)",
+                        limit.as_millis()
+                    ),
+                ),
+            )))
+        }
     }
 }
 

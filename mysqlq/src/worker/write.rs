@@ -118,6 +118,19 @@ impl Held {
     pub(crate) fn release(&mut self) {
         self.0 = None;
     }
+
+    /// Closes the connection instead of handing it back: for one whose statement was cut off
+    /// (a timeout dropped it mid-flight). Cut off inside its `START TRANSACTION`, a connection
+    /// is in a transaction on the server that sqlx does not count as begun (it counts one only
+    /// once the reply is read); back in the pool it would carry that transaction into the next
+    /// user's statements, which would then never commit and hold their row locks (issue 26: a
+    /// heartbeat timed out during a server stall, and one worker's completions stayed
+    /// uncommitted for a minute). Closed, the server rolls it back.
+    pub(crate) fn discard(&mut self) {
+        if let Some((mut conn, _)) = self.0.take() {
+            conn.close_on_drop();
+        }
+    }
 }
 
 #[cfg(test)]

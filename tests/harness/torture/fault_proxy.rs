@@ -3,6 +3,9 @@
 //! Each worker gets a [`Link`] of its own (a listening port), so every fault is attributed to
 //! one worker. On command a link
 //! - cuts all its connections at once ([`Link::cut_all`]), or
+//! - holds back the next statement whose text contains a pattern ([`Link::delay_statement`]):
+//!   the client waits, as on a stalled server, for that statement alone — a timeout can then
+//!   cut off the client at exactly that statement, or
 //! - loses the reply of the next `COMMIT`s ([`Link::lose_commit_replies`]): the `COMMIT`
 //!   (a `COM_QUERY` packet, command byte `0x03`, whose text is `COMMIT`) is forwarded, the
 //!   server's reply is read — so the commit certainly happened — and dropped, and both sides of
@@ -41,6 +44,7 @@ pub struct Link {
     port: u16,
     upstream: String,
     commit_cuts: AtomicUsize,
+    delays: Mutex<Vec<(String, std::time::Duration)>>,
     epoch: watch::Sender<u64>,
     open: AtomicUsize,
     upstream_ports: Mutex<Vec<u16>>,
@@ -60,6 +64,7 @@ impl Link {
             port,
             upstream: upstream.to_owned(),
             commit_cuts: AtomicUsize::new(0),
+            delays: Mutex::new(Vec::new()),
             epoch: watch::channel(0).0,
             open: AtomicUsize::new(0),
             upstream_ports: Mutex::new(Vec::new()),
@@ -104,6 +109,29 @@ impl Link {
     /// Loses the replies of the next `n` `COMMIT`s on this link.
     pub fn lose_commit_replies(&self, n: usize) {
         self.commit_cuts.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Holds back the next statement (`COM_QUERY` or `COM_STMT_PREPARE`) whose text contains
+    /// `pattern` for `delay` before forwarding it; what the client sends after it on that
+    /// connection waits behind it. Not logged as a fault: the focused tests that use it know.
+    pub fn delay_statement(&self, pattern: &str, delay: std::time::Duration) {
+        lock(&self.delays).push((pattern.to_owned(), delay));
+    }
+
+    /// Statement delays armed but not yet met.
+    pub fn delays_armed(&self) -> usize {
+        lock(&self.delays).len()
+    }
+
+    /// Takes the armed delay whose pattern `payload` (a command packet) contains, if any.
+    fn take_delay(&self, payload: &[u8]) -> Option<std::time::Duration> {
+        if !matches!(payload.first(), Some(0x03 | 0x16)) {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&payload[1..]);
+        let mut delays = lock(&self.delays);
+        let i = delays.iter().position(|(p, _)| text.contains(p.as_str()))?;
+        Some(delays.remove(i).1)
     }
 
     /// Connections open through this link now.
@@ -192,6 +220,11 @@ impl Link {
                         return;
                     }
                     // Commands start a sequence (id 0); handshake packets never do.
+                    if header[3] == 0
+                        && let Some(delay) = link.take_delay(&payload)
+                    {
+                        tokio::time::sleep(delay).await;
+                    }
                     if header[3] == 0 && is_commit(&payload) && link.take_commit_cut() {
                         swallow.store(true, Ordering::SeqCst);
                     }
