@@ -56,32 +56,39 @@ impl Link {
     /// Listens on a free port of 127.0.0.1 and forwards every connection to `upstream`
     /// (`host:port`).
     pub async fn start(upstream: &str) -> Arc<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fault proxy");
-        let port = listener.local_addr().expect("proxy address").port();
-        let link = Arc::new(Self {
-            port,
-            upstream: upstream.to_owned(),
-            commit_cuts: AtomicUsize::new(0),
-            delays: Mutex::new(Vec::new()),
-            epoch: watch::channel(0).0,
-            open: AtomicUsize::new(0),
-            upstream_ports: Mutex::new(Vec::new()),
-            events: Mutex::new(Vec::new()),
-            task: Mutex::new(None),
-        });
-        let accept = {
-            let link = link.clone();
-            tokio::spawn(async move {
-                while let Ok((client, _)) = listener.accept().await {
+        // Bound and served on the proxy's own runtime (see [`runtime`]); the caller only waits.
+        let upstream = upstream.to_owned();
+        runtime()
+            .spawn(async move {
+                let listener = TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind the fault proxy");
+                let port = listener.local_addr().expect("proxy address").port();
+                let link = Arc::new(Self {
+                    port,
+                    upstream,
+                    commit_cuts: AtomicUsize::new(0),
+                    delays: Mutex::new(Vec::new()),
+                    epoch: watch::channel(0).0,
+                    open: AtomicUsize::new(0),
+                    upstream_ports: Mutex::new(Vec::new()),
+                    events: Mutex::new(Vec::new()),
+                    task: Mutex::new(None),
+                });
+                let accept = {
                     let link = link.clone();
-                    tokio::spawn(async move { link.serve(client).await });
-                }
+                    tokio::spawn(async move {
+                        while let Ok((client, _)) = listener.accept().await {
+                            let link = link.clone();
+                            tokio::spawn(async move { link.serve(client).await });
+                        }
+                    })
+                };
+                *lock(&link.task) = Some(accept);
+                link
             })
-        };
-        *lock(&link.task) = Some(accept);
-        link
+            .await
+            .expect("start the fault proxy")
     }
 
     /// The port workers connect to.
@@ -257,6 +264,24 @@ impl Link {
         }
         self.epoch.send_modify(|e| *e += 1);
     }
+}
+
+/// The proxy's own runtime, shared by every link: the in-process workers' handlers block the
+/// threads of the test's runtime on purpose (`act::BLOCK`, to show that the worker's services do
+/// not share them). Served there, the proxy stopped forwarding while they blocked — every
+/// in-process worker's heartbeats timed out at once with the server idle, a stall no real
+/// network has (issue 26, a quiet tally run: two healthy workers' jobs stopped by their
+/// watchdogs, one lease reaped, no fault to blame).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("fault-proxy")
+            .enable_all()
+            .build()
+            .expect("the fault proxy's runtime")
+    })
 }
 
 /// A `COM_QUERY` (0x03) whose text is `COMMIT` (any case, surrounding blanks or `;` allowed).
