@@ -1,4 +1,8 @@
-//! Every pass case of `#[job]`, each in a module of its own (one compilation for all).
+//! Every pass case of `#[job]`, each in a module of its own: the test binary `macro_pass`
+//! (`harness = false` in mysqlq/Cargo.toml), built with the rest of the suite; `main` runs them. The cases are written as a user's crate
+//! writes jobs (`pub` items, a job of twelve arguments), so the workspace's lints for our own code
+//! do not apply to them.
+#![allow(unreachable_pub, clippy::too_many_arguments)]
 
 mod crate_path {
     //! `crate = "..."` for a re-exported mysqlq.
@@ -108,7 +112,16 @@ mod many_arguments {
         r#type: String,
     ) -> Result<(), JobError> {
         name.push('!');
-        let _ = (ctx, customer, name, tags, address.street, address.zip, scores, ordered);
+        let _ = (
+            ctx,
+            customer,
+            name,
+            tags,
+            address.street,
+            address.zip,
+            scores,
+            ordered,
+        );
         let _ = (maybe, pair, bytes, json, r#type);
         Ok(())
     }
@@ -118,7 +131,10 @@ mod many_arguments {
             customer: 1,
             name: String::new(),
             tags: vec![],
-            address: Address { street: String::new(), zip: None },
+            address: Address {
+                street: String::new(),
+                zip: None,
+            },
             scores: HashMap::new(),
             ordered: BTreeMap::new(),
             maybe: None,
@@ -229,17 +245,32 @@ mod shadowed_prelude {
     trait ToString {}
     mod serde {}
     mod inventory {}
-    macro_rules! file { () => { 0 } }
-    macro_rules! line { () => { 0 } }
+    macro_rules! file {
+        () => {
+            0
+        };
+    }
+    macro_rules! line {
+        () => {
+            0
+        };
+    }
 
     #[mysqlq::job(queue = "shadowed", timeout = "5sec", backoff = "1s, 1.5 min", ordering_key = id)]
-    async fn shadowed(ctx: mysqlq::JobContext, id: u64, name: std::string::String) -> std::result::Result<(), mysqlq::JobError> {
+    async fn shadowed(
+        ctx: mysqlq::JobContext,
+        id: u64,
+        name: std::string::String,
+    ) -> std::result::Result<(), mysqlq::JobError> {
         let _ = (ctx, id, name);
         std::result::Result::Ok(())
     }
 
     pub fn main() {
-        let _ = Shadowed { id: 1, name: std::string::String::new() };
+        let _ = Shadowed {
+            id: 1,
+            name: std::string::String::new(),
+        };
     }
 }
 
