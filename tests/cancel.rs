@@ -1103,3 +1103,145 @@ async fn dashboard_cancels_and_deletes_with_the_csrf_token() {
     assert_eq!(r.status, 403);
     assert_eq!(db.status(running.0).await.as_deref(), Some("processing"));
 }
+
+/// `n` pending jobs of queue `held` (no worker serves it), in id order, among 10,000 jobs of
+/// queue `filler`: on a table of only the held jobs the server reads 500 ids of 600 by a full
+/// scan, which locks every row, so the first transaction would meet the held row.
+async fn enqueue_held(db: &TestDb, n: usize) -> Vec<JobId> {
+    let filler = (0..10_000)
+        .map(|_| NewJob::new("noop", "filler", &json!({"n": 1}), &EnqueueOptions::new()).unwrap());
+    mysqlq::enqueue_many(&db.pool, filler).await.unwrap();
+    let jobs = (0..n)
+        .map(|_| NewJob::new("noop", "held", &json!({"n": 1}), &EnqueueOptions::new()).unwrap());
+    let mut ids: Vec<JobId> = mysqlq::enqueue_many(&db.pool, jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Holds job row `hold` in a transaction made heavy (it has written `weight` rows, so InnoDB
+/// picks the other side of a deadlock as its victim), waits until `bulk` is waiting for that
+/// row, then asks for row `grab`, which `bulk` has locked already: a deadlock, which `bulk`'s
+/// transaction loses. Returns when the deadlock is over; `bulk`'s result is its own.
+async fn lose_a_deadlock<T>(
+    db: &TestDb,
+    hold: JobId,
+    grab: JobId,
+    bulk: impl std::future::Future<Output = T> + Send + 'static,
+) -> T
+where
+    T: Send + 'static,
+{
+    sqlx::query("CREATE TABLE weight (id INT PRIMARY KEY, v INT NOT NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let rows: Vec<String> = (1..=3000).map(|i| format!("({i}, 0)")).collect();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO weight (id, v) VALUES {}",
+        rows.join(", ")
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut other = db.pool.begin().await.unwrap();
+    sqlx::query("UPDATE weight SET v = v + 1")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(hold.0)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let bulk = tokio::spawn(bulk);
+    // Its locking read of the second 500 ids has waited a second: it holds ids below `hold`
+    // (the first transaction's read never takes that long).
+    db.wait_for(
+        "the bulk action waiting for the held row",
+        "SELECT COUNT(*) FROM information_schema.processlist WHERE db = DATABASE() \
+         AND id <> CONNECTION_ID() AND time >= 1 AND info LIKE '%mysqlq:job\\_%\\_lock%'",
+        Duration::from_secs(20),
+    )
+    .await;
+    // The case under test: the first transaction committed, the second is the one that waits.
+    let committed = db
+        .scalar("SELECT COUNT(*) FROM job_queue WHERE queue_name = 'held' AND status <> 'pending'")
+        .await
+        + 600
+        - db.scalar("SELECT COUNT(*) FROM job_queue WHERE queue_name = 'held'")
+            .await;
+    assert_eq!(
+        committed, 500,
+        "the bulk action's first transaction had not committed when the second waited"
+    );
+    let grabbed = sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(grab.0)
+        .execute(&mut *other)
+        .await;
+    assert!(
+        grabbed.is_ok(),
+        "the deadlock's victim was the heavy transaction, not the bulk action: {grabbed:?}"
+    );
+    other.rollback().await.unwrap();
+    bulk.await.unwrap()
+}
+
+/// A bulk cancel writes 500 jobs per transaction. One that lost a deadlock in its second
+/// transaction was retried from its first id: the first 500, cancelled and committed already,
+/// were then "not cancellable" and went uncounted (seen with workers running: "the report counts
+/// each job once", 2,500 of 3,000). Only the transaction that failed runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_cancel_that_loses_a_deadlock_counts_every_job_once() {
+    let db = TestDb::new().await;
+    let ids = enqueue_held(&db, 600).await;
+    let admin = Admin::new(db.pool.clone());
+    let asked = ids.clone();
+    let report = lose_a_deadlock(&db, ids[599], ids[500], async move {
+        admin
+            .cancel(JobSelection::Ids(&asked), "ops", Some("deadlock"), |_| {})
+            .await
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.cancelled, report.not_cancellable.len()),
+        (600, 0),
+        "every job counted once, none called not cancellable"
+    );
+    assert_eq!(db.count("cancelled").await, 600);
+    assert_eq!(
+        db.scalar("SELECT CAST(SUM(jobs) AS SIGNED) FROM mysqlq_audit WHERE action = 'cancel'")
+            .await,
+        600
+    );
+}
+
+/// The same for a bulk delete: a retry from the first id found the first 500 gone and called
+/// them unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_delete_that_loses_a_deadlock_counts_every_job_once() {
+    let db = TestDb::new().await;
+    let ids = enqueue_held(&db, 600).await;
+    let admin = Admin::new(db.pool.clone());
+    let asked = ids.clone();
+    let report = lose_a_deadlock(&db, ids[599], ids[500], async move {
+        admin.delete(&asked).await
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.deleted, report.unknown.len()),
+        (600, 0),
+        "every job counted once, none called unknown"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE queue_name = 'held'")
+            .await,
+        0
+    );
+}

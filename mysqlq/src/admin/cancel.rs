@@ -107,14 +107,10 @@ impl Admin {
         };
         match which {
             JobSelection::Ids(ids) => {
-                let mut tries = 0;
-                let r = loop {
-                    match sql::job_cancel_many(&mut conn, ids, &params).await {
-                        Err(e) if retry_deadlock(&e, &mut tries).await => {}
-                        other => break other?,
-                    }
-                };
-                tally(r, &mut report);
+                for chunk in ids.chunks(sql::BULK_CHUNK) {
+                    let r = cancel_chunk(&mut conn, chunk, &params).await?;
+                    tally(r, &mut report);
+                }
                 progress(ids.len());
             }
             JobSelection::Filter { queue, kind } => {
@@ -125,17 +121,13 @@ impl Admin {
                     if ids.is_empty() {
                         continue;
                     }
-                    let mut tries = 0;
-                    let mut r = loop {
-                        match sql::job_cancel_many(&mut conn, &ids, &params).await {
-                            Err(e) if retry_deadlock(&e, &mut tries).await => {}
-                            other => break other?,
-                        }
-                    };
-                    // A job that finished between the page and the cancel is no concern of a
-                    // filter: only ids asked for by name are reported.
-                    r.skipped.clear();
-                    tally(r, &mut report);
+                    for chunk in ids.chunks(sql::BULK_CHUNK) {
+                        let mut r = cancel_chunk(&mut conn, chunk, &params).await?;
+                        // A job that finished between the page and the cancel is no concern of
+                        // a filter: only ids asked for by name are reported.
+                        r.skipped.clear();
+                        tally(r, &mut report);
+                    }
                     progress(ids.len());
                 }
             }
@@ -175,18 +167,29 @@ impl Admin {
         let audit = self
             .record_entry(&mut conn, "delete", None, None, Some(&detail))
             .await?;
-        let mut tries = 0;
-        let r = loop {
-            match sql::job_delete_many(&mut conn, ids, audit).await {
-                Err(e) if retry_deadlock(&e, &mut tries).await => {}
-                other => break other?,
+        let mut report = DeleteReport::default();
+        // One transaction's worth at a time, each retried alone (see `cancel_chunk`).
+        for chunk in ids.chunks(sql::BULK_CHUNK) {
+            let mut tries = 0;
+            let r = loop {
+                match sql::job_delete_many(&mut conn, chunk, audit).await {
+                    Err(e) if retry_deadlock(&e, &mut tries).await => {}
+                    other => break other?,
+                }
+            };
+            report.deleted += r.deleted.len() as u64;
+            for id in r.running {
+                if !report.running.contains(&id) {
+                    report.running.push(id);
+                }
             }
-        };
-        Ok(DeleteReport {
-            deleted: r.deleted.len() as u64,
-            running: r.running,
-            unknown: r.unknown,
-        })
+            for id in r.unknown {
+                if !report.unknown.contains(&id) {
+                    report.unknown.push(id);
+                }
+            }
+        }
+        Ok(report)
     }
 
     /// The recorded attempts of job `id` that did not complete, newest first (at most the
@@ -194,6 +197,25 @@ impl Admin {
     pub async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, Error> {
         let mut conn = self.pool.acquire().await?;
         crate::store::job_attempts(&mut conn, id).await
+    }
+}
+
+/// Cancels at most [`sql::BULK_CHUNK`] ids — one transaction of [`sql::job_cancel_many`] —
+/// retried alone after a deadlock. A retry of more than the transaction that failed would meet
+/// jobs an earlier transaction of it had cancelled and committed, and report them as not
+/// cancellable instead of counting them.
+async fn cancel_chunk(
+    conn: &mut sqlx::MySqlConnection,
+    chunk: &[JobId],
+    params: &sql::CancelParams<'_>,
+) -> Result<sql::CancelReport, Error> {
+    debug_assert!(chunk.len() <= sql::BULK_CHUNK);
+    let mut tries = 0;
+    loop {
+        match sql::job_cancel_many(conn, chunk, params).await {
+            Err(e) if retry_deadlock(&e, &mut tries).await => {}
+            other => return other,
+        }
     }
 }
 
