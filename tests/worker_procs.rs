@@ -274,19 +274,24 @@ async fn a_second_sigterm_ends_the_grace_period_at_once_and_releases_running_job
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_service_thread_was_starved_warns_with_the_lag() {
     let db = TestDb::new().await;
+    Noop { n: 1 }.enqueue(&db.pool).await.unwrap();
     let w = Proc::start(
         BIN,
         &db,
         "starved",
         &["--queues", "test", "--heartbeat", "200ms"],
     );
-    // Started: it registered itself.
+    // Started, services and all: a job completed. Registering comes before the services are
+    // spawned (a stop between the two, which a loaded host made happen, found no pulse to fall
+    // behind); the pulse is spawned right after the completer, so once a completion is written
+    // it has been polled, and a few of its ticks later it is measuring.
     db.wait_for(
-        "the worker registered",
-        "SELECT COUNT(*) FROM mysqlq_worker WHERE worker_id = 'starved'",
+        "the worker's first job completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
         Duration::from_secs(30),
     )
     .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = w.child.id();
     assert!(mysqlq_tests::signal(pid, "STOP"), "SIGSTOP {pid}");
     tokio::time::sleep(Duration::from_millis(1_200)).await;
