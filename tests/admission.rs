@@ -200,3 +200,106 @@ async fn finished_jobs_keep_their_lease_while_a_claim_meets_a_key_held_elsewhere
     assert_eq!(reaped, 0, "no job was reaped or run twice");
     assert_eq!(db.status(keyed.0).await.as_deref(), Some("completed"));
 }
+
+/// Issue 26, seen in a suite run after the tallies: a claim's UPDATE waited 2.9 s (a worker
+/// SIGSTOPped inside its own claim held locks on index entries the UPDATE had to change), and the
+/// lease it wrote counted from the statement's start — so the jobs reached their worker with their
+/// 2 s lease already run out, and the reaper took them from a healthy worker before their handlers
+/// started. Here another transaction holds a shared lock on the claimed job's dedupe key entry (a
+/// covering read: the row itself stays free, so the claim's SELECT takes it); the claim's UPDATE
+/// frees that key (`until started`), so it waits until the holder ends, 3 s later. The claim must
+/// hand out the job with most of its lease still ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_update_waited_hands_out_the_jobs_with_their_whole_lease() {
+    let db = TestDb::new().await;
+    let opts = EnqueueOptions::new()
+        .dedupe_key("slow-update")
+        .dedupe_scope(mysqlq::DedupeScope::UntilStarted);
+    Sleepy { ms: 1 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let held: Vec<String> = sqlx::query_scalar(
+        "SELECT dedupe_active FROM job_queue FORCE INDEX (uq_job_dedupe) \
+         WHERE dedupe_active = 'slow-update' LOCK IN SHARE MODE",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(held.len(), 1, "the key's index entry is held");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        tx.rollback().await.unwrap();
+    });
+    let started = Instant::now();
+    let (_, jobs) = claim(&db, "test", 10, Duration::from_secs(2)).await;
+    let waited = started.elapsed();
+    release.await.unwrap();
+    assert_eq!(jobs.len(), 1, "the job was claimed");
+    assert!(
+        waited >= Duration::from_millis(2_500),
+        "the claim did not wait for the held key entry ({waited:?}): this test shows nothing"
+    );
+    let left_ms = db
+        .scalar(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_expires_at) DIV 1000 \
+             FROM job_queue WHERE status = 'processing'",
+        )
+        .await;
+    assert!(
+        left_ms >= 1_000,
+        "the claim handed out a job whose 2 s lease has {left_ms} ms left (it waited {waited:?})"
+    );
+}
+
+/// The same through a worker: its watchdog counts a lease from when the statement that wrote it
+/// was sent, so after a slow claim it must count from the rewrite, not from the claim's start
+/// (which would stop the job at once as if its lease had run out). The job runs once, on its
+/// first attempt, and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_claim_waited_runs_the_job_on_its_first_attempt() {
+    let db = TestDb::new().await;
+    let opts = EnqueueOptions::new()
+        .dedupe_key("slow-update")
+        .dedupe_scope(mysqlq::DedupeScope::UntilStarted);
+    Sleepy { ms: 300 }
+        .enqueue_with(&db.pool, &opts)
+        .await
+        .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "SELECT dedupe_active FROM job_queue FORCE INDEX (uq_job_dedupe) \
+         WHERE dedupe_active = 'slow-update' LOCK IN SHARE MODE",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let worker = db
+        .worker()
+        .lease(Duration::from_secs(2))
+        .maintenance(Duration::from_millis(100), Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tx.rollback().await.unwrap();
+    db.wait_for(
+        "the job completed",
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let (attempts, starts) = (
+        db.scalar("SELECT CAST(attempts AS SIGNED) FROM job_queue")
+            .await,
+        db.scalar("SELECT COUNT(*) FROM test_runs WHERE event = 'start'")
+            .await,
+    );
+    assert_eq!(
+        (attempts, starts),
+        (1, 1),
+        "the job ran once, on its first attempt (attempts, handler starts)"
+    );
+}

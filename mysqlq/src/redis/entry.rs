@@ -89,6 +89,7 @@ impl Entry {
             max_attempts: self.max_attempts,
             meta: self.meta.clone(),
             waited: Duration::from_micros(self.waited_us.saturating_add(in_stream)),
+            lease_sent: None,
         }
     }
 

@@ -28,6 +28,10 @@ pub struct ClaimedJob {
     /// How long it had been ready when claimed: the claim's `UTC_TIMESTAMP(6)` minus the later
     /// of `available_at` and `created_at` (the pickup latency), on the database's clock.
     pub waited: Duration,
+    /// When the statement that last wrote this job's lease was sent, when that was not the
+    /// claim's UPDATE (a slow UPDATE has its leases written again): the lease counts from here,
+    /// not from when the claim was sent.
+    pub lease_sent: Option<std::time::Instant>,
 }
 
 /// Parameters of [`job_claim`].
@@ -265,7 +269,13 @@ pub(super) async fn admit_and_mark(
         return Ok(jobs);
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let started = std::time::Instant::now();
     let updated = mark_claimed(&mut *tx, tag, take_attempt, &ids, p).await?;
+    if let Some(sent) = restamp_if_slow(&mut *tx, tag, &ids, p, started.elapsed()).await? {
+        for job in &mut jobs {
+            job.lease_sent = Some(sent);
+        }
+    }
     if updated != ids.len() as u64 {
         // Impossible while we hold the row locks; refuse to hand out jobs we may not own (the
         // caller drops the transaction, which rolls it back).
@@ -309,6 +319,39 @@ pub(super) async fn mark_claimed(
     Ok(bind_ids(q, ids).execute(&mut *conn).await?.rows_affected())
 }
 
+/// Writes the claim's leases again when the UPDATE that wrote them took a tenth of the lease or
+/// more. The server computes a lease when the statement starts, and the UPDATE can wait after
+/// that — on index entries that another transaction holds (a claimer frozen inside its own claim,
+/// an application's locking read); the jobs would then reach their worker with part or all of
+/// their lease gone, and the reaper would take them from a healthy worker before their handlers
+/// started. The rows are this transaction's; a rewrite that is slow again is repeated (at most
+/// three times). Returns when the last rewrite was sent, if there was one.
+async fn restamp_if_slow(
+    conn: &mut MySqlConnection,
+    tag: &str,
+    ids: &[JobId],
+    p: &ClaimParams<'_>,
+    mut took: std::time::Duration,
+) -> Result<Option<std::time::Instant>, Error> {
+    let mut sent = None;
+    let mut tries = 0;
+    while took >= p.lease / 10 && tries < 3 {
+        tries += 1;
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:{tag}_lease */ UPDATE job_queue SET lease_expires_at = \
+             UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE id IN ({}) AND status = 'processing' AND claim_token = ?",
+            placeholders(padded_len(ids.len()))
+        ));
+        let started = std::time::Instant::now();
+        let q = sqlx::query(sql).bind(micros(p.lease));
+        bind_ids(q, ids).bind(p.token).execute(&mut *conn).await?;
+        took = started.elapsed();
+        sent = Some(started);
+    }
+    Ok(sent)
+}
+
 /// Commits a claim. A server error on COMMIT (a deadlock, a Galera certification failure) means
 /// it was rolled back. Anything else (the connection broke) leaves the outcome unknown: the
 /// jobs are then returned as in doubt.
@@ -340,6 +383,7 @@ pub(super) fn claimed_job(r: &sqlx::mysql::MySqlRow) -> Result<ClaimedJob, sqlx:
         waited: Duration::from_micros(
             u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
         ),
+        lease_sent: None,
     })
 }
 

@@ -117,7 +117,8 @@ impl Inline {
             .acquire_owned()
             .await
             .map_err(|_| Error::Config("the worker's slots were closed".into()))?;
-        executor::run_here(s, job, &queue, Arc::from(token), slot, sent).await;
+        let lease_from = job.lease_sent.map_or(sent, tokio::time::Instant::from_std);
+        executor::run_here(s, job, &queue, Arc::from(token), slot, lease_from).await;
         completer::flush_now(s).await;
         self.settle(ran.id).await?;
         let after = m.counters.snapshot().delta(&before);

@@ -319,7 +319,9 @@ async fn claim_queue(
     hold.shrink(count);
     for job in jobs {
         let one = Slot::Buffered(hold.split_one());
-        executor::spawn(s, job, queue, token.clone(), one, sent);
+        // A claim whose UPDATE was slow wrote its leases again later (`store::ClaimedJob`).
+        let lease_from = job.lease_sent.map_or(sent, Instant::from_std);
+        executor::spawn(s, job, queue, token.clone(), one, lease_from);
     }
     Ok((count, want as usize))
 }
