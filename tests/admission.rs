@@ -201,6 +201,26 @@ async fn finished_jobs_keep_their_lease_while_a_claim_meets_a_key_held_elsewhere
     assert_eq!(db.status(keyed.0).await.as_deref(), Some("completed"));
 }
 
+/// Enqueues a `Sleepy { ms }` whose dedupe key (`slow-update`) is held until it starts, and holds
+/// that key's index entry in a transaction (a covering, share-locked read: the job's row stays
+/// free), so a claim takes the row but its UPDATE, which frees the key, waits until `tx` ends.
+async fn hold_a_dedupe_entry(db: &TestDb, ms: u64) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let opts = EnqueueOptions::new()
+        .dedupe_key("slow-update")
+        .dedupe_scope(mysqlq::DedupeScope::UntilStarted);
+    Sleepy { ms }.enqueue_with(&db.pool, &opts).await.unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let held: Vec<String> = sqlx::query_scalar(
+        "SELECT dedupe_active FROM job_queue FORCE INDEX (uq_job_dedupe) \
+         WHERE dedupe_active = 'slow-update' LOCK IN SHARE MODE",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(held.len(), 1, "the key's index entry is held");
+    tx
+}
+
 /// Issue 26, seen in a suite run after the tallies: a claim's UPDATE waited 2.9 s (a worker
 /// SIGSTOPped inside its own claim held locks on index entries the UPDATE had to change), and the
 /// lease it wrote counted from the statement's start — so the jobs reached their worker with their
@@ -212,22 +232,7 @@ async fn finished_jobs_keep_their_lease_while_a_claim_meets_a_key_held_elsewhere
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_update_waited_hands_out_the_jobs_with_their_whole_lease() {
     let db = TestDb::new().await;
-    let opts = EnqueueOptions::new()
-        .dedupe_key("slow-update")
-        .dedupe_scope(mysqlq::DedupeScope::UntilStarted);
-    Sleepy { ms: 1 }
-        .enqueue_with(&db.pool, &opts)
-        .await
-        .unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
-    let held: Vec<String> = sqlx::query_scalar(
-        "SELECT dedupe_active FROM job_queue FORCE INDEX (uq_job_dedupe) \
-         WHERE dedupe_active = 'slow-update' LOCK IN SHARE MODE",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
-    assert_eq!(held.len(), 1, "the key's index entry is held");
+    let tx = hold_a_dedupe_entry(&db, 1).await;
     let release = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(3)).await;
         tx.rollback().await.unwrap();
@@ -260,21 +265,7 @@ async fn a_claim_whose_update_waited_hands_out_the_jobs_with_their_whole_lease()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_claim_waited_runs_the_job_on_its_first_attempt() {
     let db = TestDb::new().await;
-    let opts = EnqueueOptions::new()
-        .dedupe_key("slow-update")
-        .dedupe_scope(mysqlq::DedupeScope::UntilStarted);
-    Sleepy { ms: 300 }
-        .enqueue_with(&db.pool, &opts)
-        .await
-        .unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query(
-        "SELECT dedupe_active FROM job_queue FORCE INDEX (uq_job_dedupe) \
-         WHERE dedupe_active = 'slow-update' LOCK IN SHARE MODE",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
+    let tx = hold_a_dedupe_entry(&db, 300).await;
     let worker = db
         .worker()
         .lease(Duration::from_secs(2))
