@@ -98,6 +98,9 @@ pub enum Error {
         /// The error as recorded (`last_error`).
         error: String,
     },
+    /// A workflow or batch was refused ([`crate::workflow`]): nothing was enqueued.
+    #[error("{0}")]
+    Workflow(#[from] WorkflowError),
     /// Redis (the Redis Streams transport, feature `redis`) refused a command or could not be
     /// reached.
     #[cfg(feature = "redis")]
@@ -341,4 +344,96 @@ impl fmt::Display for JobError {
         }
         Ok(())
     }
+}
+
+/// What is wrong with a workflow ([`crate::workflow`]), found when it is built or enqueued. Nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkflowError {
+    /// Two steps share a name.
+    #[error(
+        "step `{step}` is declared twice in workflow `{workflow}`; give each step its own name"
+    )]
+    DuplicateName {
+        /// The workflow.
+        workflow: String,
+        /// The name.
+        step: String,
+    },
+    /// A dependency names no step declared before.
+    #[error(
+        "step `{step}` depends on `{dep}`, which is not declared before it in workflow \
+         `{workflow}`; declare dependencies first (known: {known})"
+    )]
+    UnknownDep {
+        /// The workflow.
+        workflow: String,
+        /// The dependent step.
+        step: String,
+        /// The unknown name.
+        dep: String,
+        /// The names declared so far.
+        known: String,
+    },
+    /// A step depends on itself (dependencies must be declared first, so this is the only cycle
+    /// that can be written).
+    #[error(
+        "step `{step}` depends on itself: a cycle; a step can only depend on steps declared before it"
+    )]
+    Cycle {
+        /// The step.
+        step: String,
+    },
+    /// No step at all.
+    #[error("workflow `{workflow}` has no steps; add one with `step`")]
+    NoSteps {
+        /// The workflow.
+        workflow: String,
+    },
+    /// A name is empty, too long, or holds `#`.
+    #[error(
+        "invalid name `{name}`: 1 to {max} characters, without `#` (used for fan-outs: `resize#3`)"
+    )]
+    BadName {
+        /// The name.
+        name: String,
+        /// The longest name allowed, in characters.
+        max: usize,
+    },
+    /// More than [`crate::workflow::MAX_STEPS`] steps.
+    #[error("workflow `{workflow}` has {steps} steps, over the limit of {limit}; split it")]
+    TooManySteps {
+        /// The workflow.
+        workflow: String,
+        /// How many.
+        steps: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A step with dependencies has a dedupe key (a waiting step cannot hold one yet).
+    #[error(
+        "step `{step}` has a dedupe key and depends on other steps; a waiting step does not \
+         hold a dedupe key: put the key on a step without dependencies (the whole workflow is \
+         refused when it is held)"
+    )]
+    DedupeOnDependent {
+        /// The step.
+        step: String,
+    },
+    /// `dedupe_replace` on a step.
+    #[error(
+        "step `{step}` uses `dedupe_replace`, which a workflow step cannot: a step is never rewritten"
+    )]
+    DedupeReplace {
+        /// The step.
+        step: String,
+    },
+    /// A step's dedupe key is held by another job: nothing was enqueued.
+    #[error("step `{step}`'s dedupe key is held by job {holder}: the workflow was not enqueued")]
+    Duplicate {
+        /// The step.
+        step: String,
+        /// The job holding the key.
+        holder: crate::JobId,
+    },
 }

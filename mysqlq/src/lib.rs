@@ -116,6 +116,7 @@ pub mod testing;
 mod traceparent;
 mod wake;
 mod worker;
+pub mod workflow;
 
 #[doc(hidden)]
 pub mod __private;

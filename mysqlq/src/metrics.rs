@@ -76,6 +76,9 @@ counters! {
     deadlocks: "Deadlocks (1213) in mysqlq's own transactions, each retried.",
     lock_waits: "Lock wait timeouts (1205) in mysqlq's own transactions, each retried.",
     db_errors: "Other database errors (connection loss, server gone), each retried.",
+    workflow_released: "Workflow steps released (waiting -> pending) by this worker's settlements and sweeps.",
+    workflow_upstream_cancelled: "Workflow steps cancelled because a dependency failed or was cancelled.",
+    workflow_settle_handbacks: "Step completions written a moment later because a gate or dependent they settle was held by another transaction.",
 }
 
 /// Per-kind run statistics.

@@ -51,10 +51,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0007_audit",
         sql: include_str!("../migrations/0007_audit.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_workflows",
+        sql: include_str!("../migrations/0008_workflows.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

@@ -18,6 +18,9 @@ pub type Timestamp = DateTime<Utc>;
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum JobState {
+    /// A workflow step waiting for its dependencies (`mysqlq::workflow`): becomes
+    /// [`Pending`](Self::Pending) when the last of them settles, never claimed before.
+    Waiting,
     /// Waiting to run at `available_at`.
     Pending,
     /// Claimed by a worker, which holds it until its lease ends.
@@ -32,7 +35,8 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in the order of the state machine.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
+        Self::Waiting,
         Self::Pending,
         Self::Processing,
         Self::Completed,
@@ -43,6 +47,7 @@ impl JobState {
     /// The value stored in `job_queue.status`.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Waiting => "waiting",
             Self::Pending => "pending",
             Self::Processing => "processing",
             Self::Completed => "completed",
@@ -74,7 +79,7 @@ impl FromStr for JobState {
                 Error::invalid(
                     "job state",
                     format!(
-                        "`{s}` is not one of pending, processing, completed, failed, cancelled"
+                        "`{s}` is not one of waiting, pending, processing, completed, failed, cancelled"
                     ),
                 )
             })

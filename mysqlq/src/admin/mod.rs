@@ -67,6 +67,9 @@ pub struct RetryReport {
     pub conflicts: Vec<DedupeConflict>,
     /// Of the ids asked for, those that are not failed jobs (unknown, or in another state).
     pub not_failed: Vec<JobId>,
+    /// Workflow steps that had been cancelled because a retried job failed ("upstream … failed"),
+    /// waiting for it again.
+    pub revived: u64,
 }
 
 /// What [`Admin::discard_failed`] did.
@@ -166,6 +169,7 @@ impl Admin {
             report.retried += r.retried.len() as u64;
             report.conflicts.extend(r.conflicts);
             report.not_failed.extend(r.skipped);
+            report.revived += r.revived.len() as u64;
             progress(ids.len());
         }
         Ok(report)

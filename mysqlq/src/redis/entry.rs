@@ -90,6 +90,9 @@ impl Entry {
             meta: self.meta.clone(),
             waited: Duration::from_micros(self.waited_us.saturating_add(in_stream)),
             lease_sent: None,
+            // Not carried in the stream: a step completed over Redis is settled by the
+            // workflow sweep (`worker::workflow`) instead of its completion's transaction.
+            workflow: None,
         }
     }
 

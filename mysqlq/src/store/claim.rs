@@ -32,6 +32,8 @@ pub struct ClaimedJob {
     /// claim's UPDATE (a slow UPDATE has its leases written again): the lease counts from here,
     /// not from when the claim was sent.
     pub lease_sent: Option<std::time::Instant>,
+    /// `workflow_id`: the job is a workflow step, whose completion settles its dependents.
+    pub workflow: Option<u64>,
 }
 
 /// Parameters of [`job_claim`].
@@ -55,7 +57,7 @@ pub struct ClaimParams<'a> {
 
 /// The columns a claim reads (decoded by [`claimed_job`], keys for [`admission::admit`]).
 pub(super) const CLAIM_COLUMNS: &str = "j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, \
+                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, j.workflow_id, \
                 TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us";
 
 /// What keeps a `pending` job `j` from being claimed beside its queue being paused: an earlier
@@ -384,6 +386,7 @@ pub(super) fn claimed_job(r: &sqlx::mysql::MySqlRow) -> Result<ClaimedJob, sqlx:
             u64::try_from(r.try_get::<i64, _>("waited_us")?).unwrap_or(0),
         ),
         lease_sent: None,
+        workflow: r.try_get("workflow_id")?,
     })
 }
 

@@ -50,6 +50,7 @@ pub mod server;
 mod sql;
 mod testing;
 mod workers;
+pub mod workflow;
 
 pub use attempts::{Attempt, AttemptRecord, job_attempt_delete, job_attempts};
 #[cfg(feature = "__internal-store")]

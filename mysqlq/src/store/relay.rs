@@ -275,7 +275,7 @@ pub async fn job_relay_claim_ids(
     let list = placeholders(padded_len(ids.len()));
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_relay_claim_ids */ SELECT j.id, j.queue_name, j.kind, \
-         CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, CAST(j.meta AS CHAR) AS meta, \
+         CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, CAST(j.meta AS CHAR) AS meta, j.workflow_id, \
          TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
          FROM job_queue j WHERE j.id IN ({list}) AND j.status = 'pending' \
            AND j.available_at <= UTC_TIMESTAMP(6) AND j.ordering_key IS NULL \

@@ -16,7 +16,7 @@ use super::config::{RESERVED_CONNECTIONS, validate, validate_worker_id};
 use super::threads::{self, ServiceThread};
 use super::{
     Config, Shared, WorkerHandle, completer, events, lag, lease, maintenance, producer, scheduler,
-    stats,
+    stats, workflow,
 };
 use crate::context::Extensions;
 use crate::metrics::Metrics;
@@ -314,6 +314,7 @@ impl WorkerBuilder {
             tokio::spawn(lag::run(shared.clone())),
             tokio::spawn(maintenance::run(shared.clone())),
             tokio::spawn(stats::run(shared.clone())),
+            tokio::spawn(workflow::run(shared.clone())),
         ]);
         if !shared.periodic.is_empty() {
             services.push(tokio::spawn(scheduler::run(shared.clone())));
@@ -414,6 +415,7 @@ impl WorkerBuilder {
             stopping: AtomicBool::new(false),
             lease_unconfirmed: AtomicBool::new(false),
             completer: Arc::new(completer::Completer::new(carry_wait)),
+            workflow_wake: Notify::new(),
             periodic,
             hooks: crate::hooks::global_hooks().then(&self.hooks),
             events,

@@ -33,6 +33,9 @@ pub(crate) struct Completer {
     /// connection): written by the completer alone from now on, never carried again, so that
     /// a row an application transaction keeps locked cannot stall claim after claim.
     solo: Mutex<Vec<Key>>,
+    /// Completions of workflow steps: written with their settlement in a transaction of their
+    /// own ([`store::workflow::wf_complete_steps`]), never carried by a claim.
+    steps: Mutex<Vec<Key>>,
     arrived: Notify,
     /// How long queued completions wait for a claim to carry them (zero: not at all).
     carry_wait: Duration,
@@ -43,6 +46,7 @@ impl Completer {
         Self {
             queue: Mutex::new(Vec::new()),
             solo: Mutex::new(Vec::new()),
+            steps: Mutex::new(Vec::new()),
             arrived: Notify::new(),
             carry_wait,
         }
@@ -61,6 +65,28 @@ impl Completer {
         if q.len() == 1 {
             self.arrived.notify_one();
         }
+    }
+
+    fn steps(&self) -> std::sync::MutexGuard<'_, Vec<Key>> {
+        self.steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues the completion of a workflow step.
+    pub(crate) fn complete_step(&self, job: Key) {
+        let mut q = self.steps();
+        q.push(job);
+        if q.len() == 1 {
+            self.arrived.notify_one();
+        }
+    }
+
+    /// The next settlement's worth of step completions.
+    fn next_steps(&self) -> Vec<Key> {
+        let mut q = self.steps();
+        let n = q.len().min(MAX_FLUSH);
+        q.drain(..n).collect()
     }
 
     /// Takes the queued completions (at most one statement's worth) for a claim's transaction.
@@ -109,6 +135,7 @@ impl Completer {
 
     fn is_empty(&self) -> bool {
         self.queue().is_empty()
+            && self.steps().is_empty()
             && self
                 .solo
                 .lock()
@@ -149,6 +176,9 @@ impl Drop for Carried {
 
 pub(crate) async fn run(s: Arc<Shared>) {
     let c = s.completer.clone();
+    // Pause before step completions handed back are written again: 5 ms, doubling to 1 s
+    // while hand-backs go on.
+    let mut handback = Duration::ZERO;
     loop {
         if c.is_empty() {
             tokio::select! {
@@ -176,6 +206,23 @@ pub(crate) async fn run(s: Arc<Shared>) {
         if !batch.is_empty() {
             flush(&s, &mut batch).await;
         }
+        let steps = c.next_steps();
+        if !steps.is_empty() {
+            let back = flush_steps(&s, steps).await;
+            if back.is_empty() {
+                handback = Duration::ZERO;
+            } else {
+                handback = (handback * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+                let c = c.clone();
+                let pause = handback.mul_f64(0.5 + crate::worker::unit_random());
+                tokio::spawn(async move {
+                    tokio::time::sleep(pause).await;
+                    for k in back {
+                        c.complete_step(k);
+                    }
+                });
+            }
+        }
         if stopping && c.is_empty() {
             return;
         }
@@ -187,10 +234,62 @@ pub(crate) async fn run(s: Arc<Shared>) {
 pub(crate) async fn flush_now(s: &Arc<Shared>) {
     loop {
         let mut batch = s.completer.next_batch();
-        if batch.is_empty() {
+        if !batch.is_empty() {
+            flush(s, &mut batch).await;
+        }
+        let steps = s.completer.next_steps();
+        if !steps.is_empty() {
+            let back = flush_steps(s, steps).await;
+            if !back.is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                for k in back {
+                    s.completer.complete_step(k);
+                }
+            }
+        }
+        if s.completer.is_empty() {
             return;
         }
-        flush(s, &mut batch).await;
+    }
+}
+
+/// Writes step completions with their settlement; returns the ones handed back (a gate or
+/// dependent they settle was held by another transaction), to be written again in a moment.
+async fn flush_steps(s: &Arc<Shared>, keys: Vec<Key>) -> Vec<Key> {
+    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
+    let result = write_retrying(s, "complete workflow steps", false, || async {
+        let mut conn = s.db.acquire().await?;
+        store::workflow::wf_complete_steps(&mut conn, &jobs).await
+    })
+    .await;
+    match result {
+        Ok(settled) => {
+            let m = &s.metrics;
+            m.add(&m.counters.completion_flushes, 1);
+            m.add(&m.counters.workflow_released, settled.released.len() as u64);
+            m.add(
+                &m.counters.workflow_settle_handbacks,
+                settled.handed_back.len() as u64,
+            );
+            let (back, written): (Vec<Key>, Vec<Key>) = keys.into_iter().partition(|k| {
+                settled
+                    .handed_back
+                    .iter()
+                    .any(|h| h.id == k.id && h.token == k.token.as_ref())
+            });
+            done(s, &written, &settled.report);
+            if !settled.released.is_empty() {
+                crate::wake::wake_local();
+            }
+            back
+        }
+        Err(e) => {
+            tracing::error!(jobs = keys.len(), error = %e, "step completions not written; the leases will bring the jobs back");
+            for k in &keys {
+                s.forget(k);
+            }
+            Vec::new()
+        }
     }
 }
 

@@ -101,6 +101,16 @@ pub enum WorkerEvent {
     },
     /// A maintenance round ended.
     MaintenanceRound,
+    /// The workflow sweep settled dependencies that ended without this worker's completion
+    /// (failed, cancelled, or completed elsewhere).
+    WorkflowSwept {
+        /// Dependencies settled.
+        deps: u64,
+        /// Dependents released.
+        released: u64,
+        /// Dependents cancelled by their upstream rule.
+        cancelled: u64,
+    },
     /// The worker's service thread (heartbeats, watchdog, completions, claims) woke later than
     /// it asked to: for `lag`, none of its services could act. A lag near the lease's safety
     /// margin means leases are at risk on a worker that is alive (logged as a warning too).

@@ -319,7 +319,11 @@ async fn supervise(
         Ran::Stopped(_) => return,
         Ran::Ok => {
             if mark_finishing(&s, &key) {
-                s.completer.complete(key);
+                if job.workflow.is_some() {
+                    s.completer.complete_step(key);
+                } else {
+                    s.completer.complete(key);
+                }
             } else {
                 cancelled_meanwhile(&s, &ctx, run.as_ref()).await;
             }
@@ -347,6 +351,15 @@ async fn supervise(
         ran_for: took,
     };
     let written = record(&s, &key, &outcome, &message, attempt).await;
+    if job.workflow.is_some()
+        && matches!(
+            written,
+            Some(Recorded::Written(Outcome::Fail | Outcome::Cancel) | Recorded::ByOperator)
+        )
+    {
+        // A step ended without completing: its dependents' upstream rules apply now.
+        s.workflow_wake.notify_one();
+    }
     // Still ours: had the lease service taken it out meanwhile, it would have told the hooks.
     let ours = s.forget(&key);
     match (written, run) {

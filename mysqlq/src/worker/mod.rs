@@ -30,6 +30,7 @@ mod release;
 mod scheduler;
 mod stats;
 mod threads;
+mod workflow;
 mod write;
 
 use std::collections::HashMap;
@@ -128,6 +129,8 @@ pub(crate) struct Shared {
     /// the database answers again.
     pub(crate) lease_unconfirmed: AtomicBool,
     pub(crate) completer: Arc<completer::Completer>,
+    /// Wakes the workflow sweep ([`workflow`]): a step's failure or cancel was recorded.
+    pub(crate) workflow_wake: Notify,
     pub(crate) periodic: Vec<crate::Periodic>,
     /// The global hooks at start, then the builder's.
     pub(crate) hooks: crate::hooks::Hooks,

@@ -2,7 +2,7 @@
 
 use chrono::NaiveDateTime;
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, MySqlConnection, Row};
+use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row};
 
 use super::{BULK_CHUNK, non_negative};
 use crate::state::Timestamp;
@@ -252,6 +252,9 @@ pub struct RetryReport {
     pub conflicts: Vec<DedupeConflict>,
     /// Ids that were not failed jobs (unknown, or in another state).
     pub skipped: Vec<JobId>,
+    /// Workflow steps that had been cancelled because a job retried here failed, back in
+    /// `waiting` (`store::workflow::wf_revive`).
+    pub revived: Vec<JobId>,
 }
 
 /// The failed jobs among `ids`, in their order, each once; the others go to `skipped`. The rows are
@@ -308,8 +311,11 @@ pub async fn job_retry_failed(
 ) -> Result<RetryReport, Error> {
     let mut report = RetryReport::default();
     for chunk in ids.chunks(BULK_CHUNK) {
-        // The check locks the rows, so each job counted as retried was.
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        // The check locks the rows, so each job counted as retried was. READ COMMITTED: the
+        // revival below reads the latest committed edges after locking the dependents.
+        let mut tx = conn
+            .begin_with("/* mysqlq:job_retry_failed */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            .await?;
         let failed = failed_among(&mut tx, chunk, &mut report.skipped).await?;
         if failed.is_empty() {
             continue;
@@ -338,7 +344,10 @@ pub async fn job_retry_failed(
             }
             Err(e) => return Err(e.into()),
         }
+        let revived = crate::store::workflow::wf_revive(&mut tx, &report.retried[before..]).await?;
         super::audit::audit_jobs(&mut tx, audit, &report.retried[before..]).await?;
+        super::audit::audit_jobs(&mut tx, audit, &revived).await?;
+        report.revived.extend(revived);
         tx.commit().await?;
     }
     Ok(report)

@@ -1,0 +1,275 @@
+//! Completing steps: the completion and its settlement in one READ COMMITTED transaction.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
+
+use super::plan::{Edge, Gate, Plan, plan};
+use crate::store::guarded::{GuardedReport, Owned, job_complete_many};
+use crate::store::sql::{bind_ids, padded_len, placeholders};
+use crate::{Error, JobId};
+
+/// What [`wf_complete_steps`] did.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// The completion statement's report over the completions written.
+    pub report: GuardedReport,
+    /// Completions not written now: a gate or dependent they settle was held by another
+    /// transaction. The caller writes them again in a moment.
+    pub handed_back: Vec<Owned>,
+    /// Dependents released (`waiting` → `pending`).
+    pub released: Vec<JobId>,
+}
+
+/// `wf_complete_steps`: completes workflow steps (token-guarded, like [`job_complete_many`]) and
+/// settles their edges in the same READ COMMITTED transaction, releasing every dependent whose
+/// last dependency this was. Only rows still `processing` under the claim's token are settled,
+/// so a write retried after a lost COMMIT reply settles nothing twice.
+pub async fn wf_complete_steps(
+    conn: &mut MySqlConnection,
+    jobs: &[Owned],
+) -> Result<Settled, Error> {
+    if jobs.is_empty() {
+        return Ok(Settled::default());
+    }
+    let mut tx = conn
+        .begin_with("/* mysqlq:wf_complete_steps */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        .await?;
+    // S0: the steps this transaction completes, locked (only their own worker writes them).
+    let n = padded_len(jobs.len());
+    let pairs = vec!["(?, ?)"; n].join(", ");
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:wf_settle_candidates */ SELECT id FROM job_queue WHERE id IN ({}) \
+         AND status = 'processing' AND (id, claim_token) IN ({pairs}) FOR UPDATE",
+        placeholders(n)
+    ));
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let mut q = bind_ids(sqlx::query(sql), &ids);
+    for i in 0..n {
+        let j = &jobs[i.min(jobs.len() - 1)];
+        q = q.bind(j.id.0).bind(j.token.as_str());
+    }
+    let candidates: BTreeSet<u64> = q
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| r.try_get::<u64, _>("id"))
+        .collect::<Result<_, _>>()?;
+    let mut p = Plan::default();
+    let mut edges = Vec::new();
+    if !candidates.is_empty() {
+        // S1: their unsettled edges (a plain read: only holders of the deps' locks write them).
+        edges = edges_open(&mut tx, &candidates).await?;
+        // S2: the gates those edges count in, never waited for.
+        let keys: BTreeSet<(u64, u32)> = edges.iter().map(|e| (e.dependent, e.block)).collect();
+        let mut gates = lock_gates(&mut tx, &keys, true).await?;
+        let mut heads_tried = BTreeSet::new();
+        let mut rows: HashMap<u64, Option<String>> = HashMap::new();
+        loop {
+            p = plan(&candidates, &edges, &gates, &heads_tried, &rows)?;
+            if !p.need_heads.is_empty() {
+                // S3: heads of blocks that close.
+                let keys = p.need_heads.iter().map(|&d| (d, 0)).collect();
+                gates.extend(lock_gates(&mut tx, &keys, true).await?);
+                heads_tried.extend(p.need_heads.iter().copied());
+                continue;
+            }
+            if !p.need_rows.is_empty() {
+                // S4: the dependents that would be released.
+                let locked = lock_rows(&mut tx, &p.need_rows, true).await?;
+                for d in &p.need_rows {
+                    rows.insert(*d, locked.get(d).cloned());
+                }
+                continue;
+            }
+            break;
+        }
+    }
+    let (write, handed_back): (Vec<Owned>, Vec<Owned>) = jobs
+        .iter()
+        .cloned()
+        .partition(|j| !candidates.contains(&j.id.0) || p.settle.contains(&j.id.0));
+    let report = job_complete_many(&mut tx, &write).await?;
+    if !p.settle.is_empty() {
+        write_settlement(&mut tx, &p, &edges).await?;
+    }
+    tx.commit().await?;
+    Ok(Settled {
+        report,
+        handed_back,
+        released: p.release.iter().map(|&d| JobId(d)).collect(),
+    })
+}
+
+/// `wf_edges_open`: the unsettled out-edges of `deps`.
+async fn edges_open(conn: &mut MySqlConnection, deps: &BTreeSet<u64>) -> Result<Vec<Edge>, Error> {
+    let ids: Vec<JobId> = deps.iter().map(|&d| JobId(d)).collect();
+    let mut out = Vec::new();
+    for chunk in ids.chunks(1000) {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_edges_open */ SELECT dep_id, dependent_id, block FROM mysqlq_wf_edge \
+             WHERE dep_id IN ({}) AND state = 'open'",
+            placeholders(padded_len(chunk.len()))
+        ));
+        for r in bind_ids(sqlx::query(sql), chunk)
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            out.push(Edge {
+                dep: r.try_get("dep_id")?,
+                dependent: r.try_get("dependent_id")?,
+                block: r.try_get("block")?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `wf_gates_lock`: locks gate rows in key order; with `skip`, those another transaction holds
+/// are passed over (absent from the answer) instead of waited for.
+pub(super) async fn lock_gates(
+    conn: &mut MySqlConnection,
+    keys: &BTreeSet<(u64, u32)>,
+    skip: bool,
+) -> Result<HashMap<(u64, u32), Gate>, Error> {
+    let keys: Vec<(u64, u32)> = keys.iter().copied().collect();
+    let mut out = HashMap::new();
+    for chunk in keys.chunks(1000) {
+        let n = padded_len(chunk.len());
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_gates_lock */ SELECT step_id, block, remaining, open_blocks FROM mysqlq_wf_gate \
+             WHERE (step_id, block) IN ({}) ORDER BY step_id, block FOR UPDATE{}",
+            vec!["(?, ?)"; n].join(", "),
+            if skip { " SKIP LOCKED" } else { "" }
+        ));
+        let mut q = sqlx::query(sql);
+        for i in 0..n {
+            let (d, b) = chunk[i.min(chunk.len() - 1)];
+            q = q.bind(d).bind(b);
+        }
+        for r in q.fetch_all(&mut *conn).await? {
+            out.insert(
+                (r.try_get("step_id")?, r.try_get("block")?),
+                Gate {
+                    remaining: r.try_get("remaining")?,
+                    open_blocks: r.try_get("open_blocks")?,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// `wf_release_lock`: locks job rows in id order (with `skip`, passing over held ones) and
+/// returns each locked row's status.
+pub(super) async fn lock_rows(
+    conn: &mut MySqlConnection,
+    ids: &BTreeSet<u64>,
+    skip: bool,
+) -> Result<HashMap<u64, String>, Error> {
+    let ids: Vec<JobId> = ids.iter().map(|&d| JobId(d)).collect();
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(1000) {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_release_lock */ SELECT id, CAST(status AS CHAR) AS status FROM job_queue \
+             WHERE id IN ({}) ORDER BY id FOR UPDATE{}",
+            placeholders(padded_len(chunk.len())),
+            if skip { " SKIP LOCKED" } else { "" }
+        ));
+        for r in bind_ids(sqlx::query(sql), chunk)
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            out.insert(r.try_get("id")?, r.try_get("status")?);
+        }
+    }
+    Ok(out)
+}
+
+/// The writes of a plan: the settled deps' edges `met`, the gates counted down, the releases.
+async fn write_settlement(
+    conn: &mut MySqlConnection,
+    p: &Plan,
+    edges: &[Edge],
+) -> Result<(), Error> {
+    let settled: BTreeSet<u64> = edges
+        .iter()
+        .filter(|e| p.settle.contains(&e.dep))
+        .map(|e| e.dep)
+        .collect();
+    if !settled.is_empty() {
+        let ids: Vec<JobId> = settled.iter().map(|&d| JobId(d)).collect();
+        for chunk in ids.chunks(1000) {
+            let sql = AssertSqlSafe(format!(
+                "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge SET state = 'met' \
+                 WHERE dep_id IN ({}) AND state = 'open'",
+                placeholders(padded_len(chunk.len()))
+            ));
+            bind_ids(sqlx::query(sql), chunk)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    count_down(conn, &p.dec, &p.closed).await?;
+    release(conn, &p.release).await
+}
+
+/// `wf_gates_update`: decrements gates, one statement per distinct decrement (heads per
+/// distinct pair of decrements).
+pub(super) async fn count_down(
+    conn: &mut MySqlConnection,
+    dec: &BTreeMap<(u64, u32), u32>,
+    closed: &BTreeMap<u64, u32>,
+) -> Result<(), Error> {
+    let mut by: BTreeMap<(u32, u32), Vec<(u64, u32)>> = BTreeMap::new();
+    for (&(d, b), &n) in dec {
+        if b > 0 {
+            by.entry((n, 0)).or_default().push((d, b));
+        }
+    }
+    let heads: BTreeSet<u64> = dec
+        .keys()
+        .filter(|(_, b)| *b == 0)
+        .map(|(d, _)| *d)
+        .chain(closed.keys().copied())
+        .collect();
+    for d in heads {
+        let n0 = dec.get(&(d, 0)).copied().unwrap_or(0);
+        let c = closed.get(&d).copied().unwrap_or(0);
+        by.entry((n0, c)).or_default().push((d, 0));
+    }
+    for ((n, c), keys) in by {
+        for chunk in keys.chunks(1000) {
+            let m = padded_len(chunk.len());
+            let sql = AssertSqlSafe(format!(
+                "/* mysqlq:wf_gates_update */ UPDATE mysqlq_wf_gate SET remaining = remaining - ?, \
+                 open_blocks = open_blocks - ? WHERE (step_id, block) IN ({})",
+                vec!["(?, ?)"; m].join(", ")
+            ));
+            let mut q = sqlx::query(sql).bind(n).bind(c);
+            for i in 0..m {
+                let (d, b) = chunk[i.min(chunk.len() - 1)];
+                q = q.bind(d).bind(b);
+            }
+            q.execute(&mut *conn).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `wf_release`: `waiting` → `pending`; a step never runs before its release.
+pub(super) async fn release(conn: &mut MySqlConnection, ids: &[u64]) -> Result<(), Error> {
+    let ids: Vec<JobId> = ids.iter().map(|&d| JobId(d)).collect();
+    for chunk in ids.chunks(1000) {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_release */ UPDATE job_queue SET status = 'pending', \
+             available_at = GREATEST(available_at, UTC_TIMESTAMP(6)) \
+             WHERE id IN ({}) AND status = 'waiting'",
+            placeholders(padded_len(chunk.len()))
+        ));
+        bind_ids(sqlx::query(sql), chunk)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! Settling dependencies that ended without a settling completion (failed, cancelled, or
+//! completed by a path that does not settle), marking finished workflows, and reviving
+//! upstream-cancelled steps when an operator retries their dependency.
+
+use std::collections::{BTreeSet, HashMap};
+
+use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
+
+use super::UPSTREAM;
+use super::plan::{Edge, plan};
+use super::settle::{count_down, lock_gates, lock_rows, release};
+use crate::store::sql::{bind_ids, padded_len, placeholders};
+use crate::{Error, JobId};
+
+/// What one [`wf_sweep`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Dependencies whose edges were settled.
+    pub deps: u64,
+    /// Dependents released.
+    pub released: u64,
+    /// Dependents cancelled by their upstream rule.
+    pub cancelled: u64,
+}
+
+/// `wf_sweep`: settles the edges of dependencies that ended — failed, cancelled, or completed by
+/// a path that does not settle (the transaction that completes a step normally settles it, so
+/// it has no open edge left) — in running workflows, at most `limit` dependencies. An edge whose
+/// dependent accepts that end (completed; failed with `ignore_failed`; cancelled with
+/// `ignore_cancelled`) is met and counted down (releasing the dependent at zero); any other
+/// breaks, and the dependent, if still waiting, is cancelled with "upstream `x` failed". Each
+/// dependency in its own transaction; dependents cancelled here are swept in the next pass.
+pub async fn wf_sweep(conn: &mut MySqlConnection, limit: u32) -> Result<Swept, Error> {
+    let found: Vec<u64> = sqlx::query_scalar(
+        "/* mysqlq:wf_sweep_find */ SELECT j.id FROM mysqlq_workflow w \
+         JOIN job_queue j ON j.workflow_id = w.id AND j.status IN ('completed', 'failed', 'cancelled') \
+         WHERE w.state = 'running' AND EXISTS (SELECT 1 FROM mysqlq_wf_edge e \
+           WHERE e.dep_id = j.id AND e.state = 'open') \
+         ORDER BY j.id LIMIT ?",
+    )
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Swept::default();
+    for dep in found {
+        let mut tx = conn
+            .begin_with("/* mysqlq:wf_sweep */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            .await?;
+        let s = sweep_one(&mut tx, dep).await?;
+        tx.commit().await?;
+        out.deps += s.deps;
+        out.released += s.released;
+        out.cancelled += s.cancelled;
+    }
+    Ok(out)
+}
+
+async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
+    let mut out = Swept::default();
+    let row: Option<(String, Option<String>, Option<u32>, i64)> = sqlx::query_as(
+        "/* mysqlq:wf_sweep_dep */ SELECT CAST(j.status AS CHAR), CAST(s.name AS CHAR), s.ordinal, \
+         (SELECT COUNT(*) FROM mysqlq_wf_step o WHERE o.workflow_id = s.workflow_id AND o.name = s.name) \
+         FROM job_queue j LEFT JOIN mysqlq_wf_step s ON s.job_id = j.id WHERE j.id = ? FOR UPDATE",
+    )
+    .bind(dep)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((status, name, ordinal, same_name)) = row else {
+        return Ok(out);
+    };
+    if !matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+        return Ok(out);
+    }
+    let rules: Vec<(u64, u32, bool, bool)> = sqlx::query_as(
+        "/* mysqlq:wf_upstream_edges */ SELECT e.dependent_id, e.block, s.ignore_failed <> 0, \
+         s.ignore_cancelled <> 0 FROM mysqlq_wf_edge e JOIN mysqlq_wf_step s ON s.job_id = e.dependent_id \
+         WHERE e.dep_id = ? AND e.state = 'open' ORDER BY e.dependent_id",
+    )
+    .bind(dep)
+    .fetch_all(&mut *tx)
+    .await?;
+    if rules.is_empty() {
+        return Ok(out);
+    }
+    out.deps = 1;
+    let accepts = |f: bool, c: bool| match status.as_str() {
+        "completed" => true,
+        "failed" => f,
+        _ => c,
+    };
+    let met: Vec<(u64, u32)> = rules
+        .iter()
+        .filter(|r| accepts(r.2, r.3))
+        .map(|r| (r.0, r.1))
+        .collect();
+    let broken: Vec<u64> = rules
+        .iter()
+        .filter(|r| !accepts(r.2, r.3))
+        .map(|r| r.0)
+        .collect();
+    if !met.is_empty() {
+        let keys: BTreeSet<(u64, u32)> = met
+            .iter()
+            .copied()
+            .chain(met.iter().map(|&(d, _)| (d, 0)))
+            .collect();
+        let gates = lock_gates(tx, &keys, false).await?;
+        let candidates = BTreeSet::from([dep]);
+        let edges: Vec<Edge> = met
+            .iter()
+            .map(|&(d, b)| Edge {
+                dep,
+                dependent: d,
+                block: b,
+            })
+            .collect();
+        let heads: BTreeSet<u64> = met.iter().map(|&(d, _)| d).collect();
+        let locked = lock_rows(tx, &heads, false).await?;
+        let rows: HashMap<u64, Option<String>> =
+            heads.iter().map(|d| (*d, locked.get(d).cloned())).collect();
+        let p = plan(&candidates, &edges, &gates, &heads, &rows)?;
+        if p.settle.len() != 1 {
+            return Err(Error::invalid(
+                "workflow sweep",
+                format!("gates of job {dep}'s dependents are missing"),
+            ));
+        }
+        let ids: Vec<JobId> = met.iter().map(|&(d, _)| JobId(d)).collect();
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge SET state = 'met' \
+             WHERE dep_id = ? AND dependent_id IN ({}) AND state = 'open'",
+            placeholders(padded_len(ids.len()))
+        ));
+        bind_ids(sqlx::query(sql).bind(dep), &ids)
+            .execute(&mut *tx)
+            .await?;
+        count_down(tx, &p.dec, &p.closed).await?;
+        release(tx, &p.release).await?;
+        out.released = p.release.len() as u64;
+    }
+    if !broken.is_empty() {
+        let set: BTreeSet<u64> = broken.iter().copied().collect();
+        lock_rows(tx, &set, false).await?;
+        let ids: Vec<JobId> = broken.iter().map(|&d| JobId(d)).collect();
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_edges_broken */ UPDATE mysqlq_wf_edge SET state = 'broken' \
+             WHERE dep_id = ? AND dependent_id IN ({}) AND state = 'open'",
+            placeholders(padded_len(ids.len()))
+        ));
+        bind_ids(sqlx::query(sql).bind(dep), &ids)
+            .execute(&mut *tx)
+            .await?;
+        // A fan-out's steps share a name: `resize#3` says which.
+        let step = match (name, ordinal) {
+            (Some(n), Some(o)) if same_name > 1 => format!("{n}#{o}"),
+            (Some(n), _) => n,
+            (None, _) => format!("job {dep}"),
+        };
+        let reason = format!("upstream `{step}` {status}");
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_cancel_upstream */ UPDATE job_queue SET status = 'cancelled', \
+             finished_at = UTC_TIMESTAMP(6), cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, \
+             cancel_reason = ? WHERE id IN ({}) AND status = 'waiting'",
+            placeholders(padded_len(ids.len()))
+        ));
+        out.cancelled = bind_ids(sqlx::query(sql).bind(UPSTREAM).bind(reason), &ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    }
+    Ok(out)
+}
+
+/// `wf_finish`: marks running workflows with no step left to run `completed`, `failed` (a step
+/// failed or was cancelled by its upstream rule) or `cancelled` (an operator cancelled a step);
+/// at most `limit` workflows, oldest first. Returns how many it finished.
+pub async fn wf_finish(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Error> {
+    let done: Vec<(u64, i64, i64)> = sqlx::query_as(
+        "/* mysqlq:wf_finish_find */ SELECT w.id, \
+           CAST(SUM(j.status = 'failed' OR (j.status = 'cancelled' AND j.cancelled_by = ?)) AS SIGNED), \
+           CAST(SUM(j.status = 'cancelled' AND (j.cancelled_by IS NULL OR j.cancelled_by <> ?)) AS SIGNED) \
+         FROM mysqlq_workflow w JOIN job_queue j ON j.workflow_id = w.id \
+         WHERE w.state = 'running' \
+         GROUP BY w.id \
+         HAVING SUM(j.status IN ('waiting', 'pending', 'processing')) = 0 \
+            AND SUM(EXISTS (SELECT 1 FROM mysqlq_wf_edge e WHERE e.dep_id = j.id AND e.state = 'open')) = 0 \
+         ORDER BY w.id LIMIT ?",
+    )
+    .bind(UPSTREAM)
+    .bind(UPSTREAM)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut n = 0;
+    for (id, failed, cancelled) in done {
+        let state = if cancelled > 0 {
+            "cancelled"
+        } else if failed > 0 {
+            "failed"
+        } else {
+            "completed"
+        };
+        // Guarded: a step revived or added meanwhile keeps the workflow running.
+        n += sqlx::query(
+            "/* mysqlq:wf_finish */ UPDATE mysqlq_workflow w SET w.state = ?, \
+             w.finished_at = UTC_TIMESTAMP(6) WHERE w.id = ? AND w.state = 'running' \
+             AND NOT EXISTS (SELECT 1 FROM job_queue j WHERE j.workflow_id = w.id \
+               AND j.status IN ('waiting', 'pending', 'processing'))",
+        )
+        .bind(state)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(n)
+}
+
+/// `wf_revive`: after an operator moved failed or cancelled `deps` back to `pending` (inside the
+/// operator's transaction, which holds their row locks), reopens the edges they broke and moves
+/// the dependents cancelled by the upstream rule back to `waiting` once no broken edge is left,
+/// then does the same for those dependents' own dependents. Marks their workflows running
+/// again. Returns the jobs revived.
+pub async fn wf_revive(conn: &mut MySqlConnection, deps: &[JobId]) -> Result<Vec<JobId>, Error> {
+    let mut revived = Vec::new();
+    let mut level: Vec<JobId> = deps.to_vec();
+    while !level.is_empty() {
+        let mut dependents: BTreeSet<u64> = BTreeSet::new();
+        for chunk in level.chunks(1000) {
+            let list = placeholders(padded_len(chunk.len()));
+            let sql = AssertSqlSafe(format!(
+                "/* mysqlq:wf_revive_edges */ SELECT dependent_id FROM mysqlq_wf_edge \
+                 WHERE dep_id IN ({list}) AND state = 'broken'"
+            ));
+            let found: Vec<u64> = bind_ids(sqlx::query(sql), chunk)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<u64, _>(0))
+                .collect::<Result<_, _>>()?;
+            if found.is_empty() {
+                continue;
+            }
+            dependents.extend(found);
+            let sql = AssertSqlSafe(format!(
+                "/* mysqlq:wf_revive_edges */ UPDATE mysqlq_wf_edge SET state = 'open' \
+                 WHERE dep_id IN ({list}) AND state = 'broken'"
+            ));
+            bind_ids(sqlx::query(sql), chunk)
+                .execute(&mut *conn)
+                .await?;
+        }
+        if dependents.is_empty() {
+            break;
+        }
+        lock_rows(conn, &dependents, false).await?;
+        let ids: Vec<JobId> = dependents.iter().map(|&d| JobId(d)).collect();
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_revive */ SELECT id FROM job_queue WHERE id IN ({}) \
+             AND status = 'cancelled' AND cancelled_by = ? \
+             AND NOT EXISTS (SELECT 1 FROM mysqlq_wf_edge e WHERE e.dependent_id = job_queue.id \
+               AND e.state = 'broken')",
+            placeholders(padded_len(ids.len()))
+        ));
+        let back: Vec<u64> = bind_ids(sqlx::query(sql), &ids)
+            .bind(UPSTREAM)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<u64, _>(0))
+            .collect::<Result<_, _>>()?;
+        level = back.iter().map(|&d| JobId(d)).collect();
+        if level.is_empty() {
+            break;
+        }
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_revive */ UPDATE job_queue SET status = 'waiting', finished_at = NULL, \
+             cancelled_at = NULL, cancelled_by = NULL, cancel_reason = NULL WHERE id IN ({})",
+            placeholders(padded_len(level.len()))
+        ));
+        bind_ids(sqlx::query(sql), &level)
+            .execute(&mut *conn)
+            .await?;
+        revived.extend(level.iter().copied());
+    }
+    let mut all: Vec<JobId> = deps.to_vec();
+    all.extend(revived.iter().copied());
+    for chunk in all.chunks(1000) {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_revive */ UPDATE mysqlq_workflow SET state = 'running', finished_at = NULL \
+             WHERE state <> 'running' AND id IN (SELECT workflow_id FROM job_queue \
+               WHERE id IN ({}) AND workflow_id IS NOT NULL)",
+            placeholders(padded_len(chunk.len()))
+        ));
+        bind_ids(sqlx::query(sql), chunk)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(revived)
+}

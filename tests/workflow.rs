@@ -1,0 +1,615 @@
+//! Workflows and batches against a real server: the enqueue is all or nothing in the caller's
+//! transaction, steps keep their job options, a dependent starts only after its dependencies
+//! completed and is released exactly once (also when its last two dependencies complete at the
+//! same instant on two workers, and past a gate block of 64), upstream rules cancel or run
+//! dependents, an operator retry revives them, and batch callbacks fire once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mysqlq::workflow::{Batch, Workflow, WorkflowError};
+use mysqlq::{EnqueueOptions, JobContext, JobError};
+use mysqlq_tests::TestDb;
+use mysqlq_tests::jobs::record;
+
+/// Rendezvous points of [`wf_step`]'s `meet:<name>` act: two handlers return together.
+fn barrier(name: &str) -> Arc<tokio::sync::Barrier> {
+    static BARRIERS: Mutex<Option<HashMap<String, Arc<tokio::sync::Barrier>>>> = Mutex::new(None);
+    let mut map = BARRIERS.lock().unwrap();
+    map.get_or_insert_with(HashMap::new)
+        .entry(name.to_owned())
+        .or_insert_with(|| Arc::new(tokio::sync::Barrier::new(2)))
+        .clone()
+}
+
+/// A step: records `start`, then does `act` (`ok`, `fail`, `cancel`, `meet:<name>`), then
+/// records `done` when it succeeds.
+#[mysqlq::job(queue = "wf", retries = 0)]
+async fn wf_step(ctx: JobContext, tag: String, act: String) -> Result<(), JobError> {
+    record(&ctx, &tag, "start").await?;
+    match act.as_str() {
+        "fail" => return Err(JobError::fail("told to fail")),
+        "cancel" => return Err(JobError::cancel("told to cancel")),
+        a if a.starts_with("meet:") => {
+            barrier(a).wait().await;
+        }
+        _ => {}
+    }
+    record(&ctx, &tag, "done").await
+}
+
+fn step(tag: &str, act: &str) -> WfStep {
+    WfStep {
+        tag: tag.to_owned(),
+        act: act.to_owned(),
+    }
+}
+
+/// Logs every status change of a job (`wf_log`, in the order the writes happened).
+async fn log_transitions(db: &TestDb) {
+    db.exec(
+        "CREATE TABLE wf_log (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL, \
+         old_status VARCHAR(16) NOT NULL, new_status VARCHAR(16) NOT NULL, KEY (job_id))",
+    )
+    .await;
+    db.exec(
+        "CREATE TRIGGER wf_status AFTER UPDATE ON job_queue FOR EACH ROW \
+         INSERT INTO wf_log (job_id, old_status, new_status) SELECT NEW.id, OLD.status, NEW.status \
+         FROM DUAL WHERE OLD.status <> NEW.status",
+    )
+    .await;
+}
+
+/// Checks the graph's guarantees over everything that ran: no dependent claimed before each of
+/// its dependencies completed (by the order of the logged writes), and no dependent released
+/// more than once.
+async fn check_order_and_single_release(db: &TestDb) {
+    let early = db
+        .scalar(
+            "SELECT COUNT(*) FROM mysqlq_wf_edge e \
+             JOIN wf_log c ON c.job_id = e.dependent_id AND c.new_status = 'processing' \
+             WHERE NOT EXISTS (SELECT 1 FROM wf_log d WHERE d.job_id = e.dep_id \
+               AND d.new_status = 'completed' AND d.id < c.id) \
+             AND NOT EXISTS (SELECT 1 FROM wf_log d JOIN mysqlq_wf_step s ON s.job_id = e.dependent_id \
+               WHERE d.job_id = e.dep_id AND d.id < c.id \
+               AND ((d.new_status = 'failed' AND s.ignore_failed) \
+                 OR (d.new_status = 'cancelled' AND s.ignore_cancelled)))",
+        )
+        .await;
+    assert_eq!(early, 0, "claims of a step before a dependency allowed it");
+    let twice = db
+        .scalar(
+            "SELECT COUNT(*) FROM (SELECT job_id FROM wf_log WHERE old_status = 'waiting' \
+             AND new_status = 'pending' GROUP BY job_id HAVING COUNT(*) > 1) t",
+        )
+        .await;
+    assert_eq!(twice, 0, "steps released more than once");
+}
+
+/// Waits until `sql` counts non-zero; on time-out, panics with every job's state, its events
+/// and the worker-side history of status changes, to show where the workflow stopped.
+async fn wait_or_dump(db: &TestDb, what: &str, sql: &str, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while db.scalar(sql).await == 0 {
+        if std::time::Instant::now() > deadline {
+            let rows: Vec<(u64, String, Option<String>, String, u32, Option<String>)> = sqlx::query_as(
+                "SELECT j.id, CAST(j.status AS CHAR), CAST(s.name AS CHAR), CAST(j.queue_name AS CHAR), \
+                 j.attempts, CAST(j.last_error AS CHAR) FROM job_queue j \
+                 LEFT JOIN mysqlq_wf_step s ON s.job_id = j.id \
+                 WHERE j.status <> 'completed' ORDER BY j.id",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+            let gates: Vec<(u64, u32, u32, u32)> = sqlx::query_as(
+                "SELECT step_id, block, remaining, open_blocks FROM mysqlq_wf_gate \
+                 WHERE remaining <> 0 OR open_blocks <> 0",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+            panic!(
+                "timed out waiting for {what}; unfinished jobs: {rows:?}; open gates: {gates:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn job_of(db: &TestDb, wf: u64, name: &str) -> u64 {
+    sqlx::query_scalar("SELECT job_id FROM mysqlq_wf_step WHERE workflow_id = ? AND name = ? ORDER BY ordinal LIMIT 1")
+        .bind(wf)
+        .bind(name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_workflow_enqueued_in_a_rolled_back_transaction_leaves_nothing() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let wf = Workflow::new("checkout")
+        .step("charge", step("charge", "ok"))
+        .unwrap()
+        .step_after("ship", step("ship", "ok"), ["charge"])
+        .unwrap();
+    let id = wf.enqueue(&mut *tx).await.unwrap();
+    assert!(id.0 > 0);
+    tx.rollback().await.unwrap();
+    for table in [
+        "job_queue",
+        "mysqlq_workflow",
+        "mysqlq_wf_step",
+        "mysqlq_wf_edge",
+        "mysqlq_wf_gate",
+    ] {
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await,
+            0,
+            "{table} after the rollback"
+        );
+    }
+    // Committed, with a business row in the same transaction: everything is there.
+    db.exec("CREATE TABLE orders (id INT PRIMARY KEY)").await;
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    Workflow::new("checkout")
+        .step("charge", step("charge", "ok"))
+        .unwrap()
+        .step_after("ship", step("ship", "ok"), ["charge"])
+        .unwrap()
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'pending'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'waiting'")
+            .await,
+        1
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM mysqlq_wf_edge").await, 1);
+}
+
+#[tokio::test]
+async fn steps_keep_every_job_option_and_a_held_dedupe_key_refuses_the_whole_workflow() {
+    let db = TestDb::new().await;
+    let o = EnqueueOptions::new()
+        .queue("elsewhere")
+        .priority(-3)
+        .max_attempts(9)
+        .ordering_key("acct-1")
+        .concurrency_limit("acct", 2)
+        .meta("tenant", serde_json::json!("acme"))
+        .delay(Duration::from_secs(3600));
+    let wf = Workflow::new("opts")
+        .step_with("a", step("a", "ok"), &o.clone().dedupe_key("only-one"))
+        .unwrap()
+        .step_after_with("b", step("b", "ok"), ["a"], &o)
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    type Row = (String, i16, u32, String, String, u16, String, i64, String);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT queue_name, priority, max_attempts, ordering_key, concurrency_key, concurrency_limit, \
+         CAST(JSON_EXTRACT(meta, '$.tenant') AS CHAR), \
+         TIMESTAMPDIFF(SECOND, created_at, available_at), CAST(status AS CHAR) \
+         FROM job_queue j JOIN mysqlq_wf_step s ON s.job_id = j.id WHERE j.workflow_id = ? ORDER BY s.name",
+    )
+    .bind(wf.0)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(
+            (
+                r.0.as_str(),
+                r.1,
+                r.2,
+                r.3.as_str(),
+                r.4.as_str(),
+                r.5,
+                r.6.as_str()
+            ),
+            ("elsewhere", -3, 9, "acct-1", "acct", 2, "\"acme\""),
+            "step {i}"
+        );
+        assert!((3595..=3600).contains(&r.7), "delay of step {i}: {}", r.7);
+    }
+    assert_eq!(
+        (rows[0].8.as_str(), rows[1].8.as_str()),
+        ("pending", "waiting")
+    );
+
+    // The key is held by step `a`: a second workflow using it is refused whole.
+    let err = Workflow::new("opts")
+        .step("x", step("x", "ok"))
+        .unwrap()
+        .step_with(
+            "a",
+            step("a", "ok"),
+            &EnqueueOptions::new().dedupe_key("only-one"),
+        )
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, mysqlq::Error::Workflow(WorkflowError::Duplicate { step, .. }) if step == "a"),
+        "{err}"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 2);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM mysqlq_workflow").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_starts_only_after_all_its_deps_completed_and_is_released_once() {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    // 30 diamonds and one fan-in of 150 (three gate blocks), on two workers.
+    let mut ids = Vec::new();
+    for n in 0..30 {
+        let t = |s: &str| step(&format!("d{n}-{s}"), "ok");
+        let wf = Workflow::new("diamond")
+            .step("charge", t("charge"))
+            .unwrap()
+            .step_after("reserve", t("reserve"), ["charge"])
+            .unwrap()
+            .step_after("receipt", t("receipt"), ["charge"])
+            .unwrap()
+            .step_after("ship", t("ship"), ["reserve", "receipt"])
+            .unwrap();
+        ids.push(wf.enqueue(&db.pool).await.unwrap());
+    }
+    let fan = Workflow::new("fan")
+        .step("root", step("root", "ok"))
+        .unwrap()
+        .fan_out(
+            "leaf",
+            (0..150).map(|i| step(&format!("leaf{i}"), "ok")),
+            ["root"],
+        )
+        .unwrap()
+        .step_after("fanin", step("fanin", "ok"), ["leaf"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_wf_gate WHERE step_id IN (SELECT job_id FROM mysqlq_wf_step WHERE name = 'fanin')")
+            .await,
+        3,
+        "150 deps in blocks of 64"
+    );
+    let w1 = db
+        .worker()
+        .queues(["wf"])
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    let w2 = db
+        .worker()
+        .queues(["wf"])
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    wait_or_dump(
+        &db,
+        "every step completed",
+        "SELECT COUNT(*) = 30 * 4 + 152 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(60),
+    )
+    .await;
+    let m = [w1.metrics(), w2.metrics()];
+    w1.shutdown().await.unwrap();
+    w2.shutdown().await.unwrap();
+    check_order_and_single_release(&db).await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM test_runs WHERE event = 'start'")
+            .await,
+        30 * 4 + 152,
+        "every step ran once"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status = 'pending'"
+        )
+        .await,
+        30 * 3 + 151
+    );
+    // Released by the completions' own transactions, not by the sweep.
+    let released: u64 = m
+        .iter()
+        .map(|m| m.counters.snapshot().workflow_released)
+        .sum();
+    assert_eq!(released, 30 * 3 + 151);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_wf_gate WHERE remaining <> 0 OR open_blocks <> 0")
+            .await,
+        0
+    );
+    let fanin = job_of(&db, fan.0, "fanin").await;
+    let last_leaf_before: i64 = db
+        .scalar(&format!(
+            "SELECT (SELECT MIN(id) FROM wf_log WHERE job_id = {fanin} AND new_status = 'processing') > \
+             (SELECT MAX(l.id) FROM wf_log l JOIN mysqlq_wf_step s ON s.job_id = l.job_id \
+              WHERE s.name = 'leaf' AND l.new_status = 'completed')"
+        ))
+        .await;
+    assert_eq!(last_leaf_before, 1, "the fan-in ran after the last leaf");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deps_finishing_together_on_two_workers_release_once() {
+    const ROUNDS: i64 = 40;
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    for n in 0..ROUNDS {
+        let meet = format!("meet:{}:{n}", db.name);
+        Workflow::new("pair")
+            .step_with(
+                "a",
+                step(&format!("a{n}"), &meet),
+                &EnqueueOptions::new().queue("wf-a"),
+            )
+            .unwrap()
+            .step_with(
+                "b",
+                step(&format!("b{n}"), &meet),
+                &EnqueueOptions::new().queue("wf-b"),
+            )
+            .unwrap()
+            .step_after("c", step(&format!("c{n}"), "ok"), ["a", "b"])
+            .unwrap()
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    // `a` only runs on one worker, `b` only on the other: each pair's two completions are
+    // written by two workers' settlements at the same moment.
+    let wa = db
+        .worker()
+        .queues(["wf-a", "wf"])
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    let wb = db
+        .worker()
+        .queues(["wf-b"])
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    wait_or_dump(
+        &db,
+        "every pair's dependent completed",
+        &format!(
+            "SELECT COUNT(*) = {} FROM job_queue WHERE status = 'completed'",
+            ROUNDS * 3
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    wa.shutdown().await.unwrap();
+    wb.shutdown().await.unwrap();
+    check_order_and_single_release(&db).await;
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status = 'pending'"
+        )
+        .await,
+        ROUNDS
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_dep_cancels_its_dependents_and_a_retry_brings_them_back() {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    // charge → reserve (fails) → ship → notify; audit ignores the failure; tidy runs after
+    // ship even when ship is cancelled.
+    let wf = Workflow::new("checkout")
+        .step("charge", step("charge", "ok"))
+        .unwrap()
+        .step_after("reserve", step("reserve", "fail"), ["charge"])
+        .unwrap()
+        .step_after("ship", step("ship", "ok"), ["reserve"])
+        .unwrap()
+        .step_after("notify", step("notify", "ok"), ["ship"])
+        .unwrap()
+        .step_after("audit", step("audit", "ok"), ["reserve"])
+        .unwrap()
+        .ignore_failed()
+        .step_after("tidy", step("tidy", "ok"), ["ship"])
+        .unwrap()
+        .ignore_cancelled()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    db.wait_for(
+        "the workflow settled",
+        "SELECT COUNT(*) FROM mysqlq_workflow WHERE state = 'failed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let state = |name: &'static str| {
+        let db = &db;
+        async move {
+            let id = job_of(db, wf.0, name).await;
+            sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
+                "SELECT CAST(status AS CHAR), cancelled_by, cancel_reason FROM job_queue WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(state("charge").await.0, "completed");
+    assert_eq!(state("reserve").await.0, "failed");
+    let ship = state("ship").await;
+    assert_eq!(ship.0, "cancelled");
+    assert_eq!(ship.1.as_deref(), Some("mysqlq:upstream"));
+    assert_eq!(ship.2.as_deref(), Some("upstream `reserve` failed"));
+    let notify = state("notify").await;
+    assert_eq!(
+        (notify.0.as_str(), notify.2.as_deref()),
+        ("cancelled", Some("upstream `ship` cancelled"))
+    );
+    assert_eq!(
+        state("audit").await.0,
+        "completed",
+        "ignore_failed ran anyway"
+    );
+    assert_eq!(
+        state("tidy").await.0,
+        "completed",
+        "ignore_cancelled ran anyway"
+    );
+    for never in ["ship", "notify"] {
+        assert_eq!(
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM test_runs WHERE tag = '{never}'"
+            ))
+            .await,
+            0,
+            "{never} never ran"
+        );
+    }
+
+    // The operator retries the failed step (which now succeeds): ship and notify come back
+    // and run; tidy and audit, already run, stay.
+    let reserve = job_of(&db, wf.0, "reserve").await;
+    sqlx::query("UPDATE job_queue SET payload = JSON_SET(payload, '$.act', 'ok') WHERE id = ?")
+        .bind(reserve)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    let r = admin
+        .retry_failed(
+            mysqlq::admin::Selection::Ids(&[mysqlq::JobId(reserve)]),
+            |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.retried, r.revived), (1, 2));
+    db.wait_for(
+        "the workflow completed after the retry",
+        "SELECT COUNT(*) FROM mysqlq_workflow WHERE state = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    for name in ["reserve", "ship", "notify", "audit", "tidy"] {
+        assert_eq!(state(name).await.0, "completed", "{name}");
+    }
+    for (tag, runs) in [
+        ("ship", 1),
+        ("notify", 1),
+        ("tidy", 1),
+        ("audit", 1),
+        ("reserve", 2),
+    ] {
+        assert_eq!(
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM test_runs WHERE tag = '{tag}' AND event = 'start'"
+            ))
+            .await,
+            runs,
+            "{tag}"
+        );
+    }
+    check_order_and_single_release(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_callbacks_fire_once_and_on_success_waits_for_every_member() {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let ok = Batch::new("import-ok")
+        .jobs((0..100).map(|i| step(&format!("ok{i}"), "ok")))
+        .unwrap()
+        .on_success(step("ok-success", "ok"))
+        .unwrap()
+        .on_complete(step("ok-complete", "ok"))
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let bad = Batch::new("import-bad")
+        .jobs((0..20).map(|i| step(&format!("bad{i}"), if i == 7 { "fail" } else { "ok" })))
+        .unwrap()
+        .on_success(step("bad-success", "ok"))
+        .unwrap()
+        .on_complete(step("bad-complete", "ok"))
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .queues(["wf"])
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "both batches finished",
+        "SELECT COUNT(*) = 2 FROM mysqlq_workflow WHERE state <> 'running'",
+        Duration::from_secs(60),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let runs = |tag: &'static str| {
+        let db = &db;
+        async move {
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM test_runs WHERE tag = '{tag}' AND event = 'start'"
+            ))
+            .await
+        }
+    };
+    assert_eq!(runs("ok-success").await, 1);
+    assert_eq!(runs("ok-complete").await, 1);
+    assert_eq!(
+        runs("bad-success").await,
+        0,
+        "on_success never runs after a failure"
+    );
+    assert_eq!(runs("bad-complete").await, 1);
+    let states: Vec<(u64, String)> =
+        sqlx::query_as("SELECT id, CAST(state AS CHAR) FROM mysqlq_workflow ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        states,
+        vec![(ok.0, "completed".to_owned()), (bad.0, "failed".to_owned())]
+    );
+    let reason: String = sqlx::query_scalar(
+        "SELECT cancel_reason FROM job_queue j JOIN mysqlq_wf_step s ON s.job_id = j.id \
+         WHERE s.workflow_id = ? AND s.name = 'on_success'",
+    )
+    .bind(bad.0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(reason, "upstream `jobs#7` failed");
+    check_order_and_single_release(&db).await;
+}
