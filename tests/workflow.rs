@@ -93,7 +93,8 @@ async fn wait_or_dump(db: &TestDb, what: &str, sql: &str, limit: Duration) {
     let deadline = std::time::Instant::now() + limit;
     while db.scalar(sql).await == 0 {
         if std::time::Instant::now() > deadline {
-            let rows: Vec<(u64, String, Option<String>, String, u32, Option<String>)> = sqlx::query_as(
+            type Row = (u64, String, Option<String>, String, u32, Option<String>);
+            let rows: Vec<Row> = sqlx::query_as(
                 "SELECT j.id, CAST(j.status AS CHAR), CAST(s.name AS CHAR), CAST(j.queue_name AS CHAR), \
                  j.attempts, CAST(j.last_error AS CHAR) FROM job_queue j \
                  LEFT JOIN mysqlq_wf_step s ON s.job_id = j.id \
