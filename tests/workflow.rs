@@ -13,7 +13,8 @@ use mysqlq::{EnqueueOptions, JobContext, JobError};
 use mysqlq_tests::TestDb;
 use mysqlq_tests::jobs::record;
 
-/// Rendezvous points of [`wf_step`]'s `meet:<name>` act: two handlers return together.
+/// Rendezvous points of [`wf_step`]'s `meet:<name>` act: two handlers return together (each
+/// waits at most 2 s for the other).
 fn barrier(name: &str) -> Arc<tokio::sync::Barrier> {
     static BARRIERS: Mutex<Option<HashMap<String, Arc<tokio::sync::Barrier>>>> = Mutex::new(None);
     let mut map = BARRIERS.lock().unwrap();
@@ -31,8 +32,15 @@ async fn wf_step(ctx: JobContext, tag: String, act: String) -> Result<(), JobErr
     match act.as_str() {
         "fail" => return Err(JobError::fail("told to fail")),
         "cancel" => return Err(JobError::cancel("told to cancel")),
+        // A worker may hand a prefetched partner back (prefetch_wait) while its slots wait
+        // here: give up after a while, so the pair cannot wait for each other forever.
         a if a.starts_with("meet:") => {
-            barrier(a).wait().await;
+            if tokio::time::timeout(Duration::from_secs(2), barrier(a).wait())
+                .await
+                .is_ok()
+            {
+                record(&ctx, &tag, "met").await?;
+            }
         }
         _ => {}
     }
@@ -110,8 +118,19 @@ async fn wait_or_dump(db: &TestDb, what: &str, sql: &str, limit: Duration) {
             .fetch_all(&db.pool)
             .await
             .unwrap();
+            let trx: Vec<(String, String, i64, Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT CAST(t.trx_state AS CHAR), CAST(t.trx_started AS CHAR), \
+                 CAST(t.trx_rows_locked AS SIGNED), CAST(t.trx_query AS CHAR), CAST(p.state AS CHAR) \
+                 FROM information_schema.innodb_trx t \
+                 LEFT JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+                 WHERE p.db = DATABASE()",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .unwrap_or_default();
             panic!(
-                "timed out waiting for {what}; unfinished jobs: {rows:?}; open gates: {gates:?}"
+                "timed out waiting for {what}; unfinished jobs: {rows:?}; open gates: {gates:?}; \
+                 open transactions: {trx:?}"
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -414,6 +433,15 @@ async fn two_deps_finishing_together_on_two_workers_release_once() {
         )
         .await,
         ROUNDS
+    );
+    // The race this is about happened: most pairs returned together.
+    let met = db
+        .scalar("SELECT COUNT(*) FROM test_runs WHERE event = 'met'")
+        .await;
+    assert!(
+        met >= ROUNDS,
+        "{met} of {} handlers met their partner",
+        2 * ROUNDS
     );
 }
 
