@@ -35,10 +35,8 @@ async fn wf_step(ctx: JobContext, tag: String, act: String) -> Result<(), JobErr
         // A worker may hand a prefetched partner back (prefetch_wait) while its slots wait
         // here: give up after a while, so the pair cannot wait for each other forever.
         a if a.starts_with("meet:") => {
-            if tokio::time::timeout(Duration::from_secs(2), barrier(a).wait())
-                .await
-                .is_ok()
-            {
+            let met = tokio::time::timeout(Duration::from_secs(2), barrier(a).wait()).await;
+            if met.is_ok() {
                 record(&ctx, &tag, "met").await?;
             }
         }
@@ -118,7 +116,8 @@ async fn wait_or_dump(db: &TestDb, what: &str, sql: &str, limit: Duration) {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-            let trx: Vec<(String, String, i64, Option<String>, Option<String>)> = sqlx::query_as(
+            type Trx = (String, String, i64, Option<String>, Option<String>);
+            let trx: Vec<Trx> = sqlx::query_as(
                 "SELECT CAST(t.trx_state AS CHAR), CAST(t.trx_started AS CHAR), \
                  CAST(t.trx_rows_locked AS SIGNED), CAST(t.trx_query AS CHAR), CAST(p.state AS CHAR) \
                  FROM information_schema.innodb_trx t \
