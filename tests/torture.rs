@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mysqlq::workflow::{Batch, Workflow};
 use mysqlq::{EnqueueOptions, NewJob, WorkerHandle};
 use mysqlq_tests::jobs::{Sleepy, Torture, act, now_micros};
 use mysqlq_tests::torture::check::{self, inv};
@@ -164,6 +165,12 @@ fn stall_log(db: &TestDb, id: &str) -> std::path::PathBuf {
 
 /// One random torture job: its act, duration, and sometimes an ordering or concurrency key.
 fn random_job(rng: &mut fastrand::Rng) -> NewJob {
+    let (job, opts) = random_torture(rng);
+    NewJob::from_job(&job, &opts).expect("a valid torture job")
+}
+
+/// A random act and duration, and the options of its job (sometimes a key).
+fn random_torture(rng: &mut fastrand::Rng) -> (Torture, EnqueueOptions) {
     let weights = [
         (act::OK, 30),
         (act::FAIL, 4),
@@ -194,14 +201,105 @@ fn random_job(rng: &mut fastrand::Rng) -> NewJob {
         1 => opts = opts.concurrency_limit(format!("cc-{}", rng.u32(..3)), 2),
         _ => {}
     }
-    NewJob::from_job(
-        &Torture {
-            act: chosen.to_owned(),
-            ms,
-        },
-        &opts,
-    )
-    .expect("a valid torture job")
+    let job = Torture {
+        act: chosen.to_owned(),
+        ms,
+    };
+    (job, opts)
+}
+
+/// A random workflow of torture steps: a diamond, a fan-in of 2 to 70 leaves (past one gate
+/// block), or a batch with both callbacks; some dependents accept a failed or cancelled
+/// dependency. Named `rolled-back-<n>` when its enqueue is to be rolled back.
+fn random_workflow(rng: &mut fastrand::Rng, name: String) -> Result<Workflow, mysqlq::Error> {
+    let none: [&str; 0] = [];
+    let wf = match rng.u32(..3) {
+        0 => {
+            let (a, b, c, d) = (
+                random_job(rng),
+                random_job(rng),
+                random_job(rng),
+                random_job(rng),
+            );
+            Workflow::new(name)
+                .step_job("a", a, none)?
+                .step_job("b", b, ["a"])?
+                .step_job("c", c, ["a"])?
+                .ignore_failed()
+                .step_job("d", d, ["b", "c"])?
+                .ignore_cancelled()
+        }
+        1 => {
+            let leaves = if rng.bool() {
+                rng.usize(2..12)
+            } else {
+                rng.usize(60..70)
+            };
+            let mut wf = Workflow::new(name).step_job("root", random_job(rng), none)?;
+            let names: Vec<String> = (0..leaves).map(|i| format!("leaf{i}")).collect();
+            for n in &names {
+                wf = wf.step_job(n, random_job(rng), ["root"])?;
+            }
+            let fanin = random_job(rng);
+            wf.step_job("fanin", fanin, names.iter())?
+        }
+        _ => {
+            let members: Vec<Torture> = (0..rng.usize(3..20))
+                .map(|_| random_torture(rng).0)
+                .collect();
+            return Batch::new(name)
+                .jobs(members)?
+                .on_success(random_torture(rng).0)?
+                .on_complete(random_torture(rng).0)?
+                .into_workflow();
+        }
+    };
+    Ok(wf)
+}
+
+/// Enqueues random workflows (one in ten in a transaction rolled back) every 300 ms until
+/// `stop`; returns how many steps were committed.
+async fn enqueue_workflows_until(
+    db_pool: sqlx::MySqlPool,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed_e11e_0000_0002);
+    let mut steps = 0;
+    let mut n = 0;
+    while !stop.load(Ordering::SeqCst) {
+        n += 1;
+        let rollback = n % 10 == 0;
+        let name = if rollback {
+            format!("rolled-back-{n}")
+        } else {
+            format!("wf-{n}")
+        };
+        let wf = random_workflow(&mut rng, name).expect("a valid torture workflow");
+        let len = wf.len();
+        // Talks to the server directly; waits out a stall like an application.
+        loop {
+            let done = async {
+                let mut tx = db_pool.begin().await?;
+                wf.clone().enqueue(&mut *tx).await?;
+                if rollback {
+                    tx.rollback().await?;
+                } else {
+                    tx.commit().await?;
+                }
+                Ok::<_, mysqlq::Error>(())
+            };
+            match done.await {
+                Ok(()) => {
+                    steps += if rollback { 0 } else { len };
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    steps
 }
 
 /// Enqueues a batch of random jobs every 100 ms until `stop`; returns how many.
@@ -337,7 +435,7 @@ async fn drained(db: &TestDb, patience: Duration) -> bool {
     while since.elapsed() < patience && Instant::now() < end {
         let open: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM job_queue WHERE queue_name = 'torture' \
-             AND status IN ('pending', 'processing')",
+             AND status IN ('waiting', 'pending', 'processing')",
         )
         .fetch_one(&db.pool)
         .await
@@ -492,6 +590,7 @@ async fn one_random_run(seed: u64, scale: u32) {
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let enqueuer = tokio::spawn(enqueue_until(db.pool.clone(), seed, stop.clone()));
+    let workflows = tokio::spawn(enqueue_workflows_until(db.pool.clone(), seed, stop.clone()));
     let log: Log = Arc::default();
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut restarts = 0;
@@ -502,6 +601,7 @@ async fn one_random_run(seed: u64, scale: u32) {
     }
     stop.store(true, Ordering::SeqCst);
     let enqueued = enqueuer.await.expect("the enqueuer");
+    let steps = workflows.await.expect("the workflow enqueuer");
     let drained = drained(&db, Duration::from_secs(60)).await;
     let stuck = if drained {
         None
@@ -566,7 +666,20 @@ async fn one_random_run(seed: u64, scale: u32) {
         .await
         .expect("read the torture history");
     let report = check::check(&history);
-    println!("{enqueued} jobs enqueued; drained: {drained}");
+    let released = history
+        .writes
+        .iter()
+        .filter(|w| w.old_status == "waiting" && w.new_status == "pending")
+        .count();
+    let upstream = history
+        .jobs
+        .iter()
+        .filter(|j| j.cancelled_by.as_deref() == Some("mysqlq:upstream"))
+        .count();
+    println!(
+        "{enqueued} jobs and {steps} workflow steps enqueued ({released} steps released, \
+         {upstream} cancelled upstream); drained: {drained}"
+    );
     if report.ok() {
         println!("{report}");
     }

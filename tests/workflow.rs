@@ -24,7 +24,8 @@ fn barrier(name: &str) -> Arc<tokio::sync::Barrier> {
         .clone()
 }
 
-/// A step: records `start`, then does `act` (`ok`, `fail`, `cancel`, `meet:<name>`), then
+/// A step: records `start`, then does `act` (`ok`, `fail`, `cancel`, `sleep:<ms>`,
+/// `meet:<name>`), then
 /// records `done` when it succeeds.
 #[mysqlq::job(queue = "wf", retries = 0)]
 async fn wf_step(ctx: JobContext, tag: String, act: String) -> Result<(), JobError> {
@@ -32,6 +33,10 @@ async fn wf_step(ctx: JobContext, tag: String, act: String) -> Result<(), JobErr
     match act.as_str() {
         "fail" => return Err(JobError::fail("told to fail")),
         "cancel" => return Err(JobError::cancel("told to cancel")),
+        a if a.starts_with("sleep:") => {
+            let ms: u64 = a["sleep:".len()..].parse().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         // A worker may hand a prefetched partner back (prefetch_wait) while its slots wait
         // here: give up after a while, so the pair cannot wait for each other forever.
         a if a.starts_with("meet:") => {
@@ -640,4 +645,97 @@ async fn batch_callbacks_fire_once_and_on_success_waits_for_every_member() {
     .unwrap();
     assert_eq!(reason, "upstream `jobs#7` failed");
     check_order_and_single_release(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_workflows_are_pruned_whole_and_no_step_is_pruned_while_its_workflow_runs() {
+    let db = TestDb::new().await;
+    // `fast` completes at once; `slow` runs 4 s after it, well past the 1 s retention.
+    let running = Workflow::new("slow")
+        .step("fast", step("fast", "ok"))
+        .unwrap()
+        .step_after("slow", step("slow", "sleep:4000"), ["fast"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let failed = Workflow::new("failing")
+        .step("bad", step("bad", "fail"))
+        .unwrap()
+        .step_after("after", step("after", "ok"), ["bad"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let plain = mysqlq::Job::enqueue(&step("plain", "ok"), &db.pool)
+        .await
+        .unwrap()
+        .id();
+    let worker = db
+        .worker()
+        .queues(["wf"])
+        .retention(Duration::from_secs(1), Duration::from_secs(3600))
+        .start()
+        .await
+        .unwrap();
+    let fast = job_of(&db, running.0, "fast").await;
+    wait_or_dump(
+        &db,
+        "the plain job pruned",
+        &format!("SELECT COUNT(*) = 0 FROM job_queue WHERE id = {}", plain.0),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        db.status(fast).await.as_deref(),
+        Some("completed"),
+        "a completed step of a running workflow is kept past the retention"
+    );
+    wait_or_dump(
+        &db,
+        "the finished workflow pruned whole",
+        &format!(
+            "SELECT COUNT(*) = 0 FROM mysqlq_workflow WHERE id = {}",
+            running.0
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    for (table, column) in [
+        ("job_queue", "workflow_id"),
+        ("mysqlq_wf_step", "workflow_id"),
+    ] {
+        assert_eq!(
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM {table} WHERE {column} = {}",
+                running.0
+            ))
+            .await,
+            0,
+            "{table}"
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_wf_edge").await,
+        1,
+        "only the failed workflow's edge is left"
+    );
+    // The failed workflow is kept for the failed jobs' retention, every row of it.
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM job_queue WHERE workflow_id = {}",
+            failed.0
+        ))
+        .await,
+        2
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_workflow WHERE id = {} AND state = 'failed'",
+            failed.0
+        ))
+        .await,
+        1
+    );
 }

@@ -493,6 +493,8 @@ pub struct JobEnd {
     pub ordering_key: Option<String>,
     /// `concurrency_key` and `concurrency_limit`.
     pub concurrency: Option<(String, u16)>,
+    /// `cancelled_by` (`mysqlq:upstream`: a workflow step cancelled by its upstream rule).
+    pub cancelled_by: Option<String>,
 }
 
 /// Everything the checker reads.
@@ -508,6 +510,14 @@ pub struct History {
     pub faults: Vec<Fault>,
     /// The operators' actions on record (the audit trail), oldest first.
     pub actions: Vec<Action>,
+    /// Workflow steps' dependencies: `(dep, dependent)`.
+    pub edges: Vec<(u64, u64)>,
+    /// Workflow steps: job id → (`ignore_failed`, `ignore_cancelled`).
+    pub steps: HashMap<u64, (bool, bool)>,
+    /// Workflows whose name says their enqueue was rolled back, found in the table anyway.
+    pub rolled_back_found: Vec<String>,
+    /// Jobs, steps, edges or gates naming a workflow or job that does not exist.
+    pub orphans: i64,
 }
 
 /// One operator action of the audit trail, with the jobs it says it changed.
@@ -532,7 +542,8 @@ impl History {
     pub async fn load(pool: &MySqlPool, faults: Vec<Fault>) -> Result<Self, sqlx::Error> {
         let jobs = sqlx::query(
             "SELECT id, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, CAST(status AS CHAR) AS status, \
-             attempts, max_attempts, last_error, ordering_key, concurrency_key, concurrency_limit \
+             attempts, max_attempts, last_error, ordering_key, concurrency_key, concurrency_limit, \
+             CAST(cancelled_by AS CHAR) AS cancelled_by \
              FROM job_queue WHERE queue_name = 'torture' ORDER BY id",
         )
         .fetch_all(pool)
@@ -550,6 +561,7 @@ impl History {
                 last_error: r.try_get("last_error")?,
                 ordering_key: r.try_get("ordering_key")?,
                 concurrency: key.zip(limit),
+                cancelled_by: r.try_get("cancelled_by")?,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -622,12 +634,46 @@ impl History {
                 a.changed.push(job);
             }
         }
+        let edges: Vec<(u64, u64)> = sqlx::query_as(
+            "SELECT dep_id, dependent_id FROM mysqlq_wf_edge ORDER BY dependent_id, dep_id",
+        )
+        .fetch_all(pool)
+        .await?;
+        let steps: HashMap<u64, (bool, bool)> = sqlx::query_as::<_, (u64, bool, bool)>(
+            "SELECT job_id, ignore_failed <> 0, ignore_cancelled <> 0 FROM mysqlq_wf_step",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(id, f, c)| (id, (f, c)))
+        .collect();
+        let rolled_back_found: Vec<String> = sqlx::query_scalar(
+            "SELECT CAST(name AS CHAR) FROM mysqlq_workflow WHERE name LIKE 'rolled-back-%'",
+        )
+        .fetch_all(pool)
+        .await?;
+        let orphans: i64 = sqlx::query_scalar(
+            "SELECT (SELECT COUNT(*) FROM job_queue j WHERE j.workflow_id IS NOT NULL AND NOT EXISTS \
+               (SELECT 1 FROM mysqlq_workflow w WHERE w.id = j.workflow_id)) \
+             + (SELECT COUNT(*) FROM mysqlq_wf_step s WHERE NOT EXISTS \
+               (SELECT 1 FROM job_queue j WHERE j.id = s.job_id)) \
+             + (SELECT COUNT(*) FROM mysqlq_wf_edge e WHERE NOT EXISTS \
+               (SELECT 1 FROM mysqlq_wf_step s WHERE s.job_id = e.dependent_id)) \
+             + (SELECT COUNT(*) FROM mysqlq_wf_gate g WHERE NOT EXISTS \
+               (SELECT 1 FROM mysqlq_wf_step s WHERE s.job_id = g.step_id))",
+        )
+        .fetch_one(pool)
+        .await?;
         Ok(Self {
             jobs,
             writes,
             runs,
             faults,
             actions,
+            edges,
+            steps,
+            rolled_back_found,
+            orphans,
         })
     }
 

@@ -161,12 +161,14 @@ pub async fn job_prune(
     audit: Option<u64>,
 ) -> Result<u64, Error> {
     let status = status.as_str();
+    // Workflow steps go with their workflow (`store::workflow::wf_prune`), never alone.
     let history = "/* mysqlq:job_attempt_prune */ DELETE a FROM mysqlq_job_attempt a \
         JOIN (SELECT id FROM job_queue WHERE status = ? \
-              AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+              AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL \
               ORDER BY finished_at LIMIT ?) p ON a.job_id = p.id";
     let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
-               AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ?";
+               AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL \
+               ORDER BY finished_at LIMIT ?";
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     sqlx::query(history)
         .bind(status)
@@ -195,7 +197,7 @@ pub async fn job_prunable_count(
 ) -> Result<u64, Error> {
     let n: i64 = sqlx::query_scalar(
         "/* mysqlq:job_prunable_count */ SELECT COUNT(*) FROM job_queue WHERE status = ? \
-         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL",
     )
     .bind(status.as_str())
     .bind(micros(older_than))

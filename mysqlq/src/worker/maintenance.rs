@@ -179,6 +179,16 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
             backlog = true;
         }
     }
+    // Finished workflows, whole, with the jobs' retention.
+    let (workflows, steps) = store::workflow::wf_prune(
+        conn,
+        s.config.completed_retention,
+        s.config.failed_retention,
+        BATCH / 10,
+    )
+    .await?;
+    pruned += steps;
+    backlog |= workflows >= u64::from(BATCH / 10);
     let m = &s.metrics;
     m.add(&m.counters.pruned, pruned);
     store::stats_prune(conn, STATS_RETENTION).await?;

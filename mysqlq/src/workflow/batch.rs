@@ -80,7 +80,9 @@ impl Batch {
         Box::pin(async move { wf?.insert(target).await.map(BatchId) })
     }
 
-    fn into_workflow(self) -> Result<Workflow, Error> {
+    /// The workflow this batch is (kind `batch`): members are steps `jobs#0..n`, each callback
+    /// a step depending on every member. [`enqueue`](Self::enqueue) enqueues exactly this.
+    pub fn into_workflow(self) -> Result<Workflow, Error> {
         let mut wf = Workflow::new(self.name);
         wf.kind = "batch";
         let n = self.jobs.len();

@@ -158,6 +158,17 @@ pub mod inv {
     pub const OPERATOR_ONCE: &str = "an operator action changes each job at most once";
     /// The audit trail names exactly the changes operators made, and counts them.
     pub const OPERATOR_TRAIL: &str = "the audit trail names every operator change, and only those";
+    /// A workflow step is claimed only after each dependency ended in a way it accepts.
+    pub const WF_EARLY: &str = "workflow: no step starts before its dependencies";
+    /// A workflow step is released (`waiting` → `pending`) at most once.
+    pub const WF_ONCE: &str = "workflow: each step released once";
+    /// A step cancelled by its upstream rule had a dependency that failed or was cancelled,
+    /// which it does not accept, and was never claimed or released.
+    pub const WF_UPSTREAM: &str = "workflow: upstream cancels only for a reason, before any run";
+    /// A step whose dependencies all accepted it runs.
+    pub const WF_LIVE: &str = "workflow: every step whose dependencies allow it runs";
+    /// A workflow enqueued in a rolled-back transaction leaves nothing; no row dangles.
+    pub const WF_ROLLBACK: &str = "workflow: a rolled-back enqueue leaves nothing";
 }
 
 /// Builds the claims from the state writes and the runs.
@@ -312,6 +323,8 @@ pub fn check(h: &History) -> Report {
         let mine: Vec<&Claim> = cl.iter().filter(|c| c.job == j.id).collect();
         if j.status == "cancelled" && h.operator_changed("cancel", j.id) {
             // An operator's cancel is its final state ([`operator_actions`] checks the trail).
+        } else if j.status == "cancelled" && j.cancelled_by.as_deref() == Some("mysqlq:upstream") {
+            // A workflow step cancelled by its upstream rule ([`workflow::check`] checks why).
         } else if j.status != "completed" && j.status != "failed" {
             v.push(Violation {
                 invariant: inv::LOST,
@@ -451,6 +464,7 @@ pub fn check(h: &History) -> Report {
     );
     concurrency(&cl, &sp, &h.faults, &jobs, &mut v);
     operator_actions(h, &jobs, &mut v);
+    workflow::check(h, &jobs, &mut v);
     let text = super::report::render(h, &cl, &v, reaped, excused, sp.len());
     Report {
         violations: v,
@@ -590,6 +604,9 @@ pub(crate) fn ms(us: i64) -> String {
 #[cfg(test)]
 #[path = "check_tests.rs"]
 mod tests;
+
+#[path = "check_workflow.rs"]
+mod workflow;
 
 /// Operator actions racing the workers: per job, the history's operator changes (`failed` →
 /// `pending` is only ever an operator's retry; `pending`/`processing` → `cancelled` only a

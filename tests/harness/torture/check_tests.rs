@@ -15,6 +15,7 @@ fn job(id: u64, act: &str, status: &str) -> JobEnd {
         last_error: None,
         ordering_key: None,
         concurrency: None,
+        cancelled_by: None,
     }
 }
 
@@ -70,6 +71,7 @@ fn history(jobs: Vec<JobEnd>, mut writes: Vec<StateWrite>, runs: Vec<RunEvent>) 
         runs,
         faults: Vec::new(),
         actions: Vec::new(),
+        ..History::default()
     }
 }
 
@@ -402,4 +404,138 @@ fn an_operator_action_changing_a_job_twice_or_off_the_record_is_reported() {
     h.actions.push(action(2, "cancel", 1, vec![2]));
     let r = check(&h);
     assert!(r.ok(), "{r}");
+}
+
+/// A workflow of two steps, 2 depending on 1: inserted (`pending` → `waiting` for 2), 1 runs
+/// and completes, 2 is released and runs. `early` claims 2 before 1's completion instead.
+fn two_steps(early: bool) -> History {
+    let claim2 = if early { 3 } else { 7 };
+    let mut h = history(
+        vec![job(1, "ok", "completed"), job(2, "ok", "completed")],
+        vec![
+            write(2, 0, ("pending", "waiting"), (None, None), "w", None),
+            write(
+                1,
+                1,
+                ("pending", "processing"),
+                (None, Some("t1")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                5,
+                ("processing", "completed"),
+                (Some("t1"), Some("t1")),
+                "w",
+                None,
+            ),
+            write(
+                2,
+                if early { 2 } else { 5 },
+                ("waiting", "pending"),
+                (None, None),
+                "w",
+                None,
+            ),
+            write(
+                2,
+                claim2,
+                ("pending", "processing"),
+                (None, Some("t2")),
+                "w",
+                None,
+            ),
+            write(
+                2,
+                claim2 + 4,
+                ("processing", "completed"),
+                (Some("t2"), Some("t2")),
+                "w",
+                None,
+            ),
+        ],
+        vec![
+            run(1, "t1", "start", 2),
+            run(1, "t1", "ok", 4),
+            run(2, "t2", "start", claim2 + 1),
+            run(2, "t2", "ok", claim2 + 2),
+        ],
+    );
+    h.edges = vec![(1, 2)];
+    h.steps = [(1, (false, false)), (2, (false, false))]
+        .into_iter()
+        .collect();
+    h
+}
+
+#[test]
+fn workflow_a_step_claimed_before_its_dependency_completed_is_caught() {
+    let r = check(&two_steps(false));
+    assert!(r.ok(), "{r}");
+    let r = check(&two_steps(true));
+    assert_eq!(r.count(inv::WF_EARLY), 1, "{r}");
+}
+
+#[test]
+fn workflow_a_step_released_twice_or_cancelled_without_reason_is_caught() {
+    let mut h = two_steps(false);
+    h.writes.push(write(
+        2,
+        20,
+        ("waiting", "pending"),
+        (None, None),
+        "w",
+        None,
+    ));
+    h.writes.last_mut().unwrap().seq = 100;
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_ONCE), 1, "{r}");
+
+    // Step 2 cancelled upstream though its dependency completed: no reason, and it had run.
+    let mut h = two_steps(false);
+    h.jobs[1].status = "cancelled".to_owned();
+    h.jobs[1].cancelled_by = Some("mysqlq:upstream".to_owned());
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_UPSTREAM), 1, "{r}");
+
+    // A dependency that failed cancels it, if it was never released or claimed: fine.
+    let mut h = history(
+        vec![job(1, "fail", "failed"), job(2, "ok", "cancelled")],
+        vec![
+            write(2, 0, ("pending", "waiting"), (None, None), "w", None),
+            write(
+                1,
+                1,
+                ("pending", "processing"),
+                (None, Some("t1")),
+                "w",
+                None,
+            ),
+            write(
+                1,
+                5,
+                ("processing", "failed"),
+                (Some("t1"), Some("t1")),
+                "w",
+                Some("permanent"),
+            ),
+            write(2, 6, ("waiting", "cancelled"), (None, None), "w", None),
+        ],
+        vec![run(1, "t1", "start", 2), run(1, "t1", "error", 4)],
+    );
+    h.jobs[0].last_error = Some("permanent".to_owned());
+    h.jobs[1].cancelled_by = Some("mysqlq:upstream".to_owned());
+    h.edges = vec![(1, 2)];
+    h.steps = [(1, (false, false)), (2, (false, false))]
+        .into_iter()
+        .collect();
+    let r = check(&h);
+    assert!(r.ok(), "{r}");
+    // The same with `ignore_failed`: it should have run.
+    h.steps.insert(2, (true, false));
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_UPSTREAM), 1, "{r}");
+    h.rolled_back_found = vec!["rolled-back-3".to_owned()];
+    assert_eq!(check(&h).count(inv::WF_ROLLBACK), 1);
 }

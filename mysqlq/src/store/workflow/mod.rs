@@ -11,9 +11,11 @@
 //! the dependents.
 
 mod plan;
+mod prune;
 mod settle;
 mod sweep;
 
+pub use prune::wf_prune;
 pub use settle::wf_complete_steps;
 pub use sweep::{Swept, wf_finish, wf_revive, wf_sweep};
 
