@@ -739,3 +739,86 @@ async fn finished_workflows_are_pruned_whole_and_no_step_is_pruned_while_its_wor
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_cancel_of_a_waiting_step_applies_its_dependents_rules_and_delete_leaves_steps_alone()
+ {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let wf = Workflow::new("ops")
+        .step("a", step("a", "sleep:1500"))
+        .unwrap()
+        .step_after("b", step("b", "ok"), ["a"])
+        .unwrap()
+        .step_after("c", step("c", "ok"), ["b"])
+        .unwrap()
+        .ignore_cancelled()
+        .step_after("d", step("d", "ok"), ["b"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    // A step is deleted with its workflow, never alone (its dependents would wait forever).
+    let r = admin.delete(&[mysqlq::JobId(a)]).await.unwrap();
+    assert_eq!((r.deleted, r.in_workflow), (0, vec![mysqlq::JobId(a)]));
+    // `b` is waiting: an operator can cancel it.
+    let r = admin
+        .cancel(
+            mysqlq::admin::JobSelection::Ids(&[mysqlq::JobId(b)]),
+            "ops",
+            Some("not needed"),
+            |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.cancelled, 1);
+    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    wait_or_dump(
+        &db,
+        "the workflow finished",
+        &format!(
+            "SELECT COUNT(*) FROM mysqlq_workflow WHERE id = {} AND state <> 'running'",
+            wf.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let end = |name: &'static str| {
+        let db = &db;
+        async move {
+            let id = job_of(db, wf.0, name).await;
+            sqlx::query_as::<_, (String, Option<String>)>(
+                "SELECT CAST(status AS CHAR), cancel_reason FROM job_queue WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(end("a").await.0, "completed");
+    assert_eq!(
+        end("b").await,
+        ("cancelled".to_owned(), Some("not needed".to_owned()))
+    );
+    assert_eq!(end("c").await.0, "completed", "ignore_cancelled ran anyway");
+    assert_eq!(
+        end("d").await,
+        (
+            "cancelled".to_owned(),
+            Some("upstream `b` cancelled".to_owned())
+        )
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_workflow WHERE id = {} AND state = 'cancelled'",
+            wf.0
+        ))
+        .await,
+        1
+    );
+    check_order_and_single_release(&db).await;
+}

@@ -45,6 +45,8 @@ pub struct DeleteReport {
     pub running: Vec<JobId>,
     /// Ids of no job.
     pub unknown: Vec<JobId>,
+    /// Ids of workflow steps, not deleted: a step goes with its workflow.
+    pub in_workflow: Vec<JobId>,
 }
 
 /// Longest `cancelled_by`, in characters (the audit trail's actor holds as many).
@@ -181,6 +183,11 @@ impl Admin {
             for id in r.running {
                 if !report.running.contains(&id) {
                     report.running.push(id);
+                }
+            }
+            for id in r.in_workflow {
+                if !report.in_workflow.contains(&id) {
+                    report.in_workflow.push(id);
                 }
             }
             for id in r.unknown {

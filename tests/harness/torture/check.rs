@@ -640,9 +640,18 @@ fn operator_actions(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Viol
                 })
                 .count()
         };
+        // A waiting workflow step cancelled by its upstream rule is no operator's change.
+        let upstream = jobs
+            .get(&job)
+            .is_some_and(|j| j.cancelled_by.as_deref() == Some("mysqlq:upstream"));
+        let cancelled_from: &[&str] = if upstream {
+            &["pending", "processing"]
+        } else {
+            &["waiting", "pending", "processing"]
+        };
         for (action, made) in [
             ("retry", changes(&["failed"], "pending")),
-            ("cancel", changes(&["pending", "processing"], "cancelled")),
+            ("cancel", changes(cancelled_from, "cancelled")),
         ] {
             let on_record = named(action, job);
             if made != on_record {

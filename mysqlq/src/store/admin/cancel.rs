@@ -13,12 +13,12 @@ use crate::{Error, JobId};
 /// no `finished_at`. No `ORDER BY`: the whole window is taken, so nothing is sorted.
 pub(super) const ACTIVE_PAGE_SQL: &str = "/* mysqlq:job_active_page */ \
     SELECT id, CAST(queue_name AS CHAR) AS queue_name, CAST(kind AS CHAR) AS kind \
-    FROM job_queue WHERE status IN ('pending', 'processing') AND finished_at IS NULL \
+    FROM job_queue WHERE status IN ('waiting', 'pending', 'processing') AND finished_at IS NULL \
     AND id > ? AND id <= ?";
 
 /// Where the walk starts and ends: the lowest waiting or running id, and the highest id of all.
 const ACTIVE_BOUNDS_SQL: &str = "/* mysqlq:job_active_page */ SELECT \
-    (SELECT MIN(id) FROM job_queue WHERE status IN ('pending', 'processing') AND finished_at IS NULL) AS low, \
+    (SELECT MIN(id) FROM job_queue WHERE status IN ('waiting', 'pending', 'processing') AND finished_at IS NULL) AS low, \
     (SELECT MAX(id) FROM job_queue) AS high";
 
 /// Ids per window at first; a window adapts to hold about [`WINDOW_ROWS`] jobs.
@@ -120,7 +120,7 @@ pub async fn job_active_count(
 ) -> Result<u64, Error> {
     let n: i64 = sqlx::query_scalar(
         "/* mysqlq:job_active_count */ SELECT COUNT(*) FROM job_queue \
-         WHERE status IN ('pending', 'processing') \
+         WHERE status IN ('waiting', 'pending', 'processing') \
          AND (? IS NULL OR queue_name = ?) AND (? IS NULL OR kind = ?)",
     )
     .bind(p.queue)
@@ -154,9 +154,10 @@ pub struct CancelReport {
     pub skipped: Vec<JobId>,
 }
 
-/// `job_cancel_many`: moves `pending` and `processing` jobs to `cancelled` with who, when and
+/// `job_cancel_many`: moves `waiting` (workflow steps), `pending` and `processing` jobs to
+/// `cancelled` with who, when and
 /// why, up to [`BULK_CHUNK`] ids per transaction (a locking read of the ids, then the UPDATE,
-/// guarded by `status IN ('pending', 'processing')`). A running job keeps its `claim_token` and
+/// guarded by `status IN ('waiting', 'pending', 'processing')`). A running job keeps its `claim_token` and
 /// `locked_by`: its worker's next token-guarded write fails, and `job_ownership` reads
 /// `cancelled_by` to tell the worker it was cancelled, not lost.
 pub async fn job_cancel_many(
@@ -182,7 +183,7 @@ pub async fn job_cancel_many(
             "/* mysqlq:job_cancel_operator */ UPDATE job_queue SET status = 'cancelled', \
              finished_at = UTC_TIMESTAMP(6), lease_expires_at = NULL, \
              cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, cancel_reason = ? \
-             WHERE id IN ({}) AND status IN ('pending', 'processing')",
+             WHERE id IN ({}) AND status IN ('waiting', 'pending', 'processing')",
             placeholders(padded_len(found_ids.len()))
         ));
         let q = sqlx::query(sql).bind(p.by).bind(p.reason);
@@ -200,14 +201,14 @@ pub async fn job_cancel_many(
     Ok(report)
 }
 
-/// Locks the `pending`/`processing` rows among `ids`; `(id, running)` for each.
+/// Locks the `waiting`/`pending`/`processing` rows among `ids`; `(id, running)` for each.
 async fn lock_active(
     conn: &mut MySqlConnection,
     ids: &[JobId],
 ) -> Result<Vec<(JobId, bool)>, Error> {
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_cancel_lock */ SELECT id, CAST(status AS CHAR) AS status FROM job_queue \
-         WHERE id IN ({}) AND status IN ('pending', 'processing') FOR UPDATE",
+         WHERE id IN ({}) AND status IN ('waiting', 'pending', 'processing') FOR UPDATE",
         placeholders(padded_len(ids.len()))
     ));
     let rows = bind_ids(sqlx::query(sql), ids)
@@ -233,6 +234,9 @@ pub struct DeleteReport {
     pub running: Vec<JobId>,
     /// Ids of no job.
     pub unknown: Vec<JobId>,
+    /// Ids of workflow steps, left alone: a step goes with its workflow (cancel it, and the
+    /// pruner deletes the finished workflow whole).
+    pub in_workflow: Vec<JobId>,
 }
 
 /// `job_delete_many`: deletes jobs in any state but `processing` (their attempt history goes
@@ -247,8 +251,8 @@ pub async fn job_delete_many(
     for chunk in ids.chunks(BULK_CHUNK) {
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:job_delete_lock */ SELECT id, CAST(status AS CHAR) AS status \
-             FROM job_queue WHERE id IN ({}) FOR UPDATE",
+            "/* mysqlq:job_delete_lock */ SELECT id, CAST(status AS CHAR) AS status, \
+             workflow_id IS NOT NULL AS step FROM job_queue WHERE id IN ({}) FOR UPDATE",
             placeholders(padded_len(chunk.len()))
         ));
         let rows = bind_ids(sqlx::query(sql), chunk)
@@ -256,13 +260,17 @@ pub async fn job_delete_many(
             .await?;
         let mut deletable = Vec::new();
         for &id in chunk {
-            let status = rows
+            let row = rows
                 .iter()
-                .find(|r| r.try_get::<u64, _>("id").ok() == Some(id.0))
-                .map(|r| r.try_get::<String, _>("status"))
-                .transpose()?;
+                .find(|r| r.try_get::<u64, _>("id").ok() == Some(id.0));
+            let status = row.map(|r| r.try_get::<String, _>("status")).transpose()?;
+            let step = row.map(|r| r.try_get::<bool, _>("step")).transpose()?;
             match status.as_deref() {
                 None if !report.unknown.contains(&id) => report.unknown.push(id),
+                Some(_) if step == Some(true) && !report.in_workflow.contains(&id) => {
+                    report.in_workflow.push(id);
+                }
+                Some(_) if step == Some(true) => {}
                 Some("processing") if !report.running.contains(&id) => report.running.push(id),
                 Some(s) if s != "processing" && !deletable.contains(&id) => deletable.push(id),
                 _ => {}
@@ -274,7 +282,7 @@ pub async fn job_delete_many(
         }
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:job_delete */ DELETE FROM job_queue WHERE id IN ({}) \
-             AND status <> 'processing'",
+             AND status <> 'processing' AND workflow_id IS NULL",
             placeholders(padded_len(deletable.len()))
         ));
         crate::store::job_attempt_delete(&mut tx, &deletable).await?;

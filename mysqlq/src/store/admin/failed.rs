@@ -393,6 +393,16 @@ pub async fn job_discard_failed(
         // The check locks the rows, so a job retried meanwhile keeps its history.
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let failed = failed_among(&mut tx, chunk, &mut report.skipped).await?;
+        // A failed workflow step goes with its workflow (retry it, or let the pruner delete
+        // the finished workflow whole): discarding it would leave its dependents' gates open.
+        let steps = workflow_steps(&mut tx, &failed).await?;
+        report
+            .skipped
+            .extend(failed.iter().filter(|id| steps.contains(id)));
+        let failed: Vec<JobId> = failed
+            .into_iter()
+            .filter(|id| !steps.contains(id))
+            .collect();
         if failed.is_empty() {
             continue;
         }
@@ -409,4 +419,22 @@ pub async fn job_discard_failed(
         report.discarded.extend(&failed);
     }
     Ok(report)
+}
+
+/// The workflow steps among `ids`.
+async fn workflow_steps(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<Vec<JobId>, Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_discard_failed */ SELECT id FROM job_queue WHERE id IN ({}) AND workflow_id IS NOT NULL",
+        placeholders(padded_len(ids.len()))
+    ));
+    bind_ids(sqlx::query(sql), ids)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get::<u64, _>("id").map(JobId))
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
 }
