@@ -1290,3 +1290,103 @@ async fn work_refuses_each_setting_that_would_break_a_worker_by_name() {
         "no worker started"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflow_list_show_cancel_and_retry() {
+    use mysqlq::workflow::Workflow;
+    use mysqlq_tests::jobs::{Noop, Permanent};
+    let db = TestDb::new().await;
+    let url = db.url();
+    let open = Workflow::new("checkout")
+        .step("charge", Noop { n: 1 })
+        .unwrap()
+        .step_after("ship", Noop { n: 2 }, ["charge"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let list = ok(&url, &["workflow", "list"]);
+    assert!(
+        list.contains("checkout")
+            && list.contains("running")
+            && list.contains("waiting 1, pending 1"),
+        "{list}"
+    );
+    let show = ok(&url, &["workflow", "show", &open.to_string()]);
+    let ship = show
+        .lines()
+        .find(|l| l.starts_with("ship"))
+        .unwrap_or_default();
+    assert!(
+        ship.contains("waiting") && ship.contains("charge"),
+        "{show}"
+    );
+    let missing = fails(&url, &["workflow", "show", "999999"], 1);
+    assert!(missing.contains("no workflow with id 999999"), "{missing}");
+    let dry = ok(
+        &url,
+        &["workflow", "cancel", &open.to_string(), "--dry-run"],
+    );
+    assert!(
+        dry.contains("would cancel 2 open steps of workflow"),
+        "{dry}"
+    );
+    let done = ok(
+        &url,
+        &[
+            "workflow",
+            "cancel",
+            &open.to_string(),
+            "--yes",
+            "--reason",
+            "customer left",
+        ],
+    );
+    assert!(done.contains("cancelled 2 jobs"), "{done}");
+    assert_eq!(db.count("cancelled").await, 2);
+    let audit = ok(&url, &["audit"]);
+    assert!(
+        audit.contains("cancel") && audit.contains("customer left"),
+        "{audit}"
+    );
+
+    // A failed step cancels its dependent; `workflow retry` brings both back.
+    let failing = Workflow::new("failing")
+        .step("bad", Permanent {})
+        .unwrap()
+        .step_after("after", Noop { n: 3 }, ["bad"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for(
+        "the dependent cancelled upstream",
+        "SELECT COUNT(*) FROM job_queue WHERE cancelled_by = 'mysqlq:upstream'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let show = ok(&url, &["workflow", "show", &failing.to_string()]);
+    assert!(
+        show.contains("upstream `bad` failed") && show.contains("(broken)"),
+        "{show}"
+    );
+    let retried = ok(&url, &["workflow", "retry", &failing.to_string()]);
+    assert_eq!(
+        retried.trim(),
+        "retried 1 job; 1 cancelled step waiting again"
+    );
+    let json: Value = serde_json::from_str(&ok(
+        &url,
+        &["workflow", "show", &failing.to_string(), "--json"],
+    ))
+    .expect("workflow show --json");
+    let states: Vec<&str> = json["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["waiting", "pending"], "after, bad: {json}");
+}

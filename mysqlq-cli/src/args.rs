@@ -70,6 +70,9 @@ pub(crate) enum Command {
     Cancel(CancelArgs),
     /// Delete jobs that are not running (any other state), with their attempt history.
     Delete(DeleteArgs),
+    /// List, show, cancel or retry workflows and batches (`mysqlq::workflow`).
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
     /// List operator actions (cancel, retry, discard, delete, pause, resume, purge): who, when,
     /// what, why, and how many jobs each changed; newest first.
     Audit(AuditArgs),
@@ -281,6 +284,72 @@ pub(crate) struct DeleteArgs {
     pub(crate) acting: Acting,
     #[command(flatten)]
     pub(crate) confirm: Confirm,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkflowCommand {
+    /// List workflows and batches, newest first, with their steps by state.
+    List(WorkflowListArgs),
+    /// Show one workflow or batch: every step with its state, attempts and dependencies.
+    Show(WorkflowIdArgs),
+    /// Cancel every step not final yet (waiting, pending, running).
+    Cancel(WorkflowCancelArgs),
+    /// Retry the failed steps; the steps their failure cancelled wait for them again.
+    Retry(WorkflowRetryArgs),
+}
+
+/// `workflow list`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkflowListArgs {
+    /// Only in this state
+    #[arg(long, value_parser = ["running", "completed", "failed", "cancelled"])]
+    pub(crate) state: Option<String>,
+    /// Only workflows or only batches
+    #[arg(long, value_parser = ["workflow", "batch"])]
+    pub(crate) kind: Option<String>,
+    /// Only with this name
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Most listed
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) limit: u32,
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `workflow show`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkflowIdArgs {
+    /// The workflow's (or batch's) id
+    pub(crate) id: u64,
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `workflow cancel`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkflowCancelArgs {
+    /// The workflow's (or batch's) id
+    pub(crate) id: u64,
+    /// Why (stored in each step's `cancel_reason` and the audit trail)
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Who cancels [default: cli:$USER, or cli]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) by: Option<String>,
+    #[command(flatten)]
+    pub(crate) confirm: Confirm,
+}
+
+/// `workflow retry`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkflowRetryArgs {
+    /// The workflow's (or batch's) id
+    pub(crate) id: u64,
+    #[command(flatten)]
+    pub(crate) acting: Acting,
 }
 
 /// Who acts and why, recorded in the audit trail (`mysqlq-cli audit`).

@@ -122,10 +122,17 @@ pub(crate) async fn delete(target: &Target, a: &DeleteArgs) -> Result<u8, CliErr
             "job {id} is running: not deleted (`mysqlq-cli cancel {id}` first)"
         ));
     }
+    for id in &r.in_workflow {
+        out::warn(&format!(
+            "job {id} is a workflow step: not deleted (it goes with its workflow: `mysqlq-cli \
+             workflow cancel`, then the pruner)"
+        ));
+    }
     if r.deleted == 0 {
         return Err(CliError::new(
             "no job was deleted",
-            "running jobs must be cancelled first (`mysqlq-cli cancel ID`); check the ids",
+            "running jobs must be cancelled first (`mysqlq-cli cancel ID`), workflow steps go \
+             with their workflow; check the ids",
         ));
     }
     println!("deleted {}", confirm::jobs(r.deleted));

@@ -62,6 +62,8 @@ mod cmd_stats;
 #[cfg(feature = "cli")]
 mod cmd_work;
 #[cfg(feature = "cli")]
+mod cmd_workflow;
+#[cfg(feature = "cli")]
 mod confirm;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
@@ -274,6 +276,7 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
+        Command::Workflow(c) => cmd_workflow::workflow(&target?, c).await,
         #[cfg(feature = "dashboard")]
         Command::Dashboard(a) => dashboard::command(&target?, &a, &cli.conn)
             .await

@@ -30,8 +30,12 @@ mod check;
 mod doctor;
 mod doctor_galera;
 mod stats;
+mod workflow;
 
 pub use crate::store::admin::{AuditQuery, AuditRecord};
+pub use crate::store::workflow::admin::{
+    StepCounts, WorkflowDetail, WorkflowQuery, WorkflowStep, WorkflowSummary,
+};
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
 pub use stats::{PerMinute, Stats};

@@ -10,6 +10,7 @@
 //! service): it locks a dependency, then that dependency's dependents' gates in key order, then
 //! the dependents.
 
+pub mod admin;
 mod plan;
 mod prune;
 mod settle;
