@@ -822,3 +822,140 @@ async fn an_operator_cancel_of_a_waiting_step_applies_its_dependents_rules_and_d
     );
     check_order_and_single_release(&db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_completion_handed_back_at_shutdown_is_written_before_the_worker_stops() {
+    let db = TestDb::new().await;
+    let wf = Workflow::new("held")
+        .step("a", step("a", "ok"))
+        .unwrap()
+        .step_after("b", step("b", "ok"), ["a"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
+    // Another transaction holds b's gate: a's settlement cannot lock it and hands a back.
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT * FROM mysqlq_wf_gate WHERE step_id = ? FOR UPDATE")
+        .bind(b)
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    let metrics = worker.metrics();
+    db.wait_for(
+        "a's handler returned",
+        "SELECT COUNT(*) FROM test_runs WHERE tag = 'a' AND event = 'done'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while metrics.counters.snapshot().workflow_settle_handbacks == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a's completion was never handed back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Shutdown begins while a's completion is handed back; the gate is let go a moment later.
+    let stop = tokio::spawn(worker.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    stop.await.unwrap().unwrap();
+    assert_eq!(
+        db.status(a).await.as_deref(),
+        Some("completed"),
+        "a written before the stop"
+    );
+    assert_eq!(
+        db.status(b).await.as_deref(),
+        Some("pending"),
+        "b released by it"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM test_runs WHERE tag = 'a' AND event = 'start'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn testing_drain_runs_a_workflow_to_its_end_with_its_upstream_rules() {
+    use mysqlq::testing::{DrainOptions, drain};
+    let db = TestDb::new().await;
+    let wf = Workflow::new("checkout")
+        .step("charge", step("charge", "ok"))
+        .unwrap()
+        .step_after("reserve", step("reserve", "fail"), ["charge"])
+        .unwrap()
+        .step_after("ship", step("ship", "ok"), ["reserve"])
+        .unwrap()
+        .step_after("audit", step("audit", "ok"), ["reserve"])
+        .unwrap()
+        .ignore_failed()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    // Released steps are pending rows with ids below the drain's bound: one drain runs them.
+    drain(&db.pool, DrainOptions::new().queues(["wf"]))
+        .await
+        .unwrap();
+    let state = |name: &'static str| {
+        let db = &db;
+        async move { db.status(job_of(db, wf.0, name).await).await.unwrap() }
+    };
+    assert_eq!(state("charge").await, "completed");
+    assert_eq!(state("reserve").await, "failed");
+    assert_eq!(
+        state("ship").await,
+        "cancelled",
+        "upstream rule applied by the drain"
+    );
+    assert_eq!(
+        state("audit").await,
+        "completed",
+        "ignore_failed ran in the drain"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_the_sweep_cannot_settle_holds_up_no_other_workflow() {
+    let db = TestDb::new().await;
+    let wf = |name: &str| {
+        Workflow::new(name)
+            .step("bad", step(&format!("{name}-bad"), "fail"))
+            .unwrap()
+            .step_after("after", step(&format!("{name}-after"), "ok"), ["bad"])
+            .unwrap()
+            .ignore_failed()
+    };
+    let broken = wf("broken").enqueue(&db.pool).await.unwrap();
+    let fine = wf("fine").enqueue(&db.pool).await.unwrap();
+    // Someone deleted the first workflow's gate by hand: its failed step cannot be settled.
+    let dependent = job_of(&db, broken.0, "after").await;
+    db.exec(&format!(
+        "DELETE FROM mysqlq_wf_gate WHERE step_id = {dependent}"
+    ))
+    .await;
+    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    wait_or_dump(
+        &db,
+        "the other workflow ran to its end",
+        &format!(
+            "SELECT COUNT(*) FROM mysqlq_workflow WHERE id = {} AND state = 'failed'",
+            fine.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    assert_eq!(db.status(dependent).await.as_deref(), Some("waiting"));
+    assert_eq!(
+        db.status(job_of(&db, fine.0, "after").await)
+            .await
+            .as_deref(),
+        Some("completed")
+    );
+}

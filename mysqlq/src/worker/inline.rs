@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::task::JoinHandle;
 
-use super::{Shared, WorkerBuilder, WorkerEvent, completer, executor, lease};
+use super::{Shared, WorkerBuilder, WorkerEvent, completer, executor, lease, workflow};
 use crate::store::{self, ClaimNext, Next};
 use crate::{Error, JobId};
 
@@ -118,9 +118,15 @@ impl Inline {
             .await
             .map_err(|_| Error::Config("the worker's slots were closed".into()))?;
         let lease_from = job.lease_sent.map_or(sent, tokio::time::Instant::from_std);
+        let step = job.workflow.is_some();
         executor::run_here(s, job, &queue, Arc::from(token), slot, lease_from).await;
         completer::flush_now(s).await;
         self.settle(ran.id).await?;
+        if step {
+            // No sweep service here: apply the dependents' upstream rules now, as a worker
+            // does when one of its steps fails or is cancelled.
+            workflow::sweep(s).await;
+        }
         let after = m.counters.snapshot().delta(&before);
         ran.panicked = after.panics > 0;
         ran.timed_out = after.timeouts > 0;

@@ -14,6 +14,8 @@ use crate::worker::{Shared, WorkerEvent};
 
 /// Dependencies settled per statement of a sweep.
 const SWEEP_PAGE: u32 = 100;
+/// Passes of one sweep at most (each level of an upstream cascade takes one).
+const MAX_PASSES: usize = 64;
 /// Workflows marked finished per round.
 const FINISH_PAGE: u32 = 500;
 
@@ -34,13 +36,24 @@ pub(crate) async fn sweep(s: &Shared) -> Swept {
     let mut total = Swept::default();
     let result: Result<(), crate::Error> = async {
         let mut conn = s.db.acquire().await?;
-        loop {
-            let r = wf_sweep(&mut conn, SWEEP_PAGE).await?;
-            total.deps += r.deps;
-            total.released += r.released;
-            total.cancelled += r.cancelled;
-            // Cancelled dependents are ended dependencies in turn: sweep again.
-            if r.deps == 0 {
+        // Passes over every ended dependency, by id; cancelled dependents are ended
+        // dependencies in turn, so a pass that settled something is followed by another.
+        for _ in 0..MAX_PASSES {
+            let mut after = 0;
+            let mut settled = 0;
+            loop {
+                let (r, next) = wf_sweep(&mut conn, after, SWEEP_PAGE).await?;
+                settled += r.deps;
+                total.deps += r.deps;
+                total.released += r.released;
+                total.cancelled += r.cancelled;
+                total.errors += r.errors;
+                match next {
+                    Some(n) => after = n,
+                    None => break,
+                }
+            }
+            if settled == 0 {
                 break;
             }
         }

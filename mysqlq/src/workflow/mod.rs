@@ -343,7 +343,9 @@ impl Workflow {
                 Ok(WfInserted::Duplicate { step, holder }) => {
                     drop(tx);
                     let s = &rows[step];
-                    let step = if self.kind == "batch" || s.ordinal > 0 {
+                    // A fan-out's steps share a name: `resize#3` says which (as the sweep's
+                    // "upstream" reasons do).
+                    let step = if rows.iter().filter(|r| r.name == s.name).count() > 1 {
                         format!("{}#{}", s.name, s.ordinal)
                     } else {
                         s.name.clone()

@@ -21,38 +21,61 @@ pub struct Swept {
     pub released: u64,
     /// Dependents cancelled by their upstream rule.
     pub cancelled: u64,
+    /// Dependencies that could not be settled (logged, passed over).
+    pub errors: u64,
 }
 
 /// `wf_sweep`: settles the edges of dependencies that ended — failed, cancelled, or completed by
 /// a path that does not settle (the transaction that completes a step normally settles it, so
-/// it has no open edge left) — in running workflows, at most `limit` dependencies. An edge whose
-/// dependent accepts that end (completed; failed with `ignore_failed`; cancelled with
-/// `ignore_cancelled`) is met and counted down (releasing the dependent at zero); any other
-/// breaks, and the dependent, if still waiting, is cancelled with "upstream `x` failed". Each
-/// dependency in its own transaction; dependents cancelled here are swept in the next pass.
-pub async fn wf_sweep(conn: &mut MySqlConnection, limit: u32) -> Result<Swept, Error> {
+/// it has no open edge left) — in running workflows: at most `limit` dependencies with ids above
+/// `after`. An edge whose dependent accepts that end (completed; failed with `ignore_failed`;
+/// cancelled with `ignore_cancelled`) is met and counted down (releasing the dependent at
+/// zero); any other breaks, and the dependent, if still waiting, is cancelled with "upstream `x`
+/// failed". Each dependency in its own transaction; one that cannot be settled (an error) is
+/// logged, counted and passed over, so it never holds up the others. Dependents cancelled here
+/// are ended dependencies for the next pass. Returns what it did and, when the page was full,
+/// the id to go on after.
+pub async fn wf_sweep(
+    conn: &mut MySqlConnection,
+    after: u64,
+    limit: u32,
+) -> Result<(Swept, Option<u64>), Error> {
     let found: Vec<u64> = sqlx::query_scalar(
         "/* mysqlq:wf_sweep_find */ SELECT j.id FROM mysqlq_workflow w \
          JOIN job_queue j ON j.workflow_id = w.id AND j.status IN ('completed', 'failed', 'cancelled') \
-         WHERE w.state = 'running' AND EXISTS (SELECT 1 FROM mysqlq_wf_edge e \
+         WHERE w.state = 'running' AND j.id > ? AND EXISTS (SELECT 1 FROM mysqlq_wf_edge e \
            WHERE e.dep_id = j.id AND e.state = 'open') \
          ORDER BY j.id LIMIT ?",
     )
+    .bind(after)
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
     let mut out = Swept::default();
+    let next = (found.len() == limit as usize)
+        .then(|| found.last().copied())
+        .flatten();
     for dep in found {
         let mut tx = conn
             .begin_with("/* mysqlq:wf_sweep */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
             .await?;
-        let s = sweep_one(&mut tx, dep).await?;
-        tx.commit().await?;
-        out.deps += s.deps;
-        out.released += s.released;
-        out.cancelled += s.cancelled;
+        match sweep_one(&mut tx, dep).await {
+            Ok(s) => {
+                tx.commit().await?;
+                out.deps += s.deps;
+                out.released += s.released;
+                out.cancelled += s.cancelled;
+            }
+            // The connection broke, or a deadlock: the next round tries again.
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => {
+                drop(tx);
+                out.errors += 1;
+                tracing::error!(job = dep, error = %crate::error_chain(&e), "cannot settle this workflow step's dependents; passing over it");
+            }
+        }
     }
-    Ok(out)
+    Ok((out, next))
 }
 
 async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
