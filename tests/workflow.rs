@@ -959,3 +959,105 @@ async fn a_step_the_sweep_cannot_settle_holds_up_no_other_workflow() {
         Some("completed")
     );
 }
+
+/// `produce`: records `n`; `big`: records 20 KiB (refused); `sum`: reads `seed` and every
+/// `part`, records their sum as its tag; `counts`: records the batch's counts as its tag.
+#[mysqlq::job(queue = "wf", retries = 0)]
+async fn wf_result(ctx: JobContext, role: String, n: u64) -> Result<(), JobError> {
+    match role.as_str() {
+        "produce" => ctx.record(&n).await.map_err(JobError::fail)?,
+        "big" => {
+            let err = ctx.record(&"x".repeat(20 * 1024)).await.unwrap_err();
+            let said = err.to_string().contains("over the limit of 16384");
+            record(&ctx, &format!("says the limit: {said}"), "refused").await?;
+        }
+        "sum" => {
+            let seed: Option<u64> = ctx.upstream("seed").await.map_err(JobError::fail)?;
+            let parts: Vec<u64> = ctx.upstream_all("part").await.map_err(JobError::fail)?;
+            let fan_out = ctx.upstream::<u64>("part").await.unwrap_err();
+            let unknown = ctx.upstream::<u64>("nope").await.unwrap_err();
+            record(&ctx, &format!("seed={seed:?} parts={parts:?}"), "sum").await?;
+            let fan_out = fan_out
+                .to_string()
+                .contains("`part` is a fan-out of several steps");
+            let unknown = unknown.to_string().contains("has no step `nope`");
+            record(
+                &ctx,
+                &format!("fan-out: {fan_out}, unknown: {unknown}"),
+                "error",
+            )
+            .await?;
+        }
+        "counts" => {
+            let c = ctx.batch_counts().await.map_err(JobError::fail)?;
+            record(&ctx, &serde_json::to_string(&c).unwrap(), "counts").await?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_reads_what_its_dependencies_recorded_and_a_callback_reads_its_batchs_counts() {
+    let db = TestDb::new().await;
+    let r = |role: &str, n: u64| WfResult {
+        role: role.to_owned(),
+        n,
+    };
+    Workflow::new("results")
+        .step("seed", r("produce", 7))
+        .unwrap()
+        .fan_out("part", (1..=5).map(|n| r("produce", n * 10)), ["seed"])
+        .unwrap()
+        .step_after("big", r("big", 0), ["seed"])
+        .unwrap()
+        .step_after("sum", r("sum", 0), ["part", "big"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    Batch::new("counted")
+        .jobs((0..6).map(|i| step(&format!("m{i}"), if i < 2 { "fail" } else { "ok" })))
+        .unwrap()
+        .on_complete(r("counts", 0))
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    wait_or_dump(
+        &db,
+        "both finished",
+        "SELECT COUNT(*) = 2 FROM mysqlq_workflow WHERE state <> 'running'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let tags = |event: &'static str| {
+        let db = &db;
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT tag FROM test_runs WHERE event = ? ORDER BY id")
+                .bind(event)
+                .fetch_all(&db.pool)
+                .await
+                .unwrap()
+        }
+    };
+    let ended: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), last_error FROM job_queue WHERE status <> 'completed'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tags("sum").await,
+        ["seed=Some(7) parts=[10, 20, 30, 40, 50]"],
+        "{ended:?}"
+    );
+    assert_eq!(tags("error").await, ["fan-out: true, unknown: true"]);
+    assert_eq!(tags("refused").await, ["says the limit: true"]);
+    assert_eq!(
+        tags("counts").await,
+        [r#"{"total":6,"completed":4,"failed":2,"cancelled":0,"open":0}"#]
+    );
+}

@@ -5,6 +5,9 @@
 -- Redis relay only ever read `pending` and `processing` rows, so they never see it. It becomes
 -- `pending` (released) in the transaction that settles its last dependency.
 --
+-- `mysqlq_wf_step`: a step's name (shared by a fan-out's steps, told apart by `ordinal`), its
+-- upstream rules, and the result its handler recorded (`ctx.record`, at most 16 KiB of JSON) for
+-- its dependents to read (`ctx.upstream`).
 -- `mysqlq_wf_edge`: one row per dependency. `open` until settled; `met` once the dependency
 -- completed (or ended failed/cancelled and the dependent ignores that); `broken` when the
 -- dependent was cancelled because of it. An edge of dependency `d` is written only by a
@@ -46,6 +49,8 @@ CREATE TABLE IF NOT EXISTS mysqlq_wf_step (
   ordinal INT UNSIGNED NOT NULL DEFAULT 0,
   ignore_failed TINYINT(1) NOT NULL DEFAULT 0,
   ignore_cancelled TINYINT(1) NOT NULL DEFAULT 0,
+  result JSON NULL,
+  result_bytes INT UNSIGNED NULL,
   PRIMARY KEY (job_id),
   UNIQUE KEY uq_wf_step_name (workflow_id, name, ordinal)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

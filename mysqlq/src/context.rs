@@ -100,6 +100,7 @@ struct Inner {
     extensions: Arc<Extensions>,
     heartbeat: Option<Arc<dyn Heartbeat>>,
     meta: MetaState,
+    workflow: Option<u64>,
 }
 
 /// The job's meta as this attempt knows it, and the gate that keeps its writes in order.
@@ -121,6 +122,8 @@ pub(crate) struct ContextParts {
     pub(crate) extensions: Arc<Extensions>,
     pub(crate) heartbeat: Option<Arc<dyn Heartbeat>>,
     pub(crate) meta: crate::Meta,
+    /// The job's workflow (`job_queue.workflow_id`): its step API is in `crate::workflow`.
+    pub(crate) workflow: Option<u64>,
 }
 
 impl JobContext {
@@ -142,6 +145,7 @@ impl JobContext {
                     current: std::sync::Mutex::new(p.meta),
                     write: tokio::sync::Mutex::new(()),
                 },
+                workflow: p.workflow,
             }),
         }
     }
@@ -160,7 +164,13 @@ impl JobContext {
             extensions: Arc::default(),
             heartbeat: None,
             meta: crate::Meta::new(),
+            workflow: None,
         })
+    }
+
+    /// The workflow this job is a step of (`job_queue.workflow_id`).
+    pub(crate) fn workflow_raw(&self) -> Option<u64> {
+        self.inner.workflow
     }
 
     /// The job's id.

@@ -150,6 +150,7 @@ impl TestContext {
             extensions: Arc::new(self.extensions),
             heartbeat: None,
             meta: self.meta,
+            workflow: None,
         })
     }
 

@@ -120,6 +120,7 @@ fn hold(
             key: key.clone(),
         })),
         meta: parse_meta(job.id, job.meta.as_deref()),
+        workflow: job.workflow,
     });
     s.in_flight().insert(
         key.clone(),

@@ -37,9 +37,11 @@ use futures_util::future::BoxFuture;
 use sqlx::{Acquire, Connection as _, MySql};
 
 mod batch;
+mod results;
 
 pub use crate::error::WorkflowError;
 pub use batch::Batch;
+pub use results::{BatchCounts, MAX_RESULT_BYTES};
 
 use crate::hooks::global_hooks;
 use crate::store::workflow::{StepRow, WfInserted, wf_insert};

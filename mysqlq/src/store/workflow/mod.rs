@@ -13,6 +13,7 @@
 pub mod admin;
 mod plan;
 mod prune;
+pub mod results;
 mod settle;
 mod sweep;
 
