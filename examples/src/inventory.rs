@@ -133,7 +133,7 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// A connection whose next transaction runs at READ COMMITTED.
-async fn read_committed(
+pub(crate) async fn read_committed(
     pool: &MySqlPool,
 ) -> Result<sqlx::pool::PoolConnection<sqlx::MySql>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
@@ -145,7 +145,7 @@ async fn read_committed(
 }
 
 /// `?, ?, ?` for `n` values.
-fn placeholders(n: usize) -> String {
+pub(crate) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
@@ -160,7 +160,7 @@ static DEADLOCK_RETRIES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `f` again (up to 5 times) when the database rolled it back for a deadlock or lock wait
 /// timeout.
-async fn with_deadlock_retry<T, F, Fut>(mut f: F) -> Result<T, sqlx::Error>
+pub(crate) async fn with_deadlock_retry<T, F, Fut>(mut f: F) -> Result<T, sqlx::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, sqlx::Error>>,

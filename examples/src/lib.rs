@@ -14,6 +14,9 @@
 //! - [`server`]: finds a MySQL/MariaDB server (`DATABASE_URL`, else `127.0.0.1:3306`, else a
 //!   private throwaway `mariadbd`/`mysqld` started in a temp dir by `mysqlq-testkit`, the starter
 //!   the integration tests use too) and creates fresh databases.
+//! - [`checkout_workflow`]: the inventory reservation as a step of a checkout workflow (charge →
+//!   reserve & receipt → ship), enqueued with its order in one transaction; a sold-out
+//!   reservation fails and cancels the shipment.
 //! - [`order_email`]: an order and its e-mail job committed in one transaction; a flaky fake mail
 //!   server; retries, the idempotency key, and the `failed` state.
 //! - [`inventory`]: one row per sellable unit reserved with `SKIP LOCKED` in READ COMMITTED, claim
@@ -21,6 +24,7 @@
 //! - [`periodic_refresh`]: a periodic producer enqueues one refresh job per active place (deduped,
 //!   so nothing piles up while consumers are down); a flaky API; a worker killed mid-run.
 
+pub mod checkout_workflow;
 mod fake_http;
 pub mod inventory;
 mod job_rows;
