@@ -1061,3 +1061,35 @@ async fn a_step_reads_what_its_dependencies_recorded_and_a_callback_reads_its_ba
         [r#"{"total":6,"completed":4,"failed":2,"cancelled":0,"open":0}"#]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_counts_workflows_by_state_and_waiting_steps_per_queue() {
+    let db = TestDb::new().await;
+    // Nothing serves queue `wf`: the workflow stays running, its dependent waiting.
+    Workflow::new("parked")
+        .step("a", step("a", "ok"))
+        .unwrap()
+        .step_after("b", step("b", "ok"), ["a"])
+        .unwrap()
+        .step_after("c", step("c", "ok"), ["a"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db.worker().queues(["test"]).start().await.unwrap();
+    let m = worker.metrics();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while m.workflow_gauges().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no gauge reading");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = m.render_prometheus();
+    worker.shutdown().await.unwrap();
+    for line in [
+        "mysqlq_workflows{kind=\"workflow\",state=\"running\"} 1",
+        "mysqlq_queue_waiting{queue=\"wf\"} 2",
+        "mysqlq_queue_ready{queue=\"wf\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+}

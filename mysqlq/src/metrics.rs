@@ -101,6 +101,8 @@ pub struct KindStats {
 pub struct QueueGauges {
     /// The queue.
     pub queue: String,
+    /// Workflow steps `waiting` for their dependencies.
+    pub waiting: u64,
     /// Jobs `pending` whose `available_at` has passed.
     pub ready: u64,
     /// Jobs `pending` with a future `available_at` (delayed, or waiting for a retry).
@@ -129,6 +131,8 @@ fn new_histogram() -> Histogram {
 #[derive(Debug)]
 struct GaugeReading {
     queues: Vec<QueueGauges>,
+    /// Workflows and batches by (kind, state).
+    workflows: Vec<(String, String, u64)>,
     taken_at: Instant,
     valid_until: Instant,
 }
@@ -184,11 +188,26 @@ impl Metrics {
             .map(|g| g.queues.clone())
     }
 
+    /// The leader's count of workflows and batches by `(kind, state)`, as last read with the
+    /// queue gauges (`mysqlq_workflows{kind,state}`); `None` as for [`queue_gauges`](Self::queue_gauges).
+    pub fn workflow_gauges(&self) -> Option<Vec<(String, String, u64)>> {
+        self.gauge_reading()
+            .as_ref()
+            .filter(|g| Instant::now() < g.valid_until)
+            .map(|g| g.workflows.clone())
+    }
+
     /// Stores a reading of the queue gauges, shown for `valid_for`.
-    pub(crate) fn set_queue_gauges(&self, queues: Vec<QueueGauges>, valid_for: Duration) {
+    pub(crate) fn set_queue_gauges(
+        &self,
+        queues: Vec<QueueGauges>,
+        workflows: Vec<(String, String, u64)>,
+        valid_for: Duration,
+    ) {
         let now = Instant::now();
         *self.gauge_reading() = Some(GaugeReading {
             queues,
+            workflows,
             taken_at: now,
             valid_until: now + valid_for,
         });
@@ -328,6 +347,23 @@ impl Metrics {
         if let Some(queues) = self.queue_gauges() {
             register_queue_gauges(&mut registry, &queues);
         }
+        if let Some(workflows) = self.workflow_gauges() {
+            let family = Family::<Labels, Gauge>::default();
+            for (kind, state, n) in &workflows {
+                let labels = vec![
+                    ("kind".to_owned(), escape_label(kind)),
+                    ("state".to_owned(), escape_label(state)),
+                ];
+                family
+                    .get_or_create(&labels)
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
+            registry.register(
+                "mysqlq_workflows",
+                help("Workflows and batches by kind and state (finished ones until pruned)."),
+                family,
+            );
+        }
 
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -342,7 +378,12 @@ type Labels = Vec<(String, String)>;
 
 fn register_queue_gauges(registry: &mut Registry, queues: &[QueueGauges]) {
     type Read = fn(&QueueGauges) -> u64;
-    let counts: [(&str, &str, Read); 4] = [
+    let counts: [(&str, &str, Read); 5] = [
+        (
+            "mysqlq_queue_waiting",
+            "Workflow steps waiting for their dependencies.",
+            |g| g.waiting,
+        ),
         (
             "mysqlq_queue_ready",
             "Jobs ready to run (pending, available_at passed).",
@@ -442,6 +483,7 @@ mod tests {
         let m = Metrics::new("w");
         let alpha = QueueGauges {
             queue: "alpha".into(),
+            waiting: 5,
             ready: 3,
             scheduled: 2,
             running: 1,
@@ -450,10 +492,13 @@ mod tests {
         };
         m.set_leader(true);
         assert!(m.queue_gauges_due(Duration::from_secs(15)), "never read");
-        m.set_queue_gauges(vec![alpha.clone()], Duration::from_secs(60));
+        let workflows = vec![("batch".to_owned(), "running".to_owned(), 2)];
+        m.set_queue_gauges(vec![alpha.clone()], workflows, Duration::from_secs(60));
         assert!(!m.queue_gauges_due(Duration::from_secs(15)));
         let text = m.render_prometheus();
         for line in [
+            "mysqlq_queue_waiting{queue=\"alpha\"} 5",
+            "mysqlq_workflows{kind=\"batch\",state=\"running\"} 2",
             "mysqlq_queue_ready{queue=\"alpha\"} 3",
             "mysqlq_queue_scheduled{queue=\"alpha\"} 2",
             "mysqlq_queue_running{queue=\"alpha\"} 1",
@@ -467,7 +512,7 @@ mod tests {
         assert_eq!(m.queue_gauges(), None, "not the leader: no gauges");
         assert!(!m.render_prometheus().contains("mysqlq_queue_"));
         m.set_leader(true);
-        m.set_queue_gauges(vec![alpha], Duration::ZERO);
+        m.set_queue_gauges(vec![alpha], Vec::new(), Duration::ZERO);
         assert_eq!(
             m.queue_gauges(),
             None,

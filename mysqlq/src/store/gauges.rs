@@ -31,7 +31,7 @@ const GAUGE_QUEUE_SQL: &str = "/* mysqlq:queue_gauges */ \
       TIMESTAMPDIFF(MICROSECOND, MIN(IF(available_at <= UTC_TIMESTAMP(6), available_at, NULL)), \
         UTC_TIMESTAMP(6)) AS oldest_us \
     FROM job_queue \
-    WHERE queue_name = ? AND status IN ('pending', 'processing', 'failed') \
+    WHERE queue_name = ? AND status IN ('waiting', 'pending', 'processing', 'failed') \
     GROUP BY status";
 
 /// `queue_gauges`: the gauges of every queue that has a row (at most [`MAX_GAUGE_QUEUES`]),
@@ -62,12 +62,30 @@ pub async fn queue_gauges(conn: &mut MySqlConnection) -> Result<Vec<QueueGauges>
                     g.oldest_ready_age = us.map(|us| Duration::from_micros(non_negative(us)));
                 }
                 "processing" => g.running = n,
+                "waiting" => g.waiting = n,
                 _ => g.failed = n,
             }
         }
         out.push(g);
     }
     Ok(out)
+}
+
+/// `workflow_gauges`: workflows and batches by (kind, state), from `idx_workflow_state` alone
+/// (its cost grows with the finished workflows kept, which the pruner bounds).
+pub async fn workflow_gauges(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(String, String, u64)>, Error> {
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "/* mysqlq:workflow_gauges */ SELECT CAST(kind AS CHAR), CAST(state AS CHAR), \
+         CAST(COUNT(*) AS SIGNED) FROM mysqlq_workflow GROUP BY state, kind",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(k, s, n)| (k, s, non_negative(n)))
+        .collect())
 }
 
 /// `EXPLAIN`s both gauge statements with the binds they run with (`queue` for the per-queue

@@ -68,7 +68,7 @@ pub use errors::is_lock_error;
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
 #[cfg(feature = "__internal-store")]
 pub use gauges::gauges_explain;
-pub use gauges::queue_gauges;
+pub use gauges::{queue_gauges, workflow_gauges};
 #[cfg(feature = "__internal-store")]
 pub use guarded::job_finish_attempt;
 #[cfg(any(feature = "redis", feature = "__internal-store"))]

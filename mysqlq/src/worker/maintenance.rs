@@ -206,9 +206,10 @@ async fn gauges(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(), crat
     let every = s.config.gauge_interval;
     if s.metrics.queue_gauges_due(every) {
         let queues = store::queue_gauges(conn).await?;
+        let workflows = store::workflow_gauges(conn).await?;
         // A reading is renewed within `every` + one round; one missed renewal is tolerated.
         let valid_for = (every + s.config.maintenance_interval) * 2;
-        s.metrics.set_queue_gauges(queues, valid_for);
+        s.metrics.set_queue_gauges(queues, workflows, valid_for);
     }
     Ok(())
 }
