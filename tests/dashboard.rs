@@ -1219,3 +1219,80 @@ async fn page_timings_with_a_million_completed_rows() {
         println!("{p:<50} {:>10.1}", best.as_secs_f64() * 1000.0);
     }
 }
+
+#[tokio::test]
+async fn the_workflow_page_draws_the_graph_links_each_step_and_cancels_the_workflow() {
+    use mysqlq::workflow::Workflow;
+    use mysqlq_tests::jobs::Noop;
+    let db = TestDb::new().await;
+    let id = Workflow::new("checkout")
+        .step("charge", Noop { n: 1 })
+        .unwrap()
+        .step_after("reserve", Noop { n: 2 }, ["charge"])
+        .unwrap()
+        .step_after("receipt", Noop { n: 3 }, ["charge"])
+        .unwrap()
+        .step_after("ship", Noop { n: 4 }, ["reserve", "receipt"])
+        .unwrap()
+        .fan_out("notify", (0..20).map(|n| Noop { n }), ["ship"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let jobs: Vec<u64> = sqlx::query_scalar(
+        "SELECT job_id FROM mysqlq_wf_step WHERE name IN ('charge', 'reserve', 'receipt', 'ship')",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let list = d.get("/workflows").await;
+    assert_eq!(list.status, 200);
+    assert!(
+        list.body.contains(&format!("/workflows/{id}")) && list.body.contains("checkout"),
+        "{}",
+        list.body
+    );
+    let (page, cookie, token) = d.csrf(&format!("/workflows/{id}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains(r#"<svg id="workflow-graph""#),
+        "{}",
+        page.body
+    );
+    for job in &jobs {
+        assert!(
+            page.body.contains(&format!(r#"href="/jobs/{job}""#)),
+            "a link to job {job}"
+        );
+    }
+    // Four steps drawn one by one, the 20-wide fan-out as one node with its counts.
+    assert_eq!(
+        page.body.matches(r#"class="step""#).count(),
+        5,
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("notify ×20 (waiting 20)"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(r#"data-state="pending""#)
+            && page.body.contains(r#"data-state="waiting""#)
+    );
+    // Cancel the whole workflow from the page: every open step, recorded under the user.
+    let r = d
+        .post(
+            &format!("/workflows/{id}/cancel"),
+            Some(&cookie),
+            &format!("reason=no+stock&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(db.count("cancelled").await, 24);
+    let after = d.get(&format!("/workflows/{id}")).await;
+    assert!(after.body.contains("no stock"), "{}", after.body);
+    assert_eq!(d.get("/workflows/999999").await.status, 404);
+}

@@ -14,7 +14,10 @@ use super::{Shared, State as DashState};
 
 /// `true` for the states an operator can cancel.
 pub(super) fn cancellable(state: JobState) -> bool {
-    matches!(state, JobState::Pending | JobState::Processing)
+    matches!(
+        state,
+        JobState::Waiting | JobState::Pending | JobState::Processing
+    )
 }
 
 /// Back to the job page (one job, from there) or the jobs list, with a message.

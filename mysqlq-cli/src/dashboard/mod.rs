@@ -33,6 +33,7 @@ mod pages;
 #[cfg(feature = "redis")]
 mod streams;
 mod view;
+mod workflows;
 
 #[cfg(feature = "cli")]
 use std::net::SocketAddr;
@@ -186,6 +187,10 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/failed/retry", post(pages::failed_retry))
         .route("/failed/discard", post(pages::failed_discard))
         .route("/queues", get(pages::queues))
+        .route("/workflows", get(workflows::list))
+        .route("/workflows/{id}", get(workflows::show))
+        .route("/workflows/{id}/cancel", post(workflows::cancel))
+        .route("/workflows/{id}/retry", post(workflows::retry))
         .route("/queues/pause", post(pages::queue_pause))
         .route("/queues/resume", post(pages::queue_resume))
         .route("/api/overview", get(pages::api_overview))

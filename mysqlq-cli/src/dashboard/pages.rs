@@ -47,7 +47,7 @@ impl From<mysqlq::Error> for Fail {
     }
 }
 
-type Res = Result<Response, Fail>;
+pub(super) type Res = Result<Response, Fail>;
 
 /// The operator API over the dashboard's pool, its actions recorded under the dashboard's user.
 pub(super) fn admin(state: &DashState) -> Admin {
@@ -64,7 +64,7 @@ pub(super) fn micros(t: &Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
-fn render(m: &Markup) -> Response {
+pub(super) fn render(m: &Markup) -> Response {
     Html(m.clone().into_string()).into_response()
 }
 

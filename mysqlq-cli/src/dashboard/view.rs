@@ -13,6 +13,7 @@ pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> M
         ("jobs", "/jobs", "Jobs"),
         ("failed", "/failed", "Failed"),
         ("queues", "/queues", "Queues"),
+        ("workflows", "/workflows", "Workflows"),
     ];
     html! {
         (DOCTYPE)
