@@ -1093,3 +1093,73 @@ async fn the_leader_counts_workflows_by_state_and_waiting_steps_per_queue() {
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
 }
+
+/// A worker's step completions lock their own rows only: a row of another job that another
+/// transaction holds (a worker stopped inside its claim or settlement) does not hold them up.
+/// Before: the locking read of the completing rows (`status = 'processing'` and the ids) was
+/// planned on `idx_job_recover` when few jobs were running, and waited for every running row.
+#[tokio::test]
+async fn completing_steps_never_waits_for_another_jobs_row() {
+    let db = TestDb::new().await;
+    let wf = Workflow::new("wide")
+        .fan_out(
+            "leaf",
+            (0..64).map(|i| step(&format!("l{i}"), "ok")),
+            [""; 0],
+        )
+        .unwrap()
+        .step_after("fanin", step("fanin", "ok"), ["leaf"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let other = mysqlq::Job::enqueue(&step("other", "ok"), &db.pool)
+        .await
+        .unwrap()
+        .id();
+    // Four leaves running under our claims, the other 60 completed by an earlier write (as
+    // when a write is retried); one unrelated job running, its row held by another session.
+    db.exec(&format!(
+        "UPDATE job_queue SET status = 'processing', claim_token = CONCAT('t', id), \
+         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, attempts = 1 \
+         WHERE id = {} OR (workflow_id = {} AND status = 'pending')",
+        other.0, wf.0
+    ))
+    .await;
+    let leaves: Vec<u64> =
+        sqlx::query_scalar("SELECT job_id FROM mysqlq_wf_step WHERE name = 'leaf' ORDER BY job_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    db.exec(&format!(
+        "UPDATE job_queue SET status = 'completed', finished_at = UTC_TIMESTAMP(6) WHERE id IN ({})",
+        leaves[4..].iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+    ))
+    .await;
+    db.exec("ANALYZE TABLE job_queue").await;
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(other.0)
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    let mut conn = db.connect().await;
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 2")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let owned: Vec<mysqlq::store::Owned> = leaves
+        .iter()
+        .map(|&id| mysqlq::store::Owned {
+            id: mysqlq::JobId(id),
+            token: format!("t{id}"),
+        })
+        .collect();
+    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned)
+        .await
+        .expect("completing our own steps does not wait for another job's row");
+    assert_eq!(settled.report.done, 4);
+    assert!(settled.handed_back.is_empty());
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+}

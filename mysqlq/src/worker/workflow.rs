@@ -2,9 +2,9 @@
 //! this worker's completion (failed, cancelled by a handler, the reaper or an operator, or
 //! completed by a path that does not settle) by each dependent's upstream rule
 //! ([`store::workflow::wf_sweep`]), and marks finished workflows. It runs on every worker (its
-//! statements are index-backed and idempotent; concurrent sweeps serialise on the dependency's
-//! row lock), when this worker recorded a step's failure or cancel, and at least every
-//! maintenance interval. A step completed by a handler is settled in its completion's own
+//! statements are index-backed and idempotent, and it never waits for a lock: a row another
+//! transaction holds is passed over and tried again 100 ms later), when this worker recorded a
+//! step's failure or cancel, and at least every maintenance interval. A step completed by a handler is settled in its completion's own
 //! transaction ([`super::completer`]), not here.
 
 use std::sync::Arc;
@@ -16,15 +16,23 @@ use crate::worker::{Shared, WorkerEvent};
 const SWEEP_PAGE: u32 = 100;
 /// Passes of one sweep at most (each level of an upstream cascade takes one).
 const MAX_PASSES: usize = 64;
+/// The next sweep after one that passed over held rows.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 /// Workflows marked finished per round.
 const FINISH_PAGE: u32 = 500;
 
 pub(crate) async fn run(s: Arc<Shared>) {
     loop {
-        sweep(&s).await;
+        let r = sweep(&s).await;
+        // Rows another transaction held were passed over: try them again soon.
+        let next = if r.busy > 0 {
+            BUSY_RETRY.min(s.config.maintenance_interval)
+        } else {
+            s.config.maintenance_interval
+        };
         tokio::select! {
             () = s.workflow_wake.notified() => {}
-            () = tokio::time::sleep(s.config.maintenance_interval) => {}
+            () = tokio::time::sleep(next) => {}
             () = s.stop_services.cancelled() => return,
         }
     }
@@ -48,6 +56,7 @@ pub(crate) async fn sweep(s: &Shared) -> Swept {
                 total.released += r.released;
                 total.cancelled += r.cancelled;
                 total.errors += r.errors;
+                total.busy += r.busy;
                 match next {
                     Some(n) => after = n,
                     None => break,

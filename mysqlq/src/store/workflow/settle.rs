@@ -35,26 +35,28 @@ pub async fn wf_complete_steps(
     let mut tx = conn
         .begin_with("/* mysqlq:wf_complete_steps */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
         .await?;
-    // S0: the steps this transaction completes, locked (only their own worker writes them).
-    let n = padded_len(jobs.len());
-    let pairs = vec!["(?, ?)"; n].join(", ");
-    let sql = AssertSqlSafe(format!(
-        "/* mysqlq:wf_settle_candidates */ SELECT id FROM job_queue WHERE id IN ({}) \
-         AND status = 'processing' AND (id, claim_token) IN ({pairs}) FOR UPDATE",
-        placeholders(n)
-    ));
+    // S0: the steps this transaction completes, locked: rows still `processing` under the
+    // claim's token. By primary key only (FORCE INDEX), status and token checked here: planned on
+    // `idx_job_recover` (`status = 'processing'`, chosen when few jobs run) the locking read
+    // would wait for every running row another transaction holds, a stopped worker's included.
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-    let mut q = bind_ids(sqlx::query(sql), &ids);
-    for i in 0..n {
-        let j = &jobs[i.min(jobs.len() - 1)];
-        q = q.bind(j.id.0).bind(j.token.as_str());
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:wf_settle_candidates */ SELECT id, CAST(status AS CHAR) AS status, claim_token \
+         FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) FOR UPDATE",
+        placeholders(padded_len(ids.len()))
+    ));
+    let mut candidates: BTreeSet<u64> = BTreeSet::new();
+    for r in bind_ids(sqlx::query(sql), &ids).fetch_all(&mut *tx).await? {
+        let id: u64 = r.try_get("id")?;
+        let status: String = r.try_get("status")?;
+        let token: Option<String> = r.try_get("claim_token")?;
+        let ours = jobs
+            .iter()
+            .any(|j| j.id.0 == id && token.as_deref() == Some(j.token.as_str()));
+        if status == "processing" && ours {
+            candidates.insert(id);
+        }
     }
-    let candidates: BTreeSet<u64> = q
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|r| r.try_get::<u64, _>("id"))
-        .collect::<Result<_, _>>()?;
     let mut p = Plan::default();
     let mut edges = Vec::new();
     if !candidates.is_empty() {
@@ -137,8 +139,8 @@ pub(super) async fn lock_gates(
     for chunk in keys.chunks(1000) {
         let n = padded_len(chunk.len());
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_gates_lock */ SELECT step_id, block, remaining, open_blocks FROM mysqlq_wf_gate \
-             WHERE (step_id, block) IN ({}) ORDER BY step_id, block FOR UPDATE{}",
+            "/* mysqlq:wf_gates_lock */ SELECT step_id, block, remaining, open_blocks \
+             FROM mysqlq_wf_gate FORCE INDEX (PRIMARY) WHERE (step_id, block) IN ({}) ORDER BY step_id, block FOR UPDATE{}",
             vec!["(?, ?)"; n].join(", "),
             if skip { " SKIP LOCKED" } else { "" }
         ));
@@ -171,8 +173,8 @@ pub(super) async fn lock_rows(
     let mut out = HashMap::new();
     for chunk in ids.chunks(1000) {
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_release_lock */ SELECT id, CAST(status AS CHAR) AS status FROM job_queue \
-             WHERE id IN ({}) ORDER BY id FOR UPDATE{}",
+            "/* mysqlq:wf_release_lock */ SELECT id, CAST(status AS CHAR) AS status \
+             FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) ORDER BY id FOR UPDATE{}",
             placeholders(padded_len(chunk.len())),
             if skip { " SKIP LOCKED" } else { "" }
         ));

@@ -23,6 +23,8 @@ pub struct Swept {
     pub cancelled: u64,
     /// Dependencies that could not be settled (logged, passed over).
     pub errors: u64,
+    /// Dependencies passed over because a row they need was held: settled in a later round.
+    pub busy: u64,
 }
 
 /// `wf_sweep`: settles the edges of dependencies that ended — failed, cancelled, or completed by
@@ -60,11 +62,15 @@ pub async fn wf_sweep(
             .begin_with("/* mysqlq:wf_sweep */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
             .await?;
         match sweep_one(&mut tx, dep).await {
-            Ok(s) => {
+            Ok(Some(s)) => {
                 tx.commit().await?;
                 out.deps += s.deps;
                 out.released += s.released;
                 out.cancelled += s.cancelled;
+            }
+            Ok(None) => {
+                drop(tx);
+                out.busy += 1;
             }
             // The connection broke, or a deadlock: the next round tries again.
             Err(e) if e.is_transient() => return Err(e),
@@ -78,21 +84,28 @@ pub async fn wf_sweep(
     Ok((out, next))
 }
 
-async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
+/// Settles `dep`'s open edges in `tx`, never waiting for a lock: `Ok(None)` when a row it needs
+/// (the dependency, a gate, a dependent) is held by another transaction — a worker's settlement,
+/// another sweep, an operator — so the caller rolls back and the next round tries again. A
+/// stalled holder then delays only this dependency's dependents, and no sweep holds a connection
+/// or a lock while it waits.
+async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Option<Swept>, Error> {
     let mut out = Swept::default();
     let row: Option<(String, Option<String>, Option<u32>, i64)> = sqlx::query_as(
         "/* mysqlq:wf_sweep_dep */ SELECT CAST(j.status AS CHAR), CAST(s.name AS CHAR), s.ordinal, \
          (SELECT COUNT(*) FROM mysqlq_wf_step o WHERE o.workflow_id = s.workflow_id AND o.name = s.name) \
-         FROM job_queue j LEFT JOIN mysqlq_wf_step s ON s.job_id = j.id WHERE j.id = ? FOR UPDATE",
+         FROM job_queue j LEFT JOIN mysqlq_wf_step s ON s.job_id = j.id WHERE j.id = ? \
+         FOR UPDATE SKIP LOCKED",
     )
     .bind(dep)
     .fetch_optional(&mut *tx)
     .await?;
     let Some((status, name, ordinal, same_name)) = row else {
-        return Ok(out);
+        // Held (an operator retrying it), or gone: next round.
+        return Ok(None);
     };
     if !matches!(status.as_str(), "completed" | "failed" | "cancelled") {
-        return Ok(out);
+        return Ok(Some(out));
     }
     let rules: Vec<(u64, u32, bool, bool)> = sqlx::query_as(
         "/* mysqlq:wf_upstream_edges */ SELECT e.dependent_id, e.block, s.ignore_failed <> 0, \
@@ -103,7 +116,7 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
     .fetch_all(&mut *tx)
     .await?;
     if rules.is_empty() {
-        return Ok(out);
+        return Ok(Some(out));
     }
     out.deps = 1;
     let accepts = |f: bool, c: bool| match status.as_str() {
@@ -127,7 +140,10 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
             .copied()
             .chain(met.iter().map(|&(d, _)| (d, 0)))
             .collect();
-        let gates = lock_gates(tx, &keys, false).await?;
+        let gates = lock_gates(tx, &keys, true).await?;
+        if gates.len() < keys.len() {
+            return missing_or_held(tx, dep, &keys).await;
+        }
         let candidates = BTreeSet::from([dep]);
         let edges: Vec<Edge> = met
             .iter()
@@ -138,7 +154,10 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
             })
             .collect();
         let heads: BTreeSet<u64> = met.iter().map(|&(d, _)| d).collect();
-        let locked = lock_rows(tx, &heads, false).await?;
+        let locked = lock_rows(tx, &heads, true).await?;
+        if locked.len() < heads.len() {
+            return Ok(None);
+        }
         let rows: HashMap<u64, Option<String>> =
             heads.iter().map(|d| (*d, locked.get(d).cloned())).collect();
         let p = plan(&candidates, &edges, &gates, &heads, &rows)?;
@@ -163,7 +182,9 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
     }
     if !broken.is_empty() {
         let set: BTreeSet<u64> = broken.iter().copied().collect();
-        lock_rows(tx, &set, false).await?;
+        if lock_rows(tx, &set, true).await?.len() < set.len() {
+            return Ok(None);
+        }
         let ids: Vec<JobId> = broken.iter().map(|&d| JobId(d)).collect();
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:wf_edges_broken */ UPDATE mysqlq_wf_edge SET state = 'broken' \
@@ -191,7 +212,32 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Swept, Error> {
             .await?
             .rows_affected();
     }
-    Ok(out)
+    Ok(Some(out))
+}
+
+/// Gates `sweep_one` could not lock: held by another transaction (`Ok(None)`: next round), or
+/// missing (the tables were changed by hand: an error, logged by the sweep).
+async fn missing_or_held(
+    tx: &mut MySqlConnection,
+    dep: u64,
+    keys: &BTreeSet<(u64, u32)>,
+) -> Result<Option<Swept>, Error> {
+    let list = vec!["(?, ?)"; keys.len()].join(", ");
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:wf_gates_exist */ SELECT COUNT(*) FROM mysqlq_wf_gate WHERE (step_id, block) IN ({list})"
+    ));
+    let mut q = sqlx::query_scalar::<_, i64>(sql);
+    for (d, b) in keys {
+        q = q.bind(*d).bind(*b);
+    }
+    let found = q.fetch_one(&mut *tx).await?;
+    if usize::try_from(found).unwrap_or(0) < keys.len() {
+        return Err(Error::invalid(
+            "workflow sweep",
+            format!("gates of job {dep}'s dependents are missing (changed by hand?)"),
+        ));
+    }
+    Ok(None)
 }
 
 /// `wf_finish`: marks running workflows with no step left to run `completed`, `failed` (a step
