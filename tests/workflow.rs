@@ -1163,3 +1163,181 @@ async fn completing_steps_never_waits_for_another_jobs_row() {
     assert!(settled.handed_back.is_empty());
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
 }
+
+/// `fetch`: grafts `resize` ×3 (the last grafts 2 `thumb`s) and fails its first attempt after
+/// grafting (the retry grafts the same again); `add`: adds 2 members to its batch; grafted steps
+/// are `slow` (400 ms), so a consumer that did not wait for them would run before they end.
+#[mysqlq::job(queue = "wf", retries = 1, backoff = "10ms")]
+async fn wf_grower(ctx: JobContext, role: String, tag: String) -> Result<(), JobError> {
+    record(&ctx, &tag, "start").await?;
+    let g = |role: &str, tag: String| WfGrower {
+        role: role.to_owned(),
+        tag,
+    };
+    match role.as_str() {
+        "fetch" => {
+            let ids = ctx
+                .graft()
+                .fan_out(
+                    "resize",
+                    vec![
+                        g("slow", "resize0".into()),
+                        g("slow", "resize1".into()),
+                        g("nested", "resize2".into()),
+                    ],
+                    [""; 0],
+                )
+                .map_err(JobError::fail)?
+                .enqueue()
+                .await
+                .map_err(JobError::fail)?;
+            record(&ctx, &format!("grafted {}", ids.len()), "grafted").await?;
+            if ctx.attempt() == 1 {
+                return Err(JobError::retry("fails once after grafting"));
+            }
+        }
+        "nested" => {
+            let me = tag.clone();
+            ctx.graft()
+                .fan_out(
+                    "thumb",
+                    (0..2).map(|i| g("slow", format!("thumb{i}"))),
+                    [me.as_str()].into_iter().filter(|_| false),
+                )
+                .map_err(JobError::fail)?
+                .enqueue()
+                .await
+                .map_err(JobError::fail)?;
+        }
+        // Slower than the grafter: a consumer that did not wait for it would run first.
+        "slow" => tokio::time::sleep(Duration::from_millis(400)).await,
+        "add" => {
+            ctx.batch_add()
+                .jobs((0..2).map(|i| g("slow", format!("added{i}"))))
+                .map_err(JobError::fail)?
+                .enqueue()
+                .await
+                .map_err(JobError::fail)?;
+        }
+        _ => {}
+    }
+    record(&ctx, &tag, "done").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_waits_for_what_its_dependency_grafted_at_every_depth_and_a_retry_adds_nothing_twice()
+ {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let g = |role: &str, tag: &str| WfGrower {
+        role: role.to_owned(),
+        tag: tag.to_owned(),
+    };
+    let wf = Workflow::new("grow")
+        .step("fetch", g("fetch", "fetch"))
+        .unwrap()
+        .step("other", g("leaf", "other"))
+        .unwrap()
+        .step_after("merge", g("leaf", "merge"), ["fetch", "other"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .queues(["wf"])
+        .concurrency(16)
+        .start()
+        .await
+        .unwrap();
+    wait_or_dump(
+        &db,
+        "the workflow completed",
+        &format!(
+            "SELECT COUNT(*) FROM mysqlq_workflow WHERE id = {} AND state = 'completed'",
+            wf.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    // 3 declared + 3 resize (grafted once, though fetch grafted on both attempts) + 2 thumbs.
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM job_queue WHERE workflow_id = {}",
+            wf.0
+        ))
+        .await,
+        8
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM test_runs WHERE event = 'grafted' AND tag = 'grafted 3'")
+            .await,
+        2,
+        "both attempts got the same three steps"
+    );
+    // merge was claimed after every grafted step completed, the nested ones included.
+    let merge_after_all: i64 = db
+        .scalar(&format!(
+            "SELECT (SELECT MIN(l.id) FROM wf_log l WHERE l.job_id = {} AND l.new_status = 'processing') > \
+             (SELECT MAX(l.id) FROM wf_log l JOIN mysqlq_wf_step s ON s.job_id = l.job_id \
+              WHERE s.name IN ('resize', 'thumb') AND l.new_status = 'completed')",
+            job_of(&db, wf.0, "merge").await
+        ))
+        .await;
+    assert_eq!(
+        merge_after_all, 1,
+        "merge ran after what fetch grafted, at both depths"
+    );
+    check_order_and_single_release(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_success_waits_for_jobs_added_from_inside_the_batch() {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let g = |role: &str, tag: &str| WfGrower {
+        role: role.to_owned(),
+        tag: tag.to_owned(),
+    };
+    let b = Batch::new("growing")
+        .jobs([g("add", "m0"), g("leaf", "m1")])
+        .unwrap()
+        .on_success(WfResult {
+            role: "counts".to_owned(),
+            n: 0,
+        })
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .queues(["wf"])
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    wait_or_dump(
+        &db,
+        "the batch completed",
+        &format!(
+            "SELECT COUNT(*) FROM mysqlq_workflow WHERE id = {} AND state = 'completed'",
+            b.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let counts: Vec<String> =
+        sqlx::query_scalar("SELECT tag FROM test_runs WHERE event = 'counts'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        counts,
+        [r#"{"total":4,"completed":4,"failed":0,"cancelled":0,"open":0}"#],
+        "the callback ran once, after the 2 added members too"
+    );
+    check_order_and_single_release(&db).await;
+}

@@ -3,8 +3,8 @@
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
 /// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, idle statements, pickup
-/// latency), and how late periodic jobs are enqueued, in a scratch database on the same server,
-/// dropped afterwards.
+/// latency), how late periodic jobs are enqueued, and workflows against the same jobs unlinked,
+/// in a scratch database on the same server, dropped afterwards.
 ///
 /// The worker runs with its default settings (WorkerConfig::default()) except what
 /// --concurrency or --batch change. The drain baseline is the best raw loop: the article's
@@ -37,10 +37,11 @@ pub(crate) struct BenchArgs {
     /// Jobs per drain and bulk-enqueue run (single-row enqueue runs use at most 5000)
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub(crate) jobs: u32,
-    /// Jobs run at once by the worker (default: the worker's, WorkerConfig::DEFAULT_CONCURRENCY);
-    /// the baseline drain always runs 1 and 8 claim loops
-    #[arg(long, default_value_t = default_concurrency(), value_parser = clap::value_parser!(u16).range(1..=10_000))]
-    pub(crate) concurrency: u16,
+    /// Jobs run at once by the worker (default: the worker's, WorkerConfig::DEFAULT_CONCURRENCY;
+    /// 256 for each of the workflow scenario's three workers); the baseline drain always runs 1
+    /// and 8 claim loops
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub(crate) concurrency: Option<u16>,
     /// Most jobs per claim, for the worker and the baseline [default: the worker's default,
     /// WorkerConfig::DEFAULT_BATCH_SIZE]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5_000))]
@@ -49,9 +50,10 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Scenario::All)]
     pub(crate) scenario: Scenario,
     /// Rounds per throughput scenario, framework and baseline alternating in ABBA order (a drain
-    /// round runs the framework and the baseline with 1 and with 8 claim loops)
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
-    pub(crate) rounds: u32,
+    /// round runs the framework and the baseline with 1 and with 8 claim loops) [default: 2; 3
+    /// for the workflow scenario]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub(crate) rounds: Option<u32>,
     /// Seconds the periodic scenario runs its workers on a schedule ticking every second
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(3..=3600))]
     pub(crate) periodic_seconds: u32,
@@ -69,6 +71,21 @@ fn default_concurrency() -> u16 {
     u16::try_from(mysqlq::WorkerConfig::DEFAULT_CONCURRENCY).unwrap_or(u16::MAX)
 }
 
+/// `--rounds`' default, except for the workflow scenario.
+const DEFAULT_ROUNDS: u32 = 2;
+
+impl BenchArgs {
+    /// `--concurrency`, or the worker's default.
+    pub(crate) fn concurrency(&self) -> u16 {
+        self.concurrency.unwrap_or_else(default_concurrency)
+    }
+
+    /// `--rounds`, or its default.
+    pub(crate) fn rounds(&self) -> u32 {
+        self.rounds.unwrap_or(DEFAULT_ROUNDS)
+    }
+}
+
 /// `--scenario`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Scenario {
@@ -83,6 +100,10 @@ pub(crate) enum Scenario {
     /// job is enqueued (p50, p99, max, on the database clock), and that every tick is enqueued
     /// exactly once
     Periodic,
+    /// Workflows: a 10,000-wide fan-out with a fan-in, and 1,000 four-step diamonds, each
+    /// beside the same jobs unlinked, on three workers (sizes follow --jobs: the fan-out is
+    /// --jobs wide, the diamonds are --jobs / 10)
+    Workflow,
     /// The framework's drain and pickup over Redis Streams (needs --redis-url)
     Redis,
     /// All of them

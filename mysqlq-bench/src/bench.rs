@@ -15,6 +15,7 @@ use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
 use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer};
+use crate::scenario::workflow::{WORKFLOW_CONCURRENCY, WORKFLOW_ROUNDS};
 use crate::scratch::{Scratch, interrupted};
 use crate::{db, sql};
 
@@ -252,6 +253,8 @@ pub(crate) struct Finished {
     pub(crate) redis: crate::scenario::redis::RedisSide,
     /// The periodic scenario (`None`: not run).
     pub(crate) periodic: Option<crate::scenario::periodic::PeriodicRun>,
+    /// The workflow scenario (`None`: not run).
+    pub(crate) workflow: Option<crate::scenario::workflow::WorkflowRun>,
 }
 
 pub(crate) async fn run(
@@ -266,7 +269,7 @@ pub(crate) async fn run(
         scratch,
         setup,
         jobs: a.jobs,
-        concurrency: usize::from(a.concurrency),
+        concurrency: usize::from(a.concurrency()),
         batch_arg: a.batch,
         batch: a.batch.unwrap_or(WorkerConfig::DEFAULT_BATCH_SIZE),
         single_jobs: a.jobs.min(SINGLE_MAX),
@@ -285,7 +288,7 @@ pub(crate) async fn run(
     let mut drain_ratios = Vec::new();
     if wants(Scenario::Drain) {
         bl.drain_loops = vec![Vec::new(); BASELINE_LOOPS.len()];
-        for round in 0..a.rounds {
+        for round in 0..a.rounds() {
             let mut framework = 0.0;
             let mut best: f64 = 0.0;
             for who in Drainer::round(round) {
@@ -308,13 +311,13 @@ pub(crate) async fn run(
         }
     }
     if wants(Scenario::Enqueue) {
-        for round in 0..a.rounds {
+        for round in 0..a.rounds() {
             for framework in abba(round) {
                 let rate = b.enqueue_single(framework, round).await?;
                 side(&mut fw, &mut bl, framework).enqueue_single.push(rate);
             }
         }
-        for round in 0..a.rounds {
+        for round in 0..a.rounds() {
             for framework in abba(round) {
                 let rate = b.enqueue_bulk(framework, round).await?;
                 side(&mut fw, &mut bl, framework).enqueue_bulk.push(rate);
@@ -344,8 +347,19 @@ pub(crate) async fn run(
     } else {
         None
     };
+    let workflow = if wants(Scenario::Workflow) {
+        Some(
+            b.workflow(
+                a.concurrency.map_or(WORKFLOW_CONCURRENCY, usize::from),
+                a.rounds.unwrap_or(WORKFLOW_ROUNDS),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let over_redis = match (&a.redis_url, a.scenario) {
-        (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds).await?,
+        (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds()).await?,
         (None, Scenario::Redis) => {
             return Err(BenchError::new(
                 "--scenario redis needs a Redis",
@@ -372,6 +386,7 @@ pub(crate) async fn run(
             drain_ratios,
             redis: over_redis,
             periodic,
+            workflow,
         },
     ))
 }

@@ -40,6 +40,12 @@
 //!   `created_at` minus the tick, both on the database clock) as p50, p99 and max, and a check
 //!   that every tick of the run was enqueued exactly once. No baseline: a raw loop has no
 //!   schedule to keep.
+//! - [`scenario::workflow`]: three workers (`--concurrency`, default 256 here; `--rounds`,
+//!   default 3 here) drain a fan-out (`root` → `--jobs` leaves → `fanin`) and `--jobs / 10`
+//!   diamonds (a → b, c → d), each beside the same jobs unlinked, in ABBA order; the ratios, how
+//!   long after its last dependency finished a dependent was first claimed (database clock), the
+//!   workers' lock waits and settlement hand-backs and the server's row lock counters, and the
+//!   check that every dependent was claimed after all its dependencies finished.
 //!
 //! Every run checks that each job ran exactly once and that its row is `completed` (or, for
 //! enqueue runs, that every row was written). Exit codes: 0 success, 1 error or a failed

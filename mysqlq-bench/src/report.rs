@@ -7,6 +7,7 @@ use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
+use crate::scenario::workflow::WorkflowRun;
 use crate::sql;
 use crate::table::Table;
 
@@ -208,7 +209,7 @@ impl Report<'_> {
             "drain_rounds": self.drain_rounds(),
             "ratio": obj(self.ratios()),
             "scenario": format!("{:?}", self.args.scenario).to_lowercase(),
-            "rounds": self.args.rounds,
+            "rounds": self.args.rounds(),
             "enqueue_single_jobs": b.single_jobs,
             "pickup_jobs": b.pickup_jobs,
             "pickup_rate_per_s": PICKUP_RATE,
@@ -224,6 +225,7 @@ impl Report<'_> {
             "diagnostics": b.diag.json(),
             "redis": if b.redis.server.is_some() { b.redis.json() } else { Value::Null },
             "periodic": b.periodic.as_ref().map_or(Value::Null, PeriodicRun::json),
+            "workflow": b.workflow.as_ref().map_or(Value::Null, WorkflowRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -265,7 +267,7 @@ impl Report<'_> {
             b.jobs,
             b.concurrency,
             b.batch,
-            self.args.rounds,
+            self.args.rounds(),
             BASELINE_LOOPS
                 .iter()
                 .map(ToString::to_string)
@@ -334,6 +336,9 @@ impl Report<'_> {
         }
         if let Some(p) = &b.periodic {
             text.push_str(&p.human());
+        }
+        if let Some(w) = &b.workflow {
+            text.push_str(&w.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(

@@ -352,23 +352,151 @@ pub(crate) const BENCH_STATUS: [&str; 9] = [
 pub(crate) async fn bench_status(
     conn: &mut MySqlConnection,
 ) -> Result<Vec<Option<i64>>, sqlx::Error> {
+    bench_status_of(conn, &BENCH_STATUS).await
+}
+
+/// `bench_status_of`: the server's global status counters `names`, in that order (`None` for
+/// one the server lacks).
+pub(crate) async fn bench_status_of(
+    conn: &mut MySqlConnection,
+    names: &[&str],
+) -> Result<Vec<Option<i64>>, sqlx::Error> {
     // `SHOW GLOBAL STATUS` exists on MariaDB and MySQL alike (MySQL 8 has no
     // information_schema.GLOBAL_STATUS); the few hundred rows are filtered here.
     let rows = sqlx::raw_sql("/* mysqlq:bench_status */ SHOW GLOBAL STATUS")
         .fetch_all(&mut *conn)
         .await?;
-    let mut out = vec![None; BENCH_STATUS.len()];
+    let mut out = vec![None; names.len()];
     for r in rows {
         let name: String = r.try_get(0)?;
-        if let Some(i) = BENCH_STATUS
-            .iter()
-            .position(|n| n.eq_ignore_ascii_case(&name))
-        {
+        if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(&name)) {
             let value: String = r.try_get(1)?;
             out[i] = value.trim().parse().ok();
         }
     }
     Ok(out)
+}
+
+/// The workflow tables, emptied with `job_queue` between two workflow runs (`job_queue`'s ids
+/// restart, and an old edge must not name a new job).
+const WORKFLOW_TABLES: [&str; 4] = [
+    "mysqlq_workflow",
+    "mysqlq_wf_step",
+    "mysqlq_wf_edge",
+    "mysqlq_wf_gate",
+];
+
+/// `bench_reset_workflows`: empties the workflow tables (scratch database only).
+pub(crate) async fn bench_reset_workflows(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    for table in WORKFLOW_TABLES {
+        sqlx::query(AssertSqlSafe(format!(
+            "/* mysqlq:bench_reset_workflows */ TRUNCATE TABLE {table}"
+        )))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// `bench_ids`: the ids of the rows of `queue`, ascending.
+pub(crate) async fn bench_ids(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<Vec<u64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "/* mysqlq:bench_ids */ SELECT id FROM job_queue WHERE queue_name = ? ORDER BY id",
+    )
+    .bind(queue)
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// `bench_last_finished_us`: the latest `finished_at` of `queue` (database clock, microseconds
+/// since the Unix epoch; `None` when no row finished).
+pub(crate) async fn bench_last_finished_us(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "/* mysqlq:bench_last_finished_us */ SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01 00:00:00', finished_at)) AS SIGNED) FROM job_queue WHERE queue_name = ?",
+    )
+    .bind(queue)
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// The steps of one name (a fan-out's, or one step per workflow of many workflows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BenchStepTimes {
+    /// The step name.
+    pub(crate) name: String,
+    /// Steps of that name.
+    pub(crate) steps: i64,
+    /// Their latest `finished_at` (database clock, µs since the Unix epoch).
+    pub(crate) last_finished_us: Option<i64>,
+}
+
+/// `bench_step_times`: every step name of every workflow, with its steps' latest `finished_at`.
+pub(crate) async fn bench_step_times(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<BenchStepTimes>, sqlx::Error> {
+    let rows = sqlx::query(
+        "/* mysqlq:bench_step_times */ SELECT s.name, COUNT(*) AS n, \
+         CAST(MAX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', j.finished_at)) AS SIGNED) AS last_us \
+         FROM mysqlq_wf_step s JOIN job_queue j ON j.id = s.job_id GROUP BY s.name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(BenchStepTimes {
+                name: r.try_get("name")?,
+                steps: r.try_get("n")?,
+                last_finished_us: r.try_get("last_us")?,
+            })
+        })
+        .collect()
+}
+
+/// One dependent step: when it was first claimed against when its last dependency finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BenchDepGap {
+    /// The dependent's step name.
+    pub(crate) name: String,
+    /// Its dependencies (edges).
+    pub(crate) deps: i64,
+    /// Dependencies without a `finished_at`.
+    pub(crate) unfinished: i64,
+    /// Its `first_claimed_at` minus the latest `finished_at` of its dependencies, both on the
+    /// database clock, in microseconds (`None`: never claimed).
+    pub(crate) gap_us: Option<i64>,
+}
+
+/// `bench_dep_gaps`: every dependent step of every workflow with its [`BenchDepGap`].
+pub(crate) async fn bench_dep_gaps(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<BenchDepGap>, sqlx::Error> {
+    let rows = sqlx::query(
+        "/* mysqlq:bench_dep_gaps */ SELECT s.name, COUNT(*) AS deps, \
+         CAST(IFNULL(SUM(d.finished_at IS NULL), 0) AS SIGNED) AS unfinished, \
+         CAST(TIMESTAMPDIFF(MICROSECOND, MAX(d.finished_at), MIN(j.first_claimed_at)) AS SIGNED) AS gap_us \
+         FROM mysqlq_wf_edge e JOIN job_queue d ON d.id = e.dep_id \
+         JOIN job_queue j ON j.id = e.dependent_id JOIN mysqlq_wf_step s ON s.job_id = e.dependent_id \
+         GROUP BY e.dependent_id, s.name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(BenchDepGap {
+                name: r.try_get("name")?,
+                deps: r.try_get("deps")?,
+                unfinished: r.try_get("unfinished")?,
+                gap_us: r.try_get("gap_us")?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

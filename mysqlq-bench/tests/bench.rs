@@ -133,6 +133,52 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
     let max = positive(&p["lateness_max_ms"], "periodic.lateness_max_ms");
     assert!(p50 <= p99 && p99 <= max, "{p}");
 
+    // Workflows: a fan-out --jobs wide and --jobs / 10 diamonds on three workers, each beside
+    // the same jobs unlinked, 3 rounds by default; figures and targets, no threshold.
+    let w = &v["workflow"];
+    assert_eq!(w["workers"], 3, "{v:#}");
+    assert_eq!(w["concurrency"], 8, "{v:#}");
+    assert_eq!(w["rounds"], 3, "{v:#}");
+    assert_eq!(w["fanout_width"], 500, "{v:#}");
+    assert_eq!(w["small_workflows"], 50, "{v:#}");
+    for key in [
+        "fanout_per_s",
+        "independent_per_s",
+        "small_workflows_per_s",
+        "unlinked_per_s",
+        "workflow_fanout_ratio",
+        "workflow_small_ratio",
+    ] {
+        assert!(positive(&w[key], key) > 0.0, "workflow.{key}: {w:#}");
+    }
+    for key in [
+        "fanin_start_after_last_dep_ms",
+        "diamond_d_start_after_deps_p99_ms",
+    ] {
+        positive(&w[key], key);
+    }
+    for key in ["lock_wait_timeouts", "deadlocks", "settle_handbacks"] {
+        assert!(w[key].as_u64().is_some(), "workflow.{key}: {w:#}");
+    }
+    assert_eq!(w["lock_wait_timeouts"], 0, "{w:#}");
+    for key in ["row_lock_waits", "row_lock_time_ms"] {
+        positive(&w[key], key);
+    }
+    assert_eq!(
+        w["workflow_rounds"].as_array().map(Vec::len),
+        Some(3),
+        "{w:#}"
+    );
+    for key in [
+        "fanout_ratio_met",
+        "small_ratio_met",
+        "fanin_start_met",
+        "diamond_d_start_met",
+        "no_lock_wait_timeout_met",
+    ] {
+        assert!(w["targets"][key].is_boolean(), "targets.{key}: {w:#}");
+    }
+
     // The exactly-once verification ran for every run and passed.
     assert_eq!(v["verification"]["passed"], true, "{v:#}");
     let checks = v["verification"]["checks"].as_array().expect("checks");
@@ -148,6 +194,10 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         "enqueue bulk framework",
         "enqueue single baseline",
         "periodic framework",
+        "workflow fanout round 1: dependents after their dependencies",
+        "workflow small_workflows round 2: dependents after their dependencies",
+        "workflow unlinked round 3: handlers",
+        "workflow framework: lock waits",
     ] {
         assert!(
             checks

@@ -5,7 +5,8 @@
 -- Redis relay only ever read `pending` and `processing` rows, so they never see it. It becomes
 -- `pending` (released) in the transaction that settles its last dependency.
 --
--- `mysqlq_wf_step`: a step's name (shared by a fan-out's steps, told apart by `ordinal`), its
+-- `mysqlq_wf_step`: a step's name (shared by a fan-out's steps, told apart by `ordinal`; `scope`
+-- 0 for steps enqueued with the workflow, else the id of the running step that added it), its
 -- upstream rules, and the result its handler recorded (`ctx.record`, at most 16 KiB of JSON) for
 -- its dependents to read (`ctx.upstream`).
 -- `mysqlq_wf_edge`: one row per dependency. `open` until settled; `met` once the dependency
@@ -46,13 +47,14 @@ CREATE TABLE IF NOT EXISTS mysqlq_wf_step (
   job_id BIGINT UNSIGNED NOT NULL,
   workflow_id BIGINT UNSIGNED NOT NULL,
   name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE {key_collation} NOT NULL,
+  scope BIGINT UNSIGNED NOT NULL DEFAULT 0,
   ordinal INT UNSIGNED NOT NULL DEFAULT 0,
   ignore_failed TINYINT(1) NOT NULL DEFAULT 0,
   ignore_cancelled TINYINT(1) NOT NULL DEFAULT 0,
   result JSON NULL,
   result_bytes INT UNSIGNED NULL,
   PRIMARY KEY (job_id),
-  UNIQUE KEY uq_wf_step_name (workflow_id, name, ordinal)
+  UNIQUE KEY uq_wf_step_name (workflow_id, name, scope, ordinal)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 CREATE TABLE IF NOT EXISTS mysqlq_wf_edge (

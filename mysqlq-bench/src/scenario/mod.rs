@@ -9,3 +9,4 @@ pub(crate) mod memory;
 pub(crate) mod periodic;
 pub(crate) mod pickup;
 pub(crate) mod redis;
+pub(crate) mod workflow;

@@ -37,10 +37,12 @@ use futures_util::future::BoxFuture;
 use sqlx::{Acquire, Connection as _, MySql};
 
 mod batch;
+mod graft;
 mod results;
 
 pub use crate::error::WorkflowError;
 pub use batch::Batch;
+pub use graft::Graft;
 pub use results::{BatchCounts, MAX_RESULT_BYTES};
 
 use crate::hooks::global_hooks;

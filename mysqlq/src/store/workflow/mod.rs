@@ -11,6 +11,7 @@
 //! the dependents.
 
 pub mod admin;
+pub mod graft;
 mod plan;
 mod prune;
 pub mod results;
@@ -86,6 +87,21 @@ pub async fn wf_insert(
     .execute(&mut *conn)
     .await?
     .last_insert_id();
+    let outside = vec![Vec::new(); steps.len()];
+    insert_steps(conn, wf, 0, steps, &outside).await
+}
+
+/// The jobs (`waiting` when they have dependencies), steps, edges and gates of `steps` in
+/// workflow `wf`. `scope`: 0 for steps enqueued with the workflow, else the id of the running
+/// step that adds them; `outside[i]`: jobs outside `steps` that step `i` also depends on (the
+/// step that adds them). Only inserts, and one UPDATE of the rows just inserted.
+pub(super) async fn insert_steps(
+    conn: &mut MySqlConnection,
+    wf: u64,
+    scope: u64,
+    steps: &[StepRow],
+    outside: &[Vec<u64>],
+) -> Result<WfInserted, Error> {
     let rows: Vec<InsertRow> = steps.iter().map(|s| s.row.clone()).collect();
     let Some(out) = job_insert_many(conn, &rows).await? else {
         return Ok(WfInserted::Retry);
@@ -102,7 +118,7 @@ pub async fn wf_insert(
     // The rows are this transaction's own and invisible to every other until it commits, so
     // inserting them `pending` and marking them here is the same as inserting them so.
     let (waiting, roots): (Vec<usize>, Vec<usize>) =
-        (0..steps.len()).partition(|&i| !steps[i].deps.is_empty());
+        (0..steps.len()).partition(|&i| !steps[i].deps.is_empty() || !outside[i].is_empty());
     for (set, of) in [
         ("workflow_id = ?, status = 'waiting'", &waiting),
         ("workflow_id = ?", &roots),
@@ -120,9 +136,9 @@ pub async fn wf_insert(
     }
     for chunk in (0..steps.len()).collect::<Vec<_>>().chunks(INSERT_ROWS) {
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_insert */ INSERT INTO mysqlq_wf_step (job_id, workflow_id, name, ordinal, \
-             ignore_failed, ignore_cancelled) VALUES {}",
-            vec!["(?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
+            "/* mysqlq:wf_insert */ INSERT INTO mysqlq_wf_step (job_id, workflow_id, name, scope, \
+             ordinal, ignore_failed, ignore_cancelled) VALUES {}",
+            vec!["(?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
         ));
         let mut q = sqlx::query(sql);
         for &i in chunk {
@@ -131,6 +147,7 @@ pub async fn wf_insert(
                 .bind(ids[i].0)
                 .bind(wf)
                 .bind(&s.name)
+                .bind(scope)
                 .bind(s.ordinal)
                 .bind(s.ignore_failed)
                 .bind(s.ignore_cancelled);
@@ -140,11 +157,12 @@ pub async fn wf_insert(
     let mut edges: Vec<(u64, u64, u32)> = Vec::new();
     let mut gates: Vec<(u64, u32, u32, u32)> = Vec::new();
     for (i, s) in steps.iter().enumerate() {
-        if s.deps.is_empty() {
+        if s.deps.is_empty() && outside[i].is_empty() {
             continue;
         }
         let dependent = ids[i].0;
         let mut deps: Vec<u64> = s.deps.iter().map(|&d| ids[d].0).collect();
+        deps.extend(outside[i].iter().copied());
         deps.sort_unstable();
         deps.dedup();
         // At most `MAX_STEPS` deps: every count here fits a u32.
