@@ -26,6 +26,9 @@ use crate::worker::{Key, Shared, WorkerEvent};
 
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
+/// Longest pause before step completions handed back are written again (from 5 ms, doubling
+/// while hand-backs go on): a held gate is held for milliseconds, by a settlement like ours.
+const MAX_HANDBACK_PAUSE: Duration = Duration::from_millis(200);
 
 pub(crate) struct Completer {
     queue: Mutex<Vec<Key>>,
@@ -176,8 +179,8 @@ impl Drop for Carried {
 
 pub(crate) async fn run(s: Arc<Shared>) {
     let c = s.completer.clone();
-    // Pause before step completions handed back are written again: 5 ms, doubling to 1 s
-    // while hand-backs go on.
+    // Pause before step completions handed back are written again: 5 ms, doubling to
+    // MAX_HANDBACK_PAUSE while hand-backs go on.
     let mut handback = Duration::ZERO;
     loop {
         if c.is_empty() {
@@ -212,7 +215,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             if back.is_empty() {
                 handback = Duration::ZERO;
             } else {
-                handback = (handback * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+                handback = (handback * 2).clamp(Duration::from_millis(5), MAX_HANDBACK_PAUSE);
                 let c = c.clone();
                 let pause = handback.mul_f64(0.5 + crate::worker::unit_random());
                 tokio::spawn(async move {

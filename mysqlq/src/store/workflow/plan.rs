@@ -41,9 +41,11 @@ pub(super) struct Plan {
 /// Plans a settlement of `candidates` (deps being completed) from their unsettled `edges` and
 /// the gate rows this transaction locked. A candidate is settled only when every row its
 /// settlement writes is locked: its gates, the heads of the blocks it closes, the rows of the
-/// dependents it releases. Heads and rows not tried yet are asked for (`need_*`); those tried
-/// and not locked (another transaction holds them) drop every candidate feeding that dependent,
-/// and the plan is made again without them (dropping only removes needs, so this ends).
+/// dependents it releases. Heads and rows not tried yet are asked for (`need_*`). What another
+/// transaction holds drops only the candidates that need it — those counted in a held gate
+/// block; for a held head or dependent row, those counted in the dependent's block 0 or in a
+/// block they close — and the plan is made again without them (dropping only removes needs, so
+/// this ends). A wide fan-in's other blocks go on being settled.
 pub(super) fn plan(
     candidates: &BTreeSet<u64>,
     edges: &[Edge],
@@ -51,6 +53,11 @@ pub(super) fn plan(
     heads_tried: &BTreeSet<u64>,
     rows: &HashMap<u64, Option<String>>,
 ) -> Result<Plan, Error> {
+    // The candidates counted in each gate block.
+    let mut in_block: HashMap<(u64, u32), Vec<u64>> = HashMap::new();
+    for e in edges.iter().filter(|e| candidates.contains(&e.dep)) {
+        in_block.entry((e.dependent, e.block)).or_default().push(e.dep);
+    }
     let mut settle = candidates.clone();
     'again: loop {
         let mut p = Plan {
@@ -60,17 +67,13 @@ pub(super) fn plan(
         for e in edges.iter().filter(|e| settle.contains(&e.dep)) {
             *p.dec.entry((e.dependent, e.block)).or_default() += 1;
         }
-        let feeding = |dependent: u64| -> BTreeSet<u64> {
-            edges
-                .iter()
-                .filter(|e| e.dependent == dependent)
-                .map(|e| e.dep)
-                .collect()
-        };
         let mut touched: BTreeSet<u64> = BTreeSet::new();
+        // Blocks > 0 closed now, per dependent.
+        let mut closing: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
         for (&(d, b), &n) in &p.dec {
             let Some(g) = gates.get(&(d, b)) else {
-                settle.retain(|c| !feeding(d).contains(c));
+                let held = &in_block[&(d, b)];
+                settle.retain(|c| !held.contains(c));
                 continue 'again;
             };
             if n > g.remaining {
@@ -78,9 +81,19 @@ pub(super) fn plan(
             }
             if b > 0 && n == g.remaining {
                 *p.closed.entry(d).or_default() += 1;
+                closing.entry(d).or_default().push(b);
             }
             touched.insert(d);
         }
+        // Drops the candidates that change `d`'s head: block 0's and the closing blocks'.
+        let drop_head_changers = |d: u64, settle: &mut BTreeSet<u64>| {
+            let blocks = closing.get(&d).cloned().unwrap_or_default();
+            for b in std::iter::once(0).chain(blocks) {
+                if let Some(held) = in_block.get(&(d, b)) {
+                    settle.retain(|c| !held.contains(c));
+                }
+            }
+        };
         for &d in &touched {
             let n0 = p.dec.get(&(d, 0)).copied().unwrap_or(0);
             let closes = p.closed.get(&d).copied().unwrap_or(0);
@@ -89,7 +102,7 @@ pub(super) fn plan(
             }
             let Some(head) = gates.get(&(d, 0)) else {
                 if heads_tried.contains(&d) {
-                    settle.retain(|c| !feeding(d).contains(c));
+                    drop_head_changers(d, &mut settle);
                     continue 'again;
                 }
                 p.need_heads.insert(d);
@@ -104,7 +117,7 @@ pub(super) fn plan(
                         p.need_rows.insert(d);
                     }
                     Some(None) => {
-                        settle.retain(|c| !feeding(d).contains(c));
+                        drop_head_changers(d, &mut settle);
                         continue 'again;
                     }
                     Some(Some(status)) if status == "waiting" => p.release.push(d),
@@ -195,6 +208,23 @@ mod tests {
         let rows = HashMap::from([(10, Some("waiting".to_owned()))]);
         let p = plan(&c, &edges, &gates, &tried, &rows).unwrap();
         assert_eq!(p.release, vec![10]);
+    }
+
+    #[test]
+    fn a_held_block_of_a_wide_fan_in_hands_back_only_its_own_candidates() {
+        // Dependent 10: block 1 (deps 1, 2) held by another transaction, block 2 (deps 3, 4)
+        // free, the head free and not reached.
+        let c = BTreeSet::from([1, 2, 3, 4]);
+        let edges = [e(1, 10, 1), e(2, 10, 1), e(3, 10, 2), e(4, 10, 2)];
+        let gates = HashMap::from([((10, 2), g(5, 0)), ((10, 0), g(10, 2))]);
+        let p = plan(&c, &edges, &gates, &BTreeSet::from([10]), &HashMap::new()).unwrap();
+        assert_eq!(p.settle, BTreeSet::from([3, 4]));
+        assert_eq!(p.dec, BTreeMap::from([((10, 2), 2)]));
+        // Block 2 closing needs the head; held: only the closers go back, block 1's stay.
+        let gates = HashMap::from([((10, 1), g(9, 0)), ((10, 2), g(2, 0))]);
+        let p = plan(&c, &edges, &gates, &BTreeSet::from([10]), &HashMap::new()).unwrap();
+        assert_eq!(p.settle, BTreeSet::from([1, 2]));
+        assert!(p.closed.is_empty());
     }
 
     #[test]
