@@ -215,12 +215,12 @@ fn random_workflow(rng: &mut fastrand::Rng, name: String) -> Result<Workflow, my
     let none: [&str; 0] = [];
     let wf = match rng.u32(..3) {
         0 => {
-            let (a, b, c, d) = (
-                random_job(rng),
-                random_job(rng),
-                random_job(rng),
-                random_job(rng),
-            );
+            let b = if rng.bool() {
+                grafter(rng)
+            } else {
+                random_job(rng)
+            };
+            let (a, c, d) = (random_job(rng), random_job(rng), random_job(rng));
             Workflow::new(name)
                 .step_job("a", a, none)?
                 .step_job("b", b, ["a"])?
@@ -235,7 +235,12 @@ fn random_workflow(rng: &mut fastrand::Rng, name: String) -> Result<Workflow, my
             } else {
                 rng.usize(60..70)
             };
-            let mut wf = Workflow::new(name).step_job("root", random_job(rng), none)?;
+            let root = if rng.bool() {
+                grafter(rng)
+            } else {
+                random_job(rng)
+            };
+            let mut wf = Workflow::new(name).step_job("root", root, none)?;
             let names: Vec<String> = (0..leaves).map(|i| format!("leaf{i}")).collect();
             for n in &names {
                 wf = wf.step_job(n, random_job(rng), ["root"])?;
@@ -255,6 +260,19 @@ fn random_workflow(rng: &mut fastrand::Rng, name: String) -> Result<Workflow, my
         }
     };
     Ok(wf)
+}
+
+/// A step that grafts two steps onto its workflow while it runs (act `graft`): what waits for
+/// it must wait for them too.
+fn grafter(rng: &mut fastrand::Rng) -> NewJob {
+    NewJob::from_job(
+        &Torture {
+            act: act::GRAFT.to_owned(),
+            ms: rng.u64(0..200),
+        },
+        &EnqueueOptions::new(),
+    )
+    .expect("a valid torture job")
 }
 
 /// Enqueues random workflows (one in ten in a transaction rolled back) every 300 ms until
@@ -671,14 +689,15 @@ async fn one_random_run(seed: u64, scale: u32) {
         .iter()
         .filter(|w| w.old_status == "waiting" && w.new_status == "pending")
         .count();
+    let grafted = history.grafted_by.len();
     let upstream = history
         .jobs
         .iter()
         .filter(|j| j.cancelled_by.as_deref() == Some("mysqlq:upstream"))
         .count();
     println!(
-        "{enqueued} jobs and {steps} workflow steps enqueued ({released} steps released, \
-         {upstream} cancelled upstream); drained: {drained}"
+        "{enqueued} jobs and {steps} workflow steps enqueued ({grafted} more grafted, \
+         {released} steps released, {upstream} cancelled upstream); drained: {drained}"
     );
     if report.ok() {
         println!("{report}");

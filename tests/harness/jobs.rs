@@ -257,8 +257,11 @@ pub mod act {
     pub const BLOCK: &str = "block";
     /// Holds a connection of the worker's pool (`ctx.pool()`) for `ms`, then succeeds.
     pub const HOLD: &str = "hold";
+    /// A workflow step that grafts two steps (`ok`, a fan-out named `grafted`) onto its
+    /// workflow, then sleeps `ms` and succeeds; a job of no workflow just succeeds.
+    pub const GRAFT: &str = "graft";
     /// Every act.
-    pub const ALL: [&str; 7] = [OK, FAIL, SNOOZE0, PANIC, HANG, BLOCK, HOLD];
+    pub const ALL: [&str; 8] = [OK, FAIL, SNOOZE0, PANIC, HANG, BLOCK, HOLD, GRAFT];
 }
 
 /// The torture test's job (`tests/torture.rs`): behaves as its `act` says (see [`act`]) and
@@ -304,6 +307,25 @@ pub async fn torture(ctx: JobContext, act: String, ms: u64) -> Result<(), JobErr
             }
             sqlx::query("SELECT 1").execute(&mut *conn).await?;
             Ok(())
+        }
+        act::GRAFT if ctx.workflow_id().is_some() => {
+            let grafted = (0..2).map(|_| Torture {
+                act: act::OK.to_owned(),
+                ms,
+            });
+            match ctx.graft().fan_out("grafted", grafted, [""; 0]) {
+                Ok(g) => match g.enqueue().await {
+                    Ok(_) => {
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                            () = ctx.cancelled() => {}
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(JobError::retry(e)),
+                },
+                Err(e) => Err(JobError::fail(e)),
+            }
         }
         _ => {
             tokio::select! {

@@ -514,6 +514,8 @@ pub struct History {
     pub edges: Vec<(u64, u64)>,
     /// Workflow steps: job id → (`ignore_failed`, `ignore_cancelled`).
     pub steps: HashMap<u64, (bool, bool)>,
+    /// Steps added by a running step (a graft): job id → the grafter's job id.
+    pub grafted_by: HashMap<u64, u64>,
     /// Workflows whose name says their enqueue was rolled back, found in the table anyway.
     pub rolled_back_found: Vec<String>,
     /// Jobs, steps, edges or gates naming a workflow or job that does not exist.
@@ -647,6 +649,13 @@ impl History {
         .into_iter()
         .map(|(id, f, c)| (id, (f, c)))
         .collect();
+        let grafted_by: HashMap<u64, u64> = sqlx::query_as::<_, (u64, u64)>(
+            "SELECT job_id, scope FROM mysqlq_wf_step WHERE scope <> 0",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .collect();
         let rolled_back_found: Vec<String> = sqlx::query_scalar(
             "SELECT CAST(name AS CHAR) FROM mysqlq_workflow WHERE name LIKE 'rolled-back-%'",
         )
@@ -672,6 +681,7 @@ impl History {
             actions,
             edges,
             steps,
+            grafted_by,
             rolled_back_found,
             orphans,
         })

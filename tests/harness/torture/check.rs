@@ -167,6 +167,9 @@ pub mod inv {
     pub const WF_UPSTREAM: &str = "workflow: upstream cancels only for a reason, before any run";
     /// A step whose dependencies all accepted it runs.
     pub const WF_LIVE: &str = "workflow: every step whose dependencies allow it runs";
+    /// A step added by a running step (a graft) is waited for by every step that waited for
+    /// the grafter.
+    pub const WF_GRAFT: &str = "workflow: what waits for a grafter waits for what it grafted";
     /// A workflow enqueued in a rolled-back transaction leaves nothing; no row dangles.
     pub const WF_ROLLBACK: &str = "workflow: a rolled-back enqueue leaves nothing";
 }

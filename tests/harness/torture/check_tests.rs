@@ -539,3 +539,14 @@ fn workflow_a_step_released_twice_or_cancelled_without_reason_is_caught() {
     h.rolled_back_found = vec!["rolled-back-3".to_owned()];
     assert_eq!(check(&h).count(inv::WF_ROLLBACK), 1);
 }
+
+#[test]
+fn workflow_a_grafted_step_its_grafters_dependents_do_not_wait_for_is_caught() {
+    let mut h = two_steps(false);
+    // Job 3 was grafted by job 1, which job 2 waits for; 2 must wait for 3 too.
+    h.grafted_by.insert(3, 1);
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_GRAFT), 1, "{r}");
+    h.edges.push((3, 2));
+    assert_eq!(check(&h).count(inv::WF_GRAFT), 0);
+}

@@ -109,6 +109,31 @@ pub(super) fn check(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Viol
             });
         }
     }
+    // Grafts: what waited for the grafter waits for each step it added.
+    let mut out_edges: HashMap<u64, Vec<u64>> = HashMap::new();
+    for &(d, t) in &h.edges {
+        out_edges.entry(d).or_default().push(t);
+    }
+    for (&n, &g) in &h.grafted_by {
+        let mine = out_edges.get(&n).map(Vec::as_slice).unwrap_or_default();
+        let missing: Vec<u64> = out_edges
+            .get(&g)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .filter(|t| h.grafted_by.get(t) != Some(&g) && !mine.contains(t))
+            .collect();
+        if !missing.is_empty() {
+            v.push(Violation {
+                invariant: inv::WF_GRAFT,
+                jobs: vec![n, g],
+                why: format!(
+                    "step {n}, grafted by {g}, is not waited for by {missing:?}, which wait for {g}"
+                ),
+            });
+        }
+    }
     if !h.rolled_back_found.is_empty() || h.orphans > 0 {
         v.push(Violation {
             invariant: inv::WF_ROLLBACK,
