@@ -743,3 +743,60 @@ async fn handlers_blocking_every_thread_of_the_runtime_do_not_stop_the_heartbeat
     assert_eq!(first_time, 2, "both completed on their first attempt");
     worker.shutdown().await.unwrap();
 }
+
+/// A worker stopped inside the transaction that records an attempt (its outcome and the attempt's
+/// history row, whose older rows it trims) holds no lock on another job's history: the other
+/// workers' outcome writes go on. Found by the torture test with workflows: one stopped worker
+/// process held a gap lock of the trim for 3 s, the healthy workers' outcome writes queued
+/// behind it and took every connection of their pools, and their heartbeats could not renew.
+#[tokio::test]
+async fn an_open_attempt_record_holds_no_lock_on_another_jobs_history() {
+    use mysqlq::store::{AttemptRecord, job_attempt_record};
+    let db = TestDb::new().await;
+    let a = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let b = Noop { n: 2 }.enqueue(&db.pool).await.unwrap().id();
+    let record = |attempt: u32| AttemptRecord {
+        attempt,
+        outcome: "retry",
+        worker: "w",
+        ran_for: Duration::from_millis(5),
+        keep: 2,
+    };
+    // Job b has a history already; job a's is written (and trimmed) in a transaction left open,
+    // at the isolation level a worker's session has by default.
+    for n in 1..=3 {
+        let mut c = db.connect().await;
+        job_attempt_record(&mut c, b, &record(n), "boom")
+            .await
+            .unwrap();
+    }
+    let mut stopped = db.connect().await;
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut stopped)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut stopped).await.unwrap();
+    for n in 1..=3 {
+        job_attempt_record(&mut stopped, a, &record(n), "boom")
+            .await
+            .unwrap();
+    }
+    let mut other = db.connect().await;
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 2")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    job_attempt_record(&mut other, b, &record(4), "boom")
+        .await
+        .expect("another job's attempt is recorded while the first transaction is open");
+    sqlx::query("ROLLBACK").execute(&mut stopped).await.unwrap();
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_job_attempt WHERE job_id = {}",
+            b.0
+        ))
+        .await,
+        2,
+        "b's history trimmed to its newest 2"
+    );
+}

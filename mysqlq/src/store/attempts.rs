@@ -51,11 +51,12 @@ const INSERT_SQL: &str = "/* mysqlq:job_attempt_record */ INSERT INTO mysqlq_job
     (job_id, attempt, outcome, worker, started_at, finished_at, error, error_bytes) \
     VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?)";
 
-/// Deletes the job's rows older than its `keep`-th newest (the derived table is materialised,
-/// which lets the DELETE read the table it deletes from on MySQL and MariaDB alike).
-const TRIM_SQL: &str = "/* mysqlq:job_attempt_trim */ DELETE FROM mysqlq_job_attempt \
-    WHERE job_id = ? AND id < (SELECT id FROM (SELECT id FROM mysqlq_job_attempt \
-    WHERE job_id = ? ORDER BY id DESC LIMIT ?, 1) AS oldest_kept)";
+/// The job's rows older than its `keep`-th newest: read plainly, then deleted by primary key.
+/// A range DELETE on `idx_attempt_job` would take next-key locks up to the next job's rows at
+/// REPEATABLE READ (the default of a worker's session): a worker stopped inside its outcome
+/// transaction would then block every other worker's attempt of a job with a nearby id.
+const TRIM_FIND_SQL: &str = "/* mysqlq:job_attempt_trim */ SELECT id FROM mysqlq_job_attempt \
+    WHERE job_id = ? ORDER BY id DESC LIMIT 1000 OFFSET ?";
 
 /// `job_attempt_record`: appends one attempt of job `id` and trims its history to
 /// [`AttemptRecord::keep`] rows. Run it in the transaction that writes the attempt's outcome.
@@ -76,12 +77,19 @@ pub async fn job_attempt_record(
         .bind(u32::try_from(error.len()).unwrap_or(u32::MAX))
         .execute(&mut *conn)
         .await?;
-    sqlx::query(TRIM_SQL)
+    let old: Vec<u64> = sqlx::query_scalar(TRIM_FIND_SQL)
         .bind(id.0)
-        .bind(id.0)
-        .bind(r.keep.max(1) - 1)
-        .execute(&mut *conn)
+        .bind(r.keep.max(1))
+        .fetch_all(&mut *conn)
         .await?;
+    if !old.is_empty() {
+        let ids: Vec<JobId> = old.into_iter().map(JobId).collect();
+        let sql = sqlx::AssertSqlSafe(format!(
+            "/* mysqlq:job_attempt_trim */ DELETE FROM mysqlq_job_attempt WHERE id IN ({})",
+            placeholders(padded_len(ids.len()))
+        ));
+        bind_ids(sqlx::query(sql), &ids).execute(&mut *conn).await?;
+    }
     Ok(())
 }
 

@@ -169,7 +169,13 @@ pub async fn job_prune(
     let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
                AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL \
                ORDER BY finished_at LIMIT ?";
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    // READ COMMITTED: the deletes lock the rows they delete, no gaps, so a pruner stopped
+    // mid-transaction holds up no other worker's inserts of attempts or jobs.
+    let mut tx = sqlx::Connection::begin_with(
+        &mut *conn,
+        "/* mysqlq:job_prune */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+    )
+    .await?;
     sqlx::query(history)
         .bind(status)
         .bind(micros(older_than))

@@ -35,7 +35,10 @@ pub async fn wf_prune(
     let (mut workflows, mut jobs) = (0, 0);
     for chunk in ids.chunks(PER_TRANSACTION) {
         let list = placeholders(chunk.len());
-        let mut tx = conn.begin().await?;
+        // READ COMMITTED: no gap locks (see `job_prune`).
+        let mut tx = conn
+            .begin_with("/* mysqlq:wf_prune */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            .await?;
         // Locked first and checked again: a step revived meanwhile set its workflow running.
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:wf_prune_lock */ SELECT id FROM mysqlq_workflow WHERE id IN ({list}) \
