@@ -24,26 +24,8 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, CliError> {
         .map_err(|e| CliError::new(format!("cannot encode JSON: {e}"), "report this bug"))
 }
 
-/// `waiting 2, pending 1, completed 5` (the states with steps in them).
 fn counts(w: &WorkflowSummary) -> String {
-    let c = &w.steps;
-    let parts: Vec<String> = [
-        ("waiting", c.waiting),
-        ("pending", c.pending),
-        ("running", c.processing),
-        ("completed", c.completed),
-        ("failed", c.failed),
-        ("cancelled", c.cancelled),
-    ]
-    .iter()
-    .filter(|(_, n)| *n > 0)
-    .map(|(s, n)| format!("{s} {n}"))
-    .collect();
-    if parts.is_empty() {
-        "no steps".to_owned()
-    } else {
-        parts.join(", ")
-    }
+    w.steps.summary()
 }
 
 async fn list(target: &Target, a: &WorkflowListArgs) -> Result<u8, CliError> {

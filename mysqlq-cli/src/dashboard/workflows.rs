@@ -80,19 +80,7 @@ pub(super) async fn list(State(state): State<Shared>, Query(q): Query<ListQuery>
 }
 
 fn counts(c: &mysqlq::admin::StepCounts) -> String {
-    let parts: Vec<String> = [
-        ("waiting", c.waiting),
-        ("pending", c.pending),
-        ("running", c.processing),
-        ("completed", c.completed),
-        ("failed", c.failed),
-        ("cancelled", c.cancelled),
-    ]
-    .iter()
-    .filter(|(_, n)| *n > 0)
-    .map(|(s, n)| format!("{s} {n}"))
-    .collect();
-    parts.join(", ")
+    c.summary()
 }
 
 #[derive(Debug, Deserialize)]

@@ -34,6 +34,28 @@ impl StepCounts {
             + self.failed
             + self.cancelled
     }
+
+    /// `waiting 2, running 1, completed 5`: the states that have steps, in the order of a
+    /// step's life (`no steps` when none has).
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = [
+            ("waiting", self.waiting),
+            ("pending", self.pending),
+            ("running", self.processing),
+            ("completed", self.completed),
+            ("failed", self.failed),
+            ("cancelled", self.cancelled),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
+        if parts.is_empty() {
+            "no steps".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
 }
 
 /// One workflow or batch, as listed.

@@ -56,7 +56,10 @@ pub(super) fn plan(
     // The candidates counted in each gate block.
     let mut in_block: HashMap<(u64, u32), Vec<u64>> = HashMap::new();
     for e in edges.iter().filter(|e| candidates.contains(&e.dep)) {
-        in_block.entry((e.dependent, e.block)).or_default().push(e.dep);
+        in_block
+            .entry((e.dependent, e.block))
+            .or_default()
+            .push(e.dep);
     }
     let mut settle = candidates.clone();
     'again: loop {
