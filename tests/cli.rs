@@ -1321,6 +1321,8 @@ async fn workflow_list_show_cancel_and_retry() {
         ship.contains("waiting") && ship.contains("charge"),
         "{show}"
     );
+    let as_batch = ok(&url, &["batch", "show", &open.to_string()]);
+    assert!(as_batch.contains("charge"), "{as_batch}");
     let missing = fails(&url, &["workflow", "show", "999999"], 1);
     assert!(missing.contains("no workflow with id 999999"), "{missing}");
     let dry = ok(

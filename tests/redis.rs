@@ -601,3 +601,63 @@ async fn two_workers_relaying_one_queue_keep_the_cap_and_run_each_job_once() {
     assert_eq!(done.len(), 20);
     assert!(done.iter().all(|(_, n)| *n == 1), "{done:?}");
 }
+
+#[tokio::test]
+async fn a_workflow_runs_through_the_streams_in_dependency_order() {
+    use mysqlq::workflow::Workflow;
+    let db = TestDb::new().await;
+    let r = TestRedis::shared();
+    db.exec(
+        "CREATE TABLE wf_log (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, job_id BIGINT UNSIGNED NOT NULL, \
+         new_status VARCHAR(16) NOT NULL)",
+    )
+    .await;
+    db.exec(
+        "CREATE TRIGGER wf_status AFTER UPDATE ON job_queue FOR EACH ROW \
+         INSERT INTO wf_log (job_id, new_status) SELECT NEW.id, NEW.status FROM DUAL \
+         WHERE OLD.status <> NEW.status",
+    )
+    .await;
+    let wf = Workflow::new("over redis")
+        .step("a", Noop { n: 1 })
+        .unwrap()
+        .fan_out("b", (2..6).map(|n| Noop { n }), ["a"])
+        .unwrap()
+        .step_after("c", Noop { n: 9 }, ["b"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .concurrency(8)
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "every step completed",
+        &format!(
+            "SELECT COUNT(*) = 6 FROM job_queue WHERE workflow_id = {} AND status = 'completed'",
+            wf.0
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    // Each step claimed (taken from the stream) only after its dependencies completed.
+    let early = db
+        .scalar(
+            "SELECT COUNT(*) FROM mysqlq_wf_edge e JOIN wf_log c ON c.job_id = e.dependent_id \
+             AND c.new_status = 'processing' WHERE NOT EXISTS (SELECT 1 FROM wf_log d \
+             WHERE d.job_id = e.dep_id AND d.new_status = 'completed' AND d.id < c.id)",
+        )
+        .await;
+    assert_eq!(early, 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM test_runs WHERE event = 'done'")
+            .await,
+        6,
+        "every step ran once"
+    );
+}

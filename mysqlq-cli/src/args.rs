@@ -73,6 +73,9 @@ pub(crate) enum Command {
     /// List, show, cancel or retry workflows and batches (`mysqlq::workflow`).
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Show a batch: its members and callbacks by state (as `workflow show`).
+    #[command(subcommand)]
+    Batch(BatchCommand),
     /// List operator actions (cancel, retry, discard, delete, pause, resume, purge): who, when,
     /// what, why, and how many jobs each changed; newest first.
     Audit(AuditArgs),
@@ -296,6 +299,13 @@ pub(crate) enum WorkflowCommand {
     Cancel(WorkflowCancelArgs),
     /// Retry the failed steps; the steps their failure cancelled wait for them again.
     Retry(WorkflowRetryArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BatchCommand {
+    /// Show one batch: members and callbacks with their states, attempts and the callbacks'
+    /// dependencies.
+    Show(WorkflowIdArgs),
 }
 
 /// `workflow list`.

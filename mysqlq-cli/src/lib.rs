@@ -277,6 +277,9 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
         Command::Workflow(c) => cmd_workflow::workflow(&target?, c).await,
+        Command::Batch(crate::args::BatchCommand::Show(a)) => {
+            cmd_workflow::workflow(&target?, crate::args::WorkflowCommand::Show(a)).await
+        }
         #[cfg(feature = "dashboard")]
         Command::Dashboard(a) => dashboard::command(&target?, &a, &cli.conn)
             .await
