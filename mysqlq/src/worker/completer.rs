@@ -136,6 +136,16 @@ impl Completer {
         batch
     }
 
+    /// Only step completions queued: nothing a claim could carry.
+    fn only_steps(&self) -> bool {
+        self.queue().is_empty()
+            && self
+                .solo
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+    }
+
     fn is_empty(&self) -> bool {
         self.queue().is_empty()
             && self.steps().is_empty()
@@ -191,7 +201,9 @@ pub(crate) async fn run(s: Arc<Shared>) {
         }
         let stopping = s.stop_services.is_cancelled();
         if !stopping {
-            if c.carry_wait.is_zero() {
+            // Step completions are never carried by a claim: with nothing else queued, waiting
+            // for one would only delay their dependents.
+            if c.carry_wait.is_zero() || c.only_steps() {
                 // Let the handlers finishing right now queue their completions too (a few
                 // scheduler turns, no timer): one statement and one fsync then cover them all.
                 for _ in 0..4 {
