@@ -117,7 +117,7 @@ pub struct WorkflowDetail {
     pub steps: Vec<WorkflowStep>,
 }
 
-/// Which workflows [`wf_list`] returns, newest first.
+/// Which workflows [`Admin::workflows`](crate::admin::Admin::workflows) returns, newest first.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WorkflowQuery<'a> {
     /// Only in this state (`running`, `completed`, `failed`, `cancelled`).
