@@ -3,7 +3,7 @@
 use futures_util::future::BoxFuture;
 use sqlx::{Acquire, MySql};
 
-use super::{BatchId, Workflow, WorkflowError};
+use super::{BatchId, Workflow, WorkflowError, new_jobs};
 use crate::{EnqueueOptions, Error, Job, NewJob};
 
 /// Independent jobs with callbacks (Sidekiq's batches): [`on_success`](Batch::on_success) runs
@@ -38,10 +38,7 @@ impl Batch {
 
     /// Adds jobs.
     pub fn jobs<J: Job>(mut self, jobs: impl IntoIterator<Item = J>) -> Result<Self, Error> {
-        for j in jobs {
-            self.jobs
-                .push(NewJob::from_job(&j, &EnqueueOptions::new())?);
-        }
+        self.jobs.extend(new_jobs(jobs, &EnqueueOptions::new())?);
         Ok(self)
     }
 
@@ -51,9 +48,7 @@ impl Batch {
         jobs: impl IntoIterator<Item = J>,
         o: &EnqueueOptions,
     ) -> Result<Self, Error> {
-        for j in jobs {
-            self.jobs.push(NewJob::from_job(&j, o)?);
-        }
+        self.jobs.extend(new_jobs(jobs, o)?);
         Ok(self)
     }
 

@@ -3,7 +3,7 @@
 //! ([`JobContext::batch_add`]). Every step still waiting for the grafter waits for what it
 //! added too.
 
-use super::{MAX_STEPS, check_name};
+use super::{MAX_STEPS, check_name, new_jobs};
 use crate::error::WorkflowError;
 use crate::hooks::global_hooks;
 use crate::store::workflow::StepRow;
@@ -72,10 +72,7 @@ impl Graft {
         jobs: impl IntoIterator<Item = J>,
         deps: impl IntoIterator<Item = S>,
     ) -> Result<Self, Error> {
-        let jobs = jobs
-            .into_iter()
-            .map(|j| NewJob::from_job(&j, &EnqueueOptions::new()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let jobs = new_jobs(jobs, &EnqueueOptions::new())?;
         let deps: Vec<String> = deps.into_iter().map(|d| d.as_ref().to_owned()).collect();
         self.add(name, jobs, &deps)
     }

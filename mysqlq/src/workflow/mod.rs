@@ -98,6 +98,14 @@ pub struct Workflow {
     last: std::ops::Range<usize>,
 }
 
+/// The rows of typed jobs with the same options (fan-outs, batch members).
+fn new_jobs<J: Job>(
+    jobs: impl IntoIterator<Item = J>,
+    o: &EnqueueOptions,
+) -> Result<Vec<NewJob>, Error> {
+    jobs.into_iter().map(|j| NewJob::from_job(&j, o)).collect()
+}
+
 fn check_name(name: &str) -> Result<(), Error> {
     if name.is_empty() || name.chars().count() > MAX_NAME || name.contains('#') {
         return Err(WorkflowError::BadName {
@@ -177,10 +185,7 @@ impl Workflow {
         jobs: impl IntoIterator<Item = J>,
         deps: impl IntoIterator<Item = S>,
     ) -> Result<Self, Error> {
-        let jobs = jobs
-            .into_iter()
-            .map(|j| NewJob::from_job(&j, &EnqueueOptions::new()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let jobs = new_jobs(jobs, &EnqueueOptions::new())?;
         self.add(name, jobs, deps)
     }
 
