@@ -700,11 +700,6 @@ fn watch_expired_leases(url: String, span: Duration) -> std::thread::JoinHandle<
 #[tokio::test]
 async fn handlers_blocking_every_thread_of_the_runtime_do_not_stop_the_heartbeats() {
     let db = TestDb::new().await;
-    let sleeper = RuntimeSleeper { ms: 3500 }
-        .enqueue(&db.pool)
-        .await
-        .unwrap()
-        .id();
     let worker = db
         .worker()
         .queues(["starving"])
@@ -714,7 +709,13 @@ async fn handlers_blocking_every_thread_of_the_runtime_do_not_stop_the_heartbeat
         .start()
         .await
         .unwrap();
+    // Listening before the job exists: its `Started` cannot come before the subscription.
     let mut events = worker.events();
+    let sleeper = RuntimeSleeper { ms: 3500 }
+        .enqueue(&db.pool)
+        .await
+        .unwrap()
+        .id();
     wait_event(
         &mut events,
         "the sleeper started",
