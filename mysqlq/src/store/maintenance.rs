@@ -150,9 +150,14 @@ pub async fn job_reap_expired(conn: &mut MySqlConnection, limit: u32) -> Result<
 
 /// `job_prune`: deletes up to `limit` jobs in `status` finished more than `older_than` ago,
 /// oldest first (the article's batched cleanup), with their attempt history. Returns rows
-/// deleted. One transaction: `job_attempt_prune` deletes the history rows of the same batch
-/// (its read of `job_queue` locks the batch's rows), then the article's DELETE; an operator's
-/// purge adds the count to its audit record (`audit`) in the same transaction.
+/// deleted. One transaction: the batch's rows are locked first (`FOR UPDATE SKIP LOCKED`: a row
+/// another transaction holds, such as an operator's retry, is left for the next pass), then
+/// `job_attempt_prune` deletes their history and the article's DELETE the rows, by id; an
+/// operator's purge adds the count to its audit record (`audit`) in the same transaction.
+///
+/// The pruner never waits for a lock: a retry locks the row, then changes its index entries,
+/// and a pruner that read `idx_job_finished` with locks (entry, then row) while it waited for
+/// the row deadlocked with it (`tests/operator_races.rs`).
 pub async fn job_prune(
     conn: &mut MySqlConnection,
     status: PruneStatus,
@@ -160,15 +165,10 @@ pub async fn job_prune(
     limit: u32,
     audit: Option<u64>,
 ) -> Result<u64, Error> {
-    let status = status.as_str();
     // Workflow steps go with their workflow (`store::workflow::wf_prune`), never alone.
-    let history = "/* mysqlq:job_attempt_prune */ DELETE a FROM mysqlq_job_attempt a \
-        JOIN (SELECT id FROM job_queue WHERE status = ? \
-              AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL \
-              ORDER BY finished_at LIMIT ?) p ON a.job_id = p.id";
-    let sql = "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE status = ? \
-               AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL \
-               ORDER BY finished_at LIMIT ?";
+    let find = "/* mysqlq:job_prune */ SELECT id FROM job_queue WHERE status = ? \
+        AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND workflow_id IS NULL \
+        ORDER BY finished_at LIMIT ? FOR UPDATE SKIP LOCKED";
     // READ COMMITTED: the deletes lock the rows they delete, no gaps, so a pruner stopped
     // mid-transaction holds up no other worker's inserts of attempts or jobs.
     let mut tx = sqlx::Connection::begin_with(
@@ -176,19 +176,32 @@ pub async fn job_prune(
         "/* mysqlq:job_prune */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
     )
     .await?;
-    sqlx::query(history)
-        .bind(status)
+    let ids: Vec<JobId> = sqlx::query_scalar::<_, u64>(find)
+        .bind(status.as_str())
         .bind(micros(older_than))
         .bind(limit)
-        .execute(&mut *tx)
-        .await?;
-    let n = sqlx::query(sql)
-        .bind(status)
-        .bind(micros(older_than))
-        .bind(limit)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?
-        .rows_affected();
+        .into_iter()
+        .map(JobId)
+        .collect();
+    let mut n = 0;
+    if !ids.is_empty() {
+        let list = placeholders(padded_len(ids.len()));
+        let history = AssertSqlSafe(format!(
+            "/* mysqlq:job_attempt_prune */ DELETE FROM mysqlq_job_attempt WHERE job_id IN ({list})"
+        ));
+        bind_ids(sqlx::query(history), &ids)
+            .execute(&mut *tx)
+            .await?;
+        let rows = AssertSqlSafe(format!(
+            "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE id IN ({list})"
+        ));
+        n = bind_ids(sqlx::query(rows), &ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    }
     super::admin::audit_count(&mut tx, audit, n).await?;
     tx.commit().await?;
     Ok(n)

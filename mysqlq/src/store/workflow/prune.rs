@@ -40,15 +40,19 @@ pub async fn wf_prune(
             .begin_with("/* mysqlq:wf_prune */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
             .await?;
         // Locked first and checked again: a step revived meanwhile set its workflow running.
+        // The pruner never waits for a lock (an operator's retry locks a step's row, then its
+        // workflow's: waiting here for either would close a cycle): a workflow or a job another
+        // transaction holds is left for the next pass.
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:wf_prune_lock */ SELECT id FROM mysqlq_workflow WHERE id IN ({list}) \
-             AND state <> 'running' FOR UPDATE"
+             AND state <> 'running' FOR UPDATE SKIP LOCKED"
         ));
         let mut q = sqlx::query_scalar::<_, u64>(sql);
         for id in chunk {
             q = q.bind(id);
         }
         let locked = q.fetch_all(&mut *tx).await?;
+        let locked = with_all_jobs_locked(&mut tx, locked).await?;
         if locked.is_empty() {
             continue;
         }
@@ -79,4 +83,38 @@ pub async fn wf_prune(
         tx.commit().await?;
     }
     Ok((workflows, jobs))
+}
+
+/// The workflows among `ids` whose jobs this transaction could lock, every one of them
+/// (`SKIP LOCKED`, compared with the latest committed count).
+async fn with_all_jobs_locked(
+    conn: &mut MySqlConnection,
+    ids: Vec<u64>,
+) -> Result<Vec<u64>, Error> {
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    let list = placeholders(ids.len());
+    let mut all = sqlx::query_as::<_, (u64, i64)>(AssertSqlSafe(format!(
+        "/* mysqlq:wf_prune_lock */ SELECT workflow_id, COUNT(*) FROM job_queue \
+         WHERE workflow_id IN ({list}) GROUP BY workflow_id"
+    )));
+    let mut locked = sqlx::query_as::<_, (u64, u64)>(AssertSqlSafe(format!(
+        "/* mysqlq:wf_prune_lock */ SELECT workflow_id, id FROM job_queue \
+         WHERE workflow_id IN ({list}) FOR UPDATE SKIP LOCKED"
+    )));
+    for id in &ids {
+        all = all.bind(id);
+        locked = locked.bind(id);
+    }
+    let all = all.fetch_all(&mut *conn).await?;
+    let locked = locked.fetch_all(&mut *conn).await?;
+    Ok(ids
+        .into_iter()
+        .filter(|w| {
+            let want = all.iter().find(|(id, _)| id == w).map_or(0, |(_, n)| *n);
+            let got = locked.iter().filter(|(id, _)| id == w).count();
+            i64::try_from(got).is_ok_and(|got| got == want)
+        })
+        .collect())
 }
