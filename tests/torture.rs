@@ -1172,9 +1172,16 @@ async fn a_heartbeat_cut_off_inside_its_begin_leaves_no_transaction_behind() {
     .await;
     worker.shutdown().await.unwrap();
     link.close();
+    // A leaked transaction lives as long as its pooled connection: it is seen open through the
+    // whole watch. One seen at 1.2 s and then gone is a statement slow on a loaded host, or the
+    // cut connection's close reaching the server late (a CI run, load ~6); 2.5 s tells them
+    // apart from a leak with room on both sides.
+    let slow: Vec<_> = leaked.iter().filter(|(_, ms, _)| *ms <= 2_500).collect();
+    println!("transactions of the worker seen open over 1 s, then ended: {slow:?}");
+    leaked.retain(|(_, ms, _)| *ms > 2_500);
     assert!(
         leaked.is_empty(),
-        "a worker connection stayed in a transaction for over a second after its heartbeat was \
+        "a worker connection stayed in a transaction for over 2.5 s after its heartbeat was \
          cut off inside START TRANSACTION (server thread, ms seen open, host): {leaked:?}"
     );
     let attempts = db
