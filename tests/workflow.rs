@@ -1341,3 +1341,74 @@ async fn on_success_waits_for_jobs_added_from_inside_the_batch() {
     );
     check_order_and_single_release(&db).await;
 }
+
+/// A waiting step holds its dedupe key as a never-claimed pending job does: while `ship` waits
+/// for `charge`, a job enqueued with its key is deduplicated onto it (also in the "replace"
+/// mode: a step is never rewritten); once `ship` is cancelled upstream the key is free again;
+/// and an operator's retry of `charge` while another job holds the key retries `charge` but
+/// leaves `ship` cancelled (reviving it would make two holders), saying so in the report.
+/// Before: a dedupe key on a step with dependencies was refused at build time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_step_holds_its_dedupe_key_and_a_revive_that_would_collide_leaves_it_cancelled() {
+    let db = TestDb::new().await;
+    let keyed = EnqueueOptions::new().dedupe_key("ship-42");
+    let wf = Workflow::new("keyed")
+        .step("charge", step("charge", "fail"))
+        .unwrap()
+        .step_after_with("ship", step("ship", "ok"), ["charge"], &keyed)
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let ship = job_of(&db, wf.0, "ship").await;
+    assert_eq!(db.status(ship).await.as_deref(), Some("waiting"));
+    for opts in [keyed.clone(), keyed.clone().dedupe_replace()] {
+        let e = step("other", "ok")
+            .enqueue_with(&db.pool, &opts)
+            .await
+            .unwrap();
+        assert!(e.is_duplicate(), "{e:?}");
+        assert_eq!(e.id().0, ship);
+    }
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {ship} AND JSON_EXTRACT(payload, '$.tag') = 'ship'"
+        ))
+        .await,
+        1,
+        "the waiting step was not rewritten"
+    );
+    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    db.wait_for(
+        "ship cancelled upstream",
+        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {ship} AND status = 'cancelled'"),
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    // Free: another job takes the key.
+    let other = step("other", "ok")
+        .enqueue_with(&db.pool, &keyed.clone().queue("elsewhere"))
+        .await
+        .unwrap();
+    assert!(!other.is_duplicate(), "{other:?}");
+    // The retry of charge cannot bring ship back while `other` holds its key.
+    let charge = job_of(&db, wf.0, "charge").await;
+    let r = mysqlq::admin::Admin::new(db.pool.clone())
+        .retry_failed(
+            mysqlq::admin::Selection::Ids(&[mysqlq::JobId(charge)]),
+            |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.retried, r.revived), (1, 0), "{r:?}");
+    assert_eq!(
+        r.not_revived
+            .iter()
+            .map(|c| (c.id.0, c.holder.map(|h| h.0)))
+            .collect::<Vec<_>>(),
+        vec![(ship, Some(other.id().0))]
+    );
+    assert_eq!(db.status(charge).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(ship).await.as_deref(), Some("cancelled"));
+}

@@ -242,6 +242,7 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
                 if r.retried == 0 {
                     return Err(not_failed(admin, id).await);
                 }
+                warn_not_revived(&r.not_revived);
                 println!("retried job {id}: pending, runnable now");
                 Ok(0)
             }
@@ -283,6 +284,7 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
             for c in &r.conflicts {
                 out::warn(&format!("{}; left in failed", conflict_text(c)));
             }
+            warn_not_revived(&r.not_revived);
             if r.conflicts.is_empty() {
                 println!("retried {}{scope}", confirm::counted(r.retried, "failed"));
             } else {
@@ -309,16 +311,31 @@ async fn bulk(admin: &Admin, a: &FailedBulkArgs, op: Op) -> Result<u8, CliError>
 }
 
 fn conflict_text(c: &DedupeConflict) -> String {
+    conflict_as(c, "retried")
+}
+
+/// "job N not `done`: its dedupe key … is held by …".
+pub(crate) fn conflict_as(c: &DedupeConflict, done: &str) -> String {
     let key = out::printable(c.dedupe_key.as_deref().unwrap_or("?"), false);
     match c.holder {
         Some(h) => format!(
-            "job {} not retried: its dedupe key `{key}` is held by job {h}",
+            "job {} not {done}: its dedupe key `{key}` is held by job {h}",
             c.id
         ),
         None => format!(
-            "job {} not retried: its dedupe key `{key}` is held by another job",
+            "job {} not {done}: its dedupe key `{key}` is held by another job",
             c.id
         ),
+    }
+}
+
+/// Warns of the workflow steps a retry left cancelled (their dedupe key is taken).
+pub(crate) fn warn_not_revived(not_revived: &[DedupeConflict]) {
+    for c in not_revived {
+        out::warn(&format!(
+            "{}; the workflow step stays cancelled",
+            conflict_as(c, "brought back")
+        ));
     }
 }
 

@@ -205,6 +205,7 @@ async fn retry(target: &Target, a: &WorkflowRetryArgs) -> Result<u8, CliError> {
         .retry_workflow(a.id)
         .await
         .map_err(|e| CliError::mysqlq("cannot retry the workflow's failed steps", &e))?;
+    crate::cmd_failed::warn_not_revived(&r.not_revived);
     println!(
         "retried {}; {} waiting again",
         confirm::jobs(r.retried),

@@ -27,6 +27,20 @@ ALTER TABLE job_queue MODIFY status ENUM('pending', 'processing', 'completed', '
 
 ALTER TABLE job_queue ADD COLUMN workflow_id BIGINT UNSIGNED NULL;
 
+-- A `waiting` step holds its dedupe key as a never-claimed `pending` job does (a workflow whose
+-- step's key is held is refused whole; an operator's retry does not revive a step whose key
+-- another job took meanwhile). The definition of version 5 plus the `waiting` case; redefining
+-- a STORED column rebuilds the table once.
+ALTER TABLE job_queue
+  MODIFY dedupe_active VARCHAR(191) CHARACTER SET utf8mb4 COLLATE {key_collation} GENERATED ALWAYS AS (
+    CASE
+      WHEN status = 'pending' AND (dedupe_until = 'finished' OR first_claimed_at IS NULL) THEN dedupe_key
+      WHEN status = 'waiting' THEN dedupe_key
+      WHEN status = 'processing' AND dedupe_until = 'finished' THEN dedupe_key
+      WHEN status = 'completed' AND dedupe_window_us IS NOT NULL THEN dedupe_key
+    END
+  ) STORED;
+
 ALTER TABLE job_queue ADD KEY idx_job_workflow (workflow_id, status);
 
 CREATE TABLE IF NOT EXISTS mysqlq_workflow (

@@ -410,13 +410,12 @@ pub enum WorkflowError {
         /// The limit.
         limit: usize,
     },
-    /// A step with dependencies has a dedupe key (a waiting step cannot hold one yet).
+    /// A dedupe key on a step added by a graft (`ctx.graft`, `ctx.batch_add`).
     #[error(
-        "step `{step}` has a dedupe key and depends on other steps; a waiting step does not \
-         hold a dedupe key: put the key on a step without dependencies (the whole workflow is \
-         refused when it is held)"
+        "step `{step}` added by a graft has a dedupe key: grafted steps cannot have one (a \
+         retried grafter adds them again by name, not by key); enqueue the keyed job on its own"
     )]
-    DedupeOnDependent {
+    DedupeInGraft {
         /// The step.
         step: String,
     },

@@ -373,10 +373,16 @@ pub(super) async fn cancel(State(state): State<Shared>, Path(id): Path<u64>, bod
 /// `POST /workflows/{id}/retry`: the failed steps; the steps they cancelled wait again.
 pub(super) async fn retry(State(state): State<Shared>, Path(id): Path<u64>) -> Res {
     let r = admin(&state).retry_workflow(id).await?;
-    let msg = format!(
+    let mut msg = format!(
         "retried {} failed steps; {} cancelled steps wait again",
         r.retried, r.revived
     );
+    if !r.not_revived.is_empty() {
+        msg.push_str(&format!(
+            "; {} stay cancelled (their dedupe key is held by another job)",
+            r.not_revived.len()
+        ));
+    }
     Ok(Redirect::to(&format!(
         "{}?msg={}",
         state.url(&format!("/workflows/{id}")),

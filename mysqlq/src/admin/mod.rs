@@ -74,6 +74,9 @@ pub struct RetryReport {
     /// Workflow steps that had been cancelled because a retried job failed ("upstream … failed"),
     /// waiting for it again.
     pub revived: u64,
+    /// Such steps left `cancelled`, because another job holds their dedupe key now (the
+    /// holder is named); cancel or finish the holder, then retry again.
+    pub not_revived: Vec<DedupeConflict>,
 }
 
 /// What [`Admin::discard_failed`] did.
@@ -174,6 +177,7 @@ impl Admin {
             report.conflicts.extend(r.conflicts);
             report.not_failed.extend(r.skipped);
             report.revived += r.revived.len() as u64;
+            report.not_revived.extend(r.not_revived);
             progress(ids.len());
         }
         Ok(report)

@@ -355,7 +355,7 @@ pub(crate) async fn job_dedupe_release_expired(
 }
 
 /// `job_dedupe_replace`: the "replace" mode of a taken dedupe key (debounce): when the holder
-/// is still `pending` and of the same kind, its payload, run time and priority become the new
+/// is still `pending`, of the same kind and no workflow step (a step is never rewritten), its payload, run time and priority become the new
 /// job's (and its meta, when the new job has one); its attempts and queue stay. Returns the
 /// holder's id (read back through `LAST_INSERT_ID(id)`, so no second statement can see another
 /// row), `None` when the holder is running, completed or of another kind.
@@ -373,7 +373,7 @@ pub(crate) async fn job_dedupe_replace(
                    UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ",
                 $meta,
                 "id = LAST_INSERT_ID(id) \
-                 WHERE dedupe_active = ? AND status = 'pending' AND kind <=> ?"
+                 WHERE dedupe_active = ? AND status = 'pending' AND kind <=> ? AND workflow_id IS NULL"
             )
         };
     }

@@ -125,7 +125,7 @@ impl Graft {
         }
         for j in &jobs {
             if j.row.dedupe_replace || j.row.dedupe_key.is_some() {
-                return Err(WorkflowError::DedupeOnDependent {
+                return Err(WorkflowError::DedupeInGraft {
                     step: name.to_owned(),
                 }
                 .into());

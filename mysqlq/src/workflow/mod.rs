@@ -265,12 +265,6 @@ impl Workflow {
                 }
                 .into());
             }
-            if job.row.dedupe_key.is_some() && !dep_ids.is_empty() {
-                return Err(WorkflowError::DedupeOnDependent {
-                    step: name.to_owned(),
-                }
-                .into());
-            }
             self.steps.push(Step {
                 name: name.to_owned(),
                 ordinal: u32::try_from(ordinal).unwrap_or(u32::MAX),
@@ -416,8 +410,12 @@ mod tests {
             &EnqueueOptions::new().dedupe_key("x"),
         )
         .unwrap();
-        let e = err(wf.clone().step_job("ship", keyed.clone(), ["charge"]));
-        assert!(e.contains("has a dedupe key and depends"), "{e}");
+        // A waiting step holds its key (migration 8): allowed with dependencies too.
+        assert!(
+            wf.clone()
+                .step_job("ship", keyed.clone(), ["charge"])
+                .is_ok()
+        );
         assert!(wf.clone().step_job("other", keyed, [""; 0]).is_ok());
         let replace = NewJob::new(
             "k",

@@ -235,11 +235,12 @@ pub async fn job_failed_page(
 /// A retry refused because another job now holds the dedupe key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DedupeConflict {
-    /// The failed job that stays failed.
+    /// The job that stays failed (in [`RetryReport::not_revived`]: the workflow step that stays
+    /// cancelled).
     pub id: JobId,
     /// Its dedupe key.
     pub dedupe_key: Option<String>,
-    /// The pending or processing job holding the key, if it could be found.
+    /// The pending, waiting or processing job holding the key, if it could be found.
     pub holder: Option<JobId>,
 }
 
@@ -255,6 +256,8 @@ pub struct RetryReport {
     /// Workflow steps that had been cancelled because a job retried here failed, back in
     /// `waiting` (`store::workflow::wf_revive`).
     pub revived: Vec<JobId>,
+    /// Such steps left `cancelled`: another job holds their dedupe key now.
+    pub not_revived: Vec<DedupeConflict>,
 }
 
 /// The failed jobs among `ids`, in their order, each once; the others go to `skipped`. The rows are
@@ -344,7 +347,11 @@ pub async fn job_retry_failed(
             }
             Err(e) => return Err(e.into()),
         }
-        let revived = crate::store::workflow::wf_revive(&mut tx, &report.retried[before..]).await?;
+        let (revived, taken) =
+            crate::store::workflow::wf_revive(&mut tx, &report.retried[before..]).await?;
+        for id in taken {
+            report.not_revived.push(dedupe_conflict(&mut tx, id).await?);
+        }
         super::audit::audit_jobs(&mut tx, audit, &report.retried[before..]).await?;
         super::audit::audit_jobs(&mut tx, audit, &revived).await?;
         report.revived.extend(revived);

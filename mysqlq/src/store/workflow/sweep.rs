@@ -289,9 +289,14 @@ pub async fn wf_finish(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Er
 /// operator's transaction, which holds their row locks), reopens the edges they broke and moves
 /// the dependents cancelled by the upstream rule back to `waiting` once no broken edge is left,
 /// then does the same for those dependents' own dependents. Marks their workflows running
-/// again. Returns the jobs revived.
-pub async fn wf_revive(conn: &mut MySqlConnection, deps: &[JobId]) -> Result<Vec<JobId>, Error> {
+/// again. Returns the jobs revived, and those left cancelled because another job holds their
+/// dedupe key now (a waiting step holds its key: reviving it would make two holders).
+pub async fn wf_revive(
+    conn: &mut MySqlConnection,
+    deps: &[JobId],
+) -> Result<(Vec<JobId>, Vec<JobId>), Error> {
     let mut revived = Vec::new();
+    let mut blocked = Vec::new();
     let mut level: Vec<JobId> = deps.to_vec();
     while !level.is_empty() {
         let mut dependents: BTreeSet<u64> = BTreeSet::new();
@@ -342,14 +347,9 @@ pub async fn wf_revive(conn: &mut MySqlConnection, deps: &[JobId]) -> Result<Vec
         if level.is_empty() {
             break;
         }
-        let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_revive */ UPDATE job_queue SET status = 'waiting', finished_at = NULL, \
-             cancelled_at = NULL, cancelled_by = NULL, cancel_reason = NULL WHERE id IN ({})",
-            placeholders(padded_len(level.len()))
-        ));
-        bind_ids(sqlx::query(sql), &level)
-            .execute(&mut *conn)
-            .await?;
+        let (back, taken) = revive_rows(conn, &level).await?;
+        blocked.extend(taken);
+        level = back;
         revived.extend(level.iter().copied());
     }
     let mut all: Vec<JobId> = deps.to_vec();
@@ -365,5 +365,41 @@ pub async fn wf_revive(conn: &mut MySqlConnection, deps: &[JobId]) -> Result<Vec
             .execute(&mut *conn)
             .await?;
     }
-    Ok(revived)
+    Ok((revived, blocked))
+}
+
+/// Moves `ids` (locked, cancelled upstream) back to `waiting`; one statement, or one per row
+/// when that one hits a dedupe key held by another job (error 1062, which undoes only the
+/// statement). Returns (revived, left cancelled for their key).
+async fn revive_rows(
+    conn: &mut MySqlConnection,
+    ids: &[JobId],
+) -> Result<(Vec<JobId>, Vec<JobId>), Error> {
+    let sql = |n: usize| {
+        AssertSqlSafe(format!(
+            "/* mysqlq:wf_revive */ UPDATE job_queue SET status = 'waiting', finished_at = NULL, \
+             cancelled_at = NULL, cancelled_by = NULL, cancel_reason = NULL WHERE id IN ({})",
+            placeholders(padded_len(n))
+        ))
+    };
+    match bind_ids(sqlx::query(sql(ids.len())), ids)
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => return Ok((ids.to_vec(), Vec::new())),
+        Err(e) if crate::store::is_duplicate_key(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let (mut back, mut taken) = (Vec::new(), Vec::new());
+    for &id in ids {
+        match bind_ids(sqlx::query(sql(1)), &[id])
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => back.push(id),
+            Err(e) if crate::store::is_duplicate_key(&e) => taken.push(id),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((back, taken))
 }
