@@ -1084,6 +1084,111 @@ async fn the_fault_proxy_loses_a_commit_reply_after_the_commit_happened() {
     link.close();
 }
 
+/// Grafts one step onto its workflow; the test holds its transaction's first statement back
+/// past the 300 ms timeout, so the handler is aborted while that statement is on the wire.
+#[mysqlq::job(queue = "cut-graft", retries = 0, timeout = "300ms")]
+async fn cut_grafter(ctx: mysqlq::JobContext, n: u32) -> Result<(), mysqlq::JobError> {
+    let _ = n;
+    let graft = ctx
+        .graft()
+        .step(
+            "grafted",
+            CutRecorder {
+                tag: "grafted".into(),
+            },
+        )
+        .map_err(mysqlq::JobError::fail)?;
+    graft.enqueue().await.map_err(mysqlq::JobError::retry)?;
+    Ok(())
+}
+
+/// Records a `test_runs` row through the worker's application pool.
+#[mysqlq::job(queue = "cut-graft", retries = 0)]
+async fn cut_recorder(ctx: mysqlq::JobContext, tag: String) -> Result<(), mysqlq::JobError> {
+    mysqlq_tests::jobs::record(&ctx, &tag, "done").await
+}
+
+/// A graft cut off inside its `START TRANSACTION` (the handler timed out, or was aborted when a
+/// stopped worker process resumed) sent its connection back to the application's pool inside a
+/// transaction the server had opened; the next handler's statements on it never committed (a
+/// torture run at load 15: a job completed whose handler's `ok` row had vanished). Here the
+/// application's pool has one connection, so the next job's row goes through the same one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graft_cut_off_inside_its_begin_leaves_no_transaction_behind() {
+    let db = TestDb::new().await;
+    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
+    let link = Link::start(&upstream).await;
+    let options = db
+        .options
+        .clone()
+        .host("127.0.0.1")
+        .port(link.port())
+        .ssl_mode(MySqlSslMode::Disabled);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("connect through the proxy link");
+    link.delay_statement(
+        "mysqlq:wf_graft */ SET TRANSACTION",
+        Duration::from_millis(1_500),
+    );
+    let worker = mysqlq::Worker::builder(pool)
+        .queues(["cut-graft"])
+        .worker_id("cut-graft")
+        .start()
+        .await
+        .unwrap();
+    Workflow::new("cut")
+        .step("grafter", CutGrafter { n: 1 })
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    db.wait_for(
+        "the grafter timed out",
+        "SELECT COUNT(*) FROM job_queue WHERE kind = 'cut_grafter' AND status = 'failed'",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        link.delays_armed(),
+        0,
+        "the graft's BEGIN was never held back"
+    );
+    mysqlq::Job::enqueue(
+        &CutRecorder {
+            tag: "after".into(),
+        },
+        &db.pool,
+    )
+    .await
+    .unwrap();
+    // Its row is committed, seen from another connection, or it ran inside the leaked
+    // transaction.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen = 0;
+    while seen == 0 && Instant::now() < deadline {
+        seen = db
+            .scalar("SELECT COUNT(*) FROM test_runs WHERE tag = 'after'")
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let completed = db
+        .scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE kind = 'cut_recorder' AND status = 'completed'",
+        )
+        .await;
+    worker.shutdown().await.unwrap();
+    link.close();
+    assert_eq!(
+        (completed, seen),
+        (1, 1),
+        "(jobs completed, their rows committed): the next handler's row was written inside the \
+         transaction the cut-off graft left open"
+    );
+}
+
 /// Issue 26, the drain that stalled for a minute: during a server stall a heartbeat timed out
 /// while its `START TRANSACTION` was on the wire. sqlx counts a transaction as begun only once
 /// the reply is read, so the connection went back to the worker's pool inside a transaction the

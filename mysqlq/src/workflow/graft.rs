@@ -151,7 +151,15 @@ impl Graft {
                 format!("job {} is not a step of a workflow", ctx.id()),
             ));
         }
-        let mut conn = pool.acquire().await?;
+        // Closed, not handed back, if this future is dropped before it is done (the handler
+        // timed out or was aborted): cut off while its START TRANSACTION is on the wire, the
+        // connection would go back to the application's pool inside a transaction the server
+        // opened (sqlx counts one as begun only once the reply is read), and the next
+        // statements on it would never commit.
+        let mut conn = CloseIfCut {
+            conn: pool.acquire().await?,
+            armed: true,
+        };
         let me = wf_step_name(&mut conn, ctx.id()).await?.unwrap_or_default();
         let hooks = global_hooks();
         let mut rows: Vec<StepRow> = Vec::new();
@@ -201,7 +209,10 @@ impl Graft {
             token: ctx.claim_token().to_owned(),
         };
         for _ in 0..5 {
+            conn.armed = true;
             let r = wf_graft(&mut conn, &owned, &rows, &after_grafter).await;
+            // The transaction ended (committed or rolled back): the connection may go back.
+            conn.armed = false;
             match r {
                 Ok(Grafted::Done(ids)) => {
                     crate::wake::wake_local();
@@ -243,5 +254,33 @@ impl Graft {
             "graft",
             "the graft kept losing lock races or the cluster's auto_increment_increment kept changing; try again",
         ))
+    }
+}
+
+/// A pooled connection closed on drop while `armed` (from its acquire, and around each
+/// transaction), handed back to the pool otherwise: see [`Graft::enqueue`].
+struct CloseIfCut {
+    conn: sqlx::pool::PoolConnection<sqlx::MySql>,
+    armed: bool,
+}
+
+impl std::ops::Deref for CloseIfCut {
+    type Target = sqlx::MySqlConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for CloseIfCut {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.conn
+    }
+}
+
+impl Drop for CloseIfCut {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.close_on_drop();
+        }
     }
 }
