@@ -27,7 +27,8 @@ use crate::worker::{Key, Shared, WorkerEvent};
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
 /// Longest pause before step completions handed back are written again (from 5 ms, doubling
-/// while hand-backs go on): a held gate is held for milliseconds, by a settlement like ours.
+/// while flushes write none of them): a held gate is held for milliseconds, by a settlement
+/// like ours. A flush that wrote some sends the rest with the next one, without a pause.
 const MAX_HANDBACK_PAUSE: Duration = Duration::from_millis(200);
 
 pub(crate) struct Completer {
@@ -189,8 +190,8 @@ impl Drop for Carried {
 
 pub(crate) async fn run(s: Arc<Shared>) {
     let c = s.completer.clone();
-    // Pause before step completions handed back are written again: 5 ms, doubling to
-    // MAX_HANDBACK_PAUSE while hand-backs go on.
+    // Pause before step completions handed back are written again when a flush wrote none:
+    // 5 ms, doubling to MAX_HANDBACK_PAUSE while that goes on.
     let mut handback = Duration::ZERO;
     loop {
         if c.is_empty() {
@@ -223,9 +224,15 @@ pub(crate) async fn run(s: Arc<Shared>) {
         }
         let steps = c.next_steps();
         if !steps.is_empty() {
+            let sent = steps.len();
             let back = flush_steps(&s, steps).await;
-            if back.is_empty() {
+            if back.len() < sent {
+                // Progress: what was handed back goes with the next flush, at once (the
+                // settlement that held its gate commits within our own flush's time).
                 handback = Duration::ZERO;
+                for k in back {
+                    c.complete_step(k);
+                }
             } else {
                 handback = (handback * 2).clamp(Duration::from_millis(5), MAX_HANDBACK_PAUSE);
                 let c = c.clone();
