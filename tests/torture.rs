@@ -1084,6 +1084,24 @@ async fn the_fault_proxy_loses_a_commit_reply_after_the_commit_happened() {
     link.close();
 }
 
+/// A fault proxy in front of the test's database, and a pool of `size` connections through it.
+async fn through_link(db: &TestDb, size: u32) -> (Arc<Link>, sqlx::MySqlPool) {
+    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
+    let link = Link::start(&upstream).await;
+    let options = db
+        .options
+        .clone()
+        .host("127.0.0.1")
+        .port(link.port())
+        .ssl_mode(MySqlSslMode::Disabled);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(size)
+        .connect_with(options)
+        .await
+        .expect("connect through the proxy link");
+    (link, pool)
+}
+
 /// Grafts one step onto its workflow; the test holds its transaction's first statement back
 /// past the 300 ms timeout, so the handler is aborted while that statement is on the wire.
 #[mysqlq::job(queue = "cut-graft", retries = 0, timeout = "300ms")]
@@ -1116,19 +1134,7 @@ async fn cut_recorder(ctx: mysqlq::JobContext, tag: String) -> Result<(), mysqlq
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graft_cut_off_inside_its_begin_leaves_no_transaction_behind() {
     let db = TestDb::new().await;
-    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
-    let link = Link::start(&upstream).await;
-    let options = db
-        .options
-        .clone()
-        .host("127.0.0.1")
-        .port(link.port())
-        .ssl_mode(MySqlSslMode::Disabled);
-    let pool = MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options)
-        .await
-        .expect("connect through the proxy link");
+    let (link, pool) = through_link(&db, 1).await;
     link.delay_statement(
         "mysqlq:wf_graft */ SET TRANSACTION",
         Duration::from_millis(1_500),
@@ -1199,19 +1205,7 @@ async fn a_graft_cut_off_inside_its_begin_leaves_no_transaction_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_cut_off_inside_its_begin_leaves_no_transaction_behind() {
     let db = TestDb::new().await;
-    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
-    let link = Link::start(&upstream).await;
-    let options = db
-        .options
-        .clone()
-        .host("127.0.0.1")
-        .port(link.port())
-        .ssl_mode(MySqlSslMode::Disabled);
-    let pool = MySqlPoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await
-        .expect("connect through the proxy link");
+    let (link, pool) = through_link(&db, 4).await;
     let worker = mysqlq::Worker::builder(pool)
         .queues(["test"])
         .worker_id("cut-begin")
