@@ -27,8 +27,9 @@ use crate::worker::{Key, Shared, WorkerEvent};
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
 /// Longest pause before step completions handed back are written again (from 5 ms, doubling
-/// while flushes write none of them): a held gate is held for milliseconds, by a settlement
-/// like ours. A flush that wrote some sends the rest with the next one, without a pause.
+/// while hand-backs go on): a held gate is held for milliseconds, by a settlement like ours. A
+/// flush that wrote some sends those handed back for the first time with the next one, without
+/// a pause.
 const MAX_HANDBACK_PAUSE: Duration = Duration::from_millis(200);
 
 pub(crate) struct Completer {
@@ -188,11 +189,18 @@ impl Drop for Carried {
     }
 }
 
+/// The pause before a completion handed back `n` times (n >= 1) is sent again: 5 ms, doubling
+/// with `n`, at most [`MAX_HANDBACK_PAUSE`].
+fn handback_pause(n: u32) -> Duration {
+    Duration::from_millis(5)
+        .saturating_mul(1 << n.saturating_sub(1).min(8))
+        .min(MAX_HANDBACK_PAUSE)
+}
+
 pub(crate) async fn run(s: Arc<Shared>) {
     let c = s.completer.clone();
-    // Pause before step completions handed back are written again when a flush wrote none:
-    // 5 ms, doubling to MAX_HANDBACK_PAUSE while that goes on.
-    let mut handback = Duration::ZERO;
+    // How many times each step completion not written yet was handed back.
+    let mut handbacks: std::collections::HashMap<Key, u32> = std::collections::HashMap::new();
     loop {
         if c.is_empty() {
             tokio::select! {
@@ -224,22 +232,43 @@ pub(crate) async fn run(s: Arc<Shared>) {
         }
         let steps = c.next_steps();
         if !steps.is_empty() {
-            let sent = steps.len();
+            let sent: Vec<Key> = steps.clone();
             let back = flush_steps(&s, steps).await;
-            if back.len() < sent {
-                // Progress: what was handed back goes with the next flush, at once (the
-                // settlement that held its gate commits within our own flush's time).
-                handback = Duration::ZERO;
-                for k in back {
-                    c.complete_step(k);
+            for k in &sent {
+                if !back.contains(k) {
+                    handbacks.remove(k);
                 }
-            } else {
-                handback = (handback * 2).clamp(Duration::from_millis(5), MAX_HANDBACK_PAUSE);
+            }
+            // A completion handed back for the first time by a flush that wrote others goes
+            // with the next flush, at once (the settlement that held its gate commits within
+            // our own flush's time). One handed back again, or by a flush that wrote nothing,
+            // waits 5 ms, doubling with its count of hand-backs up to MAX_HANDBACK_PAUSE: its
+            // gate is held longer (a stopped worker's transaction), and each flush locks its
+            // row, which the heartbeat passes over — sent with every flush, its lease would
+            // run out.
+            let progress = back.len() < sent.len();
+            let mut again = Vec::new();
+            let mut later = Vec::new();
+            let mut most = 0;
+            for k in back {
+                let n = handbacks.entry(k.clone()).or_insert(0);
+                *n += 1;
+                if progress && *n == 1 {
+                    again.push(k);
+                } else {
+                    most = most.max(*n);
+                    later.push(k);
+                }
+            }
+            for k in again {
+                c.complete_step(k);
+            }
+            if !later.is_empty() {
                 let c = c.clone();
-                let pause = handback.mul_f64(0.5 + crate::worker::unit_random());
+                let pause = handback_pause(most).mul_f64(0.5 + crate::worker::unit_random());
                 tokio::spawn(async move {
                     tokio::time::sleep(pause).await;
-                    for k in back {
+                    for k in later {
                         c.complete_step(k);
                     }
                 });
@@ -399,4 +428,17 @@ pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
         }
     }
     s.slot_freed.notify_waiters();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_completion_handed_back_again_waits_longer_up_to_the_cap() {
+        let ms = |n| handback_pause(n).as_millis();
+        assert_eq!([ms(1), ms(2), ms(3), ms(6)], [5, 10, 20, 160]);
+        assert_eq!(ms(7), 200);
+        assert_eq!(ms(u32::MAX), 200);
+    }
 }
