@@ -235,7 +235,7 @@ pub async fn job_failed_page(
 /// A retry refused because another job now holds the dedupe key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DedupeConflict {
-    /// The job that stays failed (in [`RetryReport::not_revived`]: the workflow step that stays
+    /// The job that stays failed (in `RetryReport::not_revived`: the workflow step that stays
     /// cancelled).
     pub id: JobId,
     /// Its dedupe key.
