@@ -824,8 +824,10 @@ async fn an_operator_cancel_of_a_waiting_step_applies_its_dependents_rules_and_d
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_completion_handed_back_at_shutdown_is_written_before_the_worker_stops() {
+async fn a_step_whose_dependents_gate_is_held_completes_at_once_and_is_settled_before_the_worker_stops()
+ {
     let db = TestDb::new().await;
+    log_transitions(&db).await;
     let wf = Workflow::new("held")
         .step("a", step("a", "ok"))
         .unwrap()
@@ -835,7 +837,7 @@ async fn a_step_completion_handed_back_at_shutdown_is_written_before_the_worker_
         .await
         .unwrap();
     let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
-    // Another transaction holds b's gate: a's settlement cannot lock it and hands a back.
+    // Another transaction holds b's gate: a's settlement cannot lock it now.
     let mut holder = db.connect().await;
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
     sqlx::query("SELECT * FROM mysqlq_wf_gate WHERE step_id = ? FOR UPDATE")
@@ -843,42 +845,53 @@ async fn a_step_completion_handed_back_at_shutdown_is_written_before_the_worker_
         .fetch_all(&mut holder)
         .await
         .unwrap();
-    let worker = db.worker().queues(["wf"]).start().await.unwrap();
+    // No sweep while the test runs (the leader's interval is an hour): what settles a is the
+    // worker's own follow-up.
+    let worker = db
+        .worker()
+        .queues(["wf"])
+        .maintenance(Duration::from_secs(3600), Duration::from_secs(7200))
+        .start()
+        .await
+        .unwrap();
     let metrics = worker.metrics();
+    // a's completion is written without waiting for the gate: its row is `completed` (not left
+    // `processing`, with a lease to keep alive) while the gate is still held, and b waits.
     db.wait_for(
-        "a's handler returned",
-        "SELECT COUNT(*) FROM test_runs WHERE tag = 'a' AND event = 'done'",
-        Duration::from_secs(30),
+        "a completed while b's gate is held",
+        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {a} AND status = 'completed'"),
+        Duration::from_secs(10),
     )
     .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while metrics.counters.snapshot().workflow_settle_handbacks == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a's completion was never handed back"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Shutdown begins while a's completion is handed back; the gate is let go a moment later.
+    assert_eq!(db.status(b).await.as_deref(), Some("waiting"));
+    assert!(
+        metrics.counters.snapshot().workflow_settle_deferred > 0,
+        "a's settlement was counted as deferred"
+    );
+    // Shutdown begins while a's settlement is deferred; the gate is let go a moment later.
     let stop = tokio::spawn(worker.shutdown());
     tokio::time::sleep(Duration::from_millis(300)).await;
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     stop.await.unwrap().unwrap();
     assert_eq!(
-        db.status(a).await.as_deref(),
-        Some("completed"),
-        "a written before the stop"
-    );
-    assert_eq!(
         db.status(b).await.as_deref(),
         Some("pending"),
-        "b released by it"
+        "b released by a's settlement before the worker stopped"
     );
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM test_runs WHERE tag = 'a' AND event = 'start'")
             .await,
         1
     );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_wf_edge WHERE dep_id = {a} AND state = 'open'"
+        ))
+        .await,
+        0,
+        "a's edge settled"
+    );
+    check_order_and_single_release(&db).await;
 }
 
 #[tokio::test]
@@ -1156,12 +1169,73 @@ async fn completing_steps_never_waits_for_another_jobs_row() {
             token: format!("t{id}"),
         })
         .collect();
-    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned)
+    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned, &[])
         .await
         .expect("completing our own steps does not wait for another job's row");
     assert_eq!(settled.report.done, 4);
-    assert!(settled.handed_back.is_empty());
+    assert!(settled.unsettled.is_empty());
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+}
+
+/// Index entries and rows this session's statements have read so far.
+async fn handler_reads(conn: &mut sqlx::MySqlConnection) -> i64 {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SHOW SESSION STATUS WHERE Variable_name IN \
+         ('Handler_read_next', 'Handler_read_rnd_next', 'Handler_read_key')",
+    )
+    .fetch_all(conn)
+    .await
+    .unwrap();
+    rows.iter().map(|(_, v)| v.parse::<i64>().unwrap()).sum()
+}
+
+/// A settlement reads and locks only its own gates, however many other workflows wait. Before:
+/// a gate decrement with one key was `WHERE (step_id, block) IN ((?, ?))`, which MariaDB plans
+/// as a scan of every gate row (10,157 rows per statement in the bench, one statement per block).
+#[tokio::test]
+async fn a_settlement_reads_only_its_own_gates() {
+    let db = TestDb::new().await;
+    // 400 other workflows waiting (400 gate rows), then ours.
+    for i in 0..400 {
+        Workflow::new("other")
+            .step("a", step(&format!("oa{i}"), "ok"))
+            .unwrap()
+            .step_after("b", step(&format!("ob{i}"), "ok"), ["a"])
+            .unwrap()
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    let wf = Workflow::new("ours")
+        .step("a", step("a", "ok"))
+        .unwrap()
+        .step_after("b", step("b", "ok"), ["a"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
+    db.exec(&format!(
+        "UPDATE job_queue SET status = 'processing', claim_token = 'ta', attempts = 1, \
+         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = {a}"
+    ))
+    .await;
+    db.exec("ANALYZE TABLE mysqlq_wf_gate").await;
+    let mut conn = db.connect().await;
+    let before = handler_reads(&mut conn).await;
+    let owned = [mysqlq::store::Owned {
+        id: mysqlq::JobId(a),
+        token: "ta".to_owned(),
+    }];
+    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned, &[])
+        .await
+        .unwrap();
+    let read = handler_reads(&mut conn).await - before;
+    assert_eq!(settled.released, vec![mysqlq::JobId(b)]);
+    assert!(
+        read < 100,
+        "completing one step read {read} index entries and rows (400 other workflows' gates)"
+    );
 }
 
 /// `fetch`: grafts `resize` ×3 (the last grafts 2 `thumb`s) and fails its first attempt after

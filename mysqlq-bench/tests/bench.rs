@@ -157,7 +157,7 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
     ] {
         positive(&w[key], key);
     }
-    for key in ["lock_wait_timeouts", "deadlocks", "settle_handbacks"] {
+    for key in ["lock_wait_timeouts", "deadlocks", "settle_deferred"] {
         assert!(w[key].as_u64().is_some(), "workflow.{key}: {w:#}");
     }
     assert_eq!(w["lock_wait_timeouts"], 0, "{w:#}");

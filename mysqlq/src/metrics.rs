@@ -78,7 +78,7 @@ counters! {
     db_errors: "Other database errors (connection loss, server gone), each retried.",
     workflow_released: "Workflow steps released (waiting -> pending) by this worker's settlements and sweeps.",
     workflow_upstream_cancelled: "Workflow steps cancelled because a dependency failed or was cancelled.",
-    workflow_settle_handbacks: "Step completions written a moment later because a gate or dependent they settle was held by another transaction.",
+    workflow_settle_deferred: "Step completions written without their settlement because a gate or dependent they settle was held by another transaction; settled by a follow-up transaction a moment later.",
 }
 
 /// Per-kind run statistics.

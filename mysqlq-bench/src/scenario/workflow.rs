@@ -593,7 +593,7 @@ fn add(a: &CounterSnapshot, b: &CounterSnapshot) -> CounterSnapshot {
         deadlocks: a.deadlocks + b.deadlocks,
         lost: a.lost + b.lost,
         workflow_released: a.workflow_released + b.workflow_released,
-        workflow_settle_handbacks: a.workflow_settle_handbacks + b.workflow_settle_handbacks,
+        workflow_settle_deferred: a.workflow_settle_deferred + b.workflow_settle_deferred,
         completion_flushes: a.completion_flushes + b.completion_flushes,
         piggybacked: a.piggybacked + b.piggybacked,
         polls: a.polls + b.polls,
@@ -643,7 +643,7 @@ impl WorkflowRun {
             json!({
                 "lock_wait_timeouts": c.workers.lock_waits,
                 "deadlocks": c.workers.deadlocks,
-                "settle_handbacks": c.workers.workflow_settle_handbacks,
+                "settle_deferred": c.workers.workflow_settle_deferred,
                 "released": c.workers.workflow_released,
                 "completion_flushes": c.workers.completion_flushes,
                 "piggybacked": c.workers.piggybacked,
@@ -696,7 +696,7 @@ impl WorkflowRun {
             "row_lock_waits": linked.row_lock_waits,
             "row_lock_time_ms": linked.row_lock_time_ms,
             "row_lock_time_max_ms": self.row_lock_time_max_ms,
-            "settle_handbacks": linked.workers.workflow_settle_handbacks,
+            "settle_deferred": linked.workers.workflow_settle_deferred,
             "targets": {
                 "fanout_ratio_min": TARGET_RATIO,
                 "small_ratio_min": TARGET_RATIO,
@@ -731,7 +731,7 @@ impl WorkflowRun {
              \x20 fan-in first claimed {} ms after its last leaf finished (worst round; {}); \
              diamonds' d p99 {} ms after the later of b and c (worst round; {})\n\
              \x20 workers: {} lock wait timeouts, {} deadlocks in all runs; workflow runs: {} \
-             settlement hand-backs, {} steps released; server (all sessions) during workflow \
+             settlements deferred, {} steps released; server (all sessions) during workflow \
              runs: Innodb_row_lock_waits +{}, Innodb_row_lock_time +{} ms, \
              Innodb_row_lock_time_max {} ms (grew in {} run(s))\n",
             self.concurrency,
@@ -753,7 +753,7 @@ impl WorkflowRun {
             d99.map_or("-", |v| yes(v <= TARGET_START_MS)),
             all.workers.lock_waits,
             all.workers.deadlocks,
-            linked.workers.workflow_settle_handbacks,
+            linked.workers.workflow_settle_deferred,
             linked.workers.workflow_released,
             opt(linked.row_lock_waits),
             opt(linked.row_lock_time_ms),

@@ -21,17 +21,15 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::store::{self, GuardedReport, Owned};
+use crate::worker::deferred::Deferred;
 use crate::worker::write::{WriteFailed, write_retrying};
 use crate::worker::{Key, Shared, WorkerEvent};
 
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
-/// Longest pause before step completions handed back are written again (from 5 ms, doubling
-/// while hand-backs go on): a held gate is held for milliseconds, by a settlement like ours. A
-/// flush that wrote some sends those handed back for the first time with the next one, without
-/// a pause.
-const MAX_HANDBACK_PAUSE: Duration = Duration::from_millis(200);
-
+/// How long a stopping worker goes on trying the settlements it deferred before it leaves them
+/// to the leader's sweep.
+const STOP_SETTLE: Duration = Duration::from_secs(2);
 pub(crate) struct Completer {
     queue: Mutex<Vec<Key>>,
     /// Completions a claim's transaction failed to write (a lock wait on one of them, a lost
@@ -39,7 +37,8 @@ pub(crate) struct Completer {
     /// a row an application transaction keeps locked cannot stall claim after claim.
     solo: Mutex<Vec<Key>>,
     /// Completions of workflow steps: written with their settlement in a transaction of their
-    /// own ([`store::workflow::wf_complete_steps`]), never carried by a claim.
+    /// own ([`store::workflow::wf_complete_steps`]), never carried by a claim; a settlement
+    /// that finds its rows held follows a moment later ([`super::deferred`]).
     steps: Mutex<Vec<Key>>,
     arrived: Notify,
     /// How long queued completions wait for a claim to carry them (zero: not at all).
@@ -189,27 +188,21 @@ impl Drop for Carried {
     }
 }
 
-/// The pause before a completion handed back `n` times (n >= 1) is sent again: 5 ms, doubling
-/// with `n`, at most [`MAX_HANDBACK_PAUSE`].
-fn handback_pause(n: u32) -> Duration {
-    Duration::from_millis(5)
-        .saturating_mul(1 << n.saturating_sub(1).min(8))
-        .min(MAX_HANDBACK_PAUSE)
-}
-
 pub(crate) async fn run(s: Arc<Shared>) {
     let c = s.completer.clone();
-    // How many times each step completion not written yet was handed back.
-    let mut handbacks: std::collections::HashMap<Key, u32> = std::collections::HashMap::new();
+    // Completed steps whose settlement found its rows held, and when each is tried again.
+    let mut deferred = Deferred::default();
     loop {
         if c.is_empty() {
+            let due = deferred.next_due();
             tokio::select! {
                 () = c.arrived.notified() => {}
+                () = sleep_until(due) => {}
                 () = s.stop_services.cancelled() => {}
             }
         }
         let stopping = s.stop_services.is_cancelled();
-        if !stopping {
+        if !stopping && !c.is_empty() {
             // Step completions are never carried by a claim: with nothing else queued, waiting
             // for one would only delay their dependents.
             if c.carry_wait.is_zero() || c.only_steps() {
@@ -231,115 +224,38 @@ pub(crate) async fn run(s: Arc<Shared>) {
             flush(&s, &mut batch).await;
         }
         let steps = c.next_steps();
-        if !steps.is_empty() {
-            let sent: Vec<Key> = steps.clone();
-            let back = flush_steps(&s, steps).await;
-            for k in &sent {
-                if !back.contains(k) {
-                    handbacks.remove(k);
-                }
-            }
-            // A completion handed back for the first time by a flush that wrote others goes
-            // with the next flush, at once (the settlement that held its gate commits within
-            // our own flush's time). One handed back again, or by a flush that wrote nothing,
-            // waits 5 ms, doubling with its count of hand-backs up to MAX_HANDBACK_PAUSE: its
-            // gate is held longer (a stopped worker's transaction), and each flush locks its
-            // row, which the heartbeat passes over — sent with every flush, its lease would
-            // run out.
-            let progress = back.len() < sent.len();
-            let mut again = Vec::new();
-            let mut later = Vec::new();
-            let mut most = 0;
-            for k in back {
-                let n = handbacks.entry(k.clone()).or_insert(0);
-                *n += 1;
-                if progress && *n == 1 {
-                    again.push(k);
-                } else {
-                    most = most.max(*n);
-                    later.push(k);
-                }
-            }
-            for k in again {
-                c.complete_step(k);
-            }
-            if !later.is_empty() {
-                let c = c.clone();
-                let pause = handback_pause(most).mul_f64(0.5 + crate::worker::unit_random());
-                tokio::spawn(async move {
-                    tokio::time::sleep(pause).await;
-                    for k in later {
-                        c.complete_step(k);
-                    }
-                });
-            }
-        }
+        super::deferred::complete_steps(&s, steps, &mut deferred).await;
         if stopping && c.is_empty() {
+            super::deferred::settle_before_stop(&s, &mut deferred, STOP_SETTLE).await;
             return;
         }
     }
 }
 
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Writes every queued completion now, with the flush of [`run`] (`mysqlq::testing`, which
-/// runs no completer service: [`super::inline`]).
+/// runs no completer service: [`super::inline`]), and every settlement they defer.
 pub(crate) async fn flush_now(s: &Arc<Shared>) {
+    let mut deferred = Deferred::default();
     loop {
         let mut batch = s.completer.next_batch();
         if !batch.is_empty() {
             flush(s, &mut batch).await;
         }
         let steps = s.completer.next_steps();
-        if !steps.is_empty() {
-            let back = flush_steps(s, steps).await;
-            if !back.is_empty() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                for k in back {
-                    s.completer.complete_step(k);
-                }
-            }
+        super::deferred::complete_steps(s, steps, &mut deferred).await;
+        if let Some(due) = deferred.next_due() {
+            tokio::time::sleep_until(due).await;
+            super::deferred::complete_steps(s, Vec::new(), &mut deferred).await;
         }
-        if s.completer.is_empty() {
+        if s.completer.is_empty() && deferred.is_empty() {
             return;
-        }
-    }
-}
-
-/// Writes step completions with their settlement; returns the ones handed back (a gate or
-/// dependent they settle was held by another transaction), to be written again in a moment.
-async fn flush_steps(s: &Arc<Shared>, keys: Vec<Key>) -> Vec<Key> {
-    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
-    let result = write_retrying(s, "complete workflow steps", false, || async {
-        let mut conn = s.db.acquire().await?;
-        store::workflow::wf_complete_steps(&mut conn, &jobs).await
-    })
-    .await;
-    match result {
-        Ok(settled) => {
-            let m = &s.metrics;
-            m.add(&m.counters.completion_flushes, 1);
-            m.add(&m.counters.workflow_released, settled.released.len() as u64);
-            m.add(
-                &m.counters.workflow_settle_handbacks,
-                settled.handed_back.len() as u64,
-            );
-            let (back, written): (Vec<Key>, Vec<Key>) = keys.into_iter().partition(|k| {
-                settled
-                    .handed_back
-                    .iter()
-                    .any(|h| h.id == k.id && h.token == k.token.as_ref())
-            });
-            done(s, &written, &settled.report);
-            if !settled.released.is_empty() {
-                crate::wake::wake_local();
-            }
-            back
-        }
-        Err(e) => {
-            tracing::error!(jobs = keys.len(), error = %e, "step completions not written; the leases will bring the jobs back");
-            for k in &keys {
-                s.forget(k);
-            }
-            Vec::new()
         }
     }
 }
@@ -428,17 +344,4 @@ pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
         }
     }
     s.slot_freed.notify_waiters();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_completion_handed_back_again_waits_longer_up_to_the_cap() {
-        let ms = |n| handback_pause(n).as_millis();
-        assert_eq!([ms(1), ms(2), ms(3), ms(6)], [5, 10, 20, 160]);
-        assert_eq!(ms(7), 200);
-        assert_eq!(ms(u32::MAX), 200);
-    }
 }

@@ -15,6 +15,7 @@ mod buffer;
 mod builder;
 mod completer;
 mod config;
+mod deferred;
 mod events;
 mod executor;
 mod handle;

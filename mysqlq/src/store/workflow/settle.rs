@@ -14,93 +14,170 @@ use crate::{Error, JobId};
 pub struct Settled {
     /// The completion statement's report over the completions written.
     pub report: GuardedReport,
-    /// Completions not written now: a gate or dependent they settle was held by another
-    /// transaction. The caller writes them again in a moment.
-    pub handed_back: Vec<Owned>,
+    /// Steps completed (now, or before) whose settlement could not be written now: a gate or
+    /// dependent they settle was held by another transaction. Their edges stay `open`; the
+    /// caller passes them to a later [`wf_complete_steps`] as `earlier` (and the leader's sweep
+    /// settles them, should the caller stop first).
+    pub unsettled: Vec<JobId>,
     /// Dependents released (`waiting` → `pending`).
     pub released: Vec<JobId>,
+    /// How many of the steps completed now are in [`Settled::unsettled`] (the others there
+    /// were deferred before).
+    pub deferred_now: usize,
 }
 
 /// `wf_complete_steps`: completes workflow steps (token-guarded, like [`job_complete_many`]) and
 /// settles their edges in the same READ COMMITTED transaction, releasing every dependent whose
 /// last dependency this was. Only rows still `processing` under the claim's token are settled,
-/// so a write retried after a lost COMMIT reply settles nothing twice.
+/// so a write retried after a lost COMMIT reply settles nothing twice. Every completion is
+/// written whatever the workflow rows' locks: a step whose gate, head or dependent another
+/// transaction holds is completed without its settlement and returned in
+/// [`Settled::unsettled`] — the completion never waits for, and is never held back by, another
+/// settlement. `earlier`: steps completed before whose settlement was deferred so, settled in
+/// this transaction when their rows can be locked now (with no `jobs`, a transaction that
+/// only settles them).
 pub async fn wf_complete_steps(
     conn: &mut MySqlConnection,
     jobs: &[Owned],
+    earlier: &[JobId],
 ) -> Result<Settled, Error> {
-    if jobs.is_empty() {
+    if jobs.is_empty() && earlier.is_empty() {
         return Ok(Settled::default());
     }
     let mut tx = conn
         .begin_with("/* mysqlq:wf_complete_steps */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
         .await?;
-    // S0: the steps this transaction completes, locked: rows still `processing` under the
-    // claim's token. By primary key only (FORCE INDEX), status and token checked here: planned on
-    // `idx_job_recover` (`status = 'processing'`, chosen when few jobs run) the locking read
-    // would wait for every running row another transaction holds, a stopped worker's included.
-    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-    let sql = AssertSqlSafe(format!(
-        "/* mysqlq:wf_settle_candidates */ SELECT id, CAST(status AS CHAR) AS status, claim_token \
-         FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) FOR UPDATE",
-        placeholders(padded_len(ids.len()))
-    ));
     let mut candidates: BTreeSet<u64> = BTreeSet::new();
-    for r in bind_ids(sqlx::query(sql), &ids).fetch_all(&mut *tx).await? {
-        let id: u64 = r.try_get("id")?;
-        let status: String = r.try_get("status")?;
-        let token: Option<String> = r.try_get("claim_token")?;
-        let ours = jobs
-            .iter()
-            .any(|j| j.id.0 == id && token.as_deref() == Some(j.token.as_str()));
-        if status == "processing" && ours {
-            candidates.insert(id);
+    let mut again: Vec<JobId> = earlier.to_vec();
+    if !jobs.is_empty() {
+        // S0: the steps this transaction completes, locked: rows still `processing` under the
+        // claim's token. By primary key only (FORCE INDEX), status and token checked here:
+        // planned on `idx_job_recover` (`status = 'processing'`, chosen when few jobs run) the
+        // locking read would wait for every running row another transaction holds, a stopped
+        // worker's included.
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_settle_candidates */ SELECT id, CAST(status AS CHAR) AS status, claim_token \
+             FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) FOR UPDATE",
+            placeholders(padded_len(ids.len()))
+        ));
+        for r in bind_ids(sqlx::query(sql), &ids).fetch_all(&mut *tx).await? {
+            let id: u64 = r.try_get("id")?;
+            let status: String = r.try_get("status")?;
+            let token: Option<String> = r.try_get("claim_token")?;
+            let ours = jobs
+                .iter()
+                .any(|j| j.id.0 == id && token.as_deref() == Some(j.token.as_str()));
+            if status == "processing" && ours {
+                candidates.insert(id);
+            } else if status == "completed" && ours {
+                // Completed by this claim already: a write retried after a lost COMMIT reply.
+                // Its settlement may have been deferred then: settled now if it was.
+                again.push(JobId(id));
+            }
         }
     }
-    let mut p = Plan::default();
-    let mut edges = Vec::new();
-    if !candidates.is_empty() {
-        // S1: their unsettled edges (a plain read: only holders of the deps' locks write them).
-        edges = edges_open(&mut tx, &candidates).await?;
-        // S2: the gates those edges count in, never waited for.
-        let keys: BTreeSet<(u64, u32)> = edges.iter().map(|e| (e.dependent, e.block)).collect();
-        let mut gates = lock_gates(&mut tx, &keys, true).await?;
-        let mut heads_tried = BTreeSet::new();
-        let mut rows: HashMap<u64, Option<String>> = HashMap::new();
-        loop {
-            p = plan(&candidates, &edges, &gates, &heads_tried, &rows)?;
-            if !p.need_heads.is_empty() {
-                // S3: heads of blocks that close.
-                let keys = p.need_heads.iter().map(|&d| (d, 0)).collect();
-                gates.extend(lock_gates(&mut tx, &keys, true).await?);
-                heads_tried.extend(p.need_heads.iter().copied());
-                continue;
-            }
-            if !p.need_rows.is_empty() {
-                // S4: the dependents that would be released.
-                let locked = lock_rows(&mut tx, &p.need_rows, true).await?;
-                for d in &p.need_rows {
-                    rows.insert(*d, locked.get(d).cloned());
-                }
-                continue;
-            }
-            break;
-        }
-    }
-    let (write, handed_back): (Vec<Owned>, Vec<Owned>) = jobs
-        .iter()
-        .cloned()
-        .partition(|j| !candidates.contains(&j.id.0) || p.settle.contains(&j.id.0));
-    let report = job_complete_many(&mut tx, &write).await?;
+    let fresh = candidates.clone();
+    let mut held = lock_completed(&mut tx, &again, &mut candidates).await?;
+    let (p, edges) = settle_planned(&mut tx, &candidates).await?;
+    let report = job_complete_many(&mut tx, jobs).await?;
     if !p.settle.is_empty() {
         write_settlement(&mut tx, &p, &edges).await?;
     }
     tx.commit().await?;
+    held.extend(candidates.difference(&p.settle).map(|&d| JobId(d)));
     Ok(Settled {
         report,
-        handed_back,
+        unsettled: held,
         released: p.release.iter().map(|&d| JobId(d)).collect(),
+        deferred_now: fresh.difference(&p.settle).count(),
     })
+}
+
+/// Locks the rows of `deps` (steps completed earlier, settlement deferred) `FOR UPDATE SKIP
+/// LOCKED` — so that the sweep and an operator exclude them, and a held one is never waited
+/// for — and adds those still `completed` to `candidates`. Returns those held by another
+/// transaction (to be tried again); one no longer `completed` is left alone (an operator took
+/// it over, and the sweep settles it by its final state). A step the sweep settled already has
+/// no open edge left: it settles nothing twice.
+async fn lock_completed(
+    tx: &mut MySqlConnection,
+    deps: &[JobId],
+    candidates: &mut BTreeSet<u64>,
+) -> Result<Vec<JobId>, Error> {
+    let mut locked: BTreeSet<u64> = BTreeSet::new();
+    for chunk in deps.chunks(1000) {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_settle_completed */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) \
+             WHERE id IN ({}) AND status = 'completed' FOR UPDATE SKIP LOCKED",
+            placeholders(padded_len(chunk.len()))
+        ));
+        for r in bind_ids(sqlx::query(sql), chunk)
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            locked.insert(r.try_get("id")?);
+        }
+    }
+    let missing: Vec<JobId> = deps
+        .iter()
+        .filter(|d| !locked.contains(&d.0))
+        .copied()
+        .collect();
+    let mut held = Vec::new();
+    for chunk in missing.chunks(1000) {
+        let sql = AssertSqlSafe(format!(
+            "/* mysqlq:wf_settle_completed */ SELECT id FROM job_queue \
+             WHERE id IN ({}) AND status = 'completed'",
+            placeholders(padded_len(chunk.len()))
+        ));
+        for r in bind_ids(sqlx::query(sql), chunk)
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            held.push(JobId(r.try_get("id")?));
+        }
+    }
+    candidates.extend(locked);
+    Ok(held)
+}
+
+/// S1–S4 for `candidates` (rows this transaction holds): their open edges, then the gates,
+/// heads and dependents their settlement writes, each locked `SKIP LOCKED`; the plan settles
+/// the candidates whose rows were all locked.
+async fn settle_planned(
+    tx: &mut MySqlConnection,
+    candidates: &BTreeSet<u64>,
+) -> Result<(Plan, Vec<Edge>), Error> {
+    if candidates.is_empty() {
+        return Ok((Plan::default(), Vec::new()));
+    }
+    // S1: their unsettled edges (a plain read: only holders of the deps' locks write them).
+    let edges = edges_open(tx, candidates).await?;
+    // S2: the gates those edges count in, never waited for.
+    let keys: BTreeSet<(u64, u32)> = edges.iter().map(|e| (e.dependent, e.block)).collect();
+    let mut gates = lock_gates(tx, &keys, true).await?;
+    let mut heads_tried = BTreeSet::new();
+    let mut rows: HashMap<u64, Option<String>> = HashMap::new();
+    loop {
+        let p = plan(candidates, &edges, &gates, &heads_tried, &rows)?;
+        if !p.need_heads.is_empty() {
+            // S3: heads of blocks that close.
+            let keys = p.need_heads.iter().map(|&d| (d, 0)).collect();
+            gates.extend(lock_gates(tx, &keys, true).await?);
+            heads_tried.extend(p.need_heads.iter().copied());
+            continue;
+        }
+        if !p.need_rows.is_empty() {
+            // S4: the dependents that would be released.
+            let locked = lock_rows(tx, &p.need_rows, true).await?;
+            for d in &p.need_rows {
+                rows.insert(*d, locked.get(d).cloned());
+            }
+            continue;
+        }
+        return Ok((p, edges));
+    }
 }
 
 /// `wf_edges_open`: the unsettled out-edges of `deps`.
@@ -140,8 +217,8 @@ pub(super) async fn lock_gates(
         let n = padded_len(chunk.len());
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:wf_gates_lock */ SELECT step_id, block, remaining, open_blocks \
-             FROM mysqlq_wf_gate FORCE INDEX (PRIMARY) WHERE (step_id, block) IN ({}) ORDER BY step_id, block FOR UPDATE{}",
-            vec!["(?, ?)"; n].join(", "),
+             FROM mysqlq_wf_gate FORCE INDEX (PRIMARY) WHERE {} ORDER BY step_id, block FOR UPDATE{}",
+            gate_keys(n),
             if skip { " SKIP LOCKED" } else { "" }
         ));
         let mut q = sqlx::query(sql);
@@ -203,7 +280,7 @@ async fn write_settlement(
         let ids: Vec<JobId> = settled.iter().map(|&d| JobId(d)).collect();
         for chunk in ids.chunks(1000) {
             let sql = AssertSqlSafe(format!(
-                "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge SET state = 'met' \
+                "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge FORCE INDEX (PRIMARY) SET state = 'met' \
                  WHERE dep_id IN ({}) AND state = 'open'",
                 placeholders(padded_len(chunk.len()))
             ));
@@ -214,6 +291,14 @@ async fn write_settlement(
     }
     count_down(conn, &p.dec, &p.closed).await?;
     release(conn, &p.release).await
+}
+
+/// `n` gate keys, `(step_id = ? AND block = ?) OR …`, for a WHERE clause: a range over the
+/// primary key on both servers. Not `(step_id, block) IN ((?, ?))`: MariaDB 10.11 plans a
+/// one-element row `IN` in an UPDATE or DELETE as a scan of the whole table (every gate of every
+/// workflow not yet pruned, each row locked and let go in turn).
+pub(super) fn gate_keys(n: usize) -> String {
+    vec!["(step_id = ? AND block = ?)"; n].join(" OR ")
 }
 
 /// `wf_gates_update`: decrements gates, one statement per distinct decrement (heads per
@@ -244,9 +329,9 @@ pub(super) async fn count_down(
         for chunk in keys.chunks(1000) {
             let m = padded_len(chunk.len());
             let sql = AssertSqlSafe(format!(
-                "/* mysqlq:wf_gates_update */ UPDATE mysqlq_wf_gate SET remaining = remaining - ?, \
-                 open_blocks = open_blocks - ? WHERE (step_id, block) IN ({})",
-                vec!["(?, ?)"; m].join(", ")
+                "/* mysqlq:wf_gates_update */ UPDATE mysqlq_wf_gate FORCE INDEX (PRIMARY) SET remaining = remaining - ?, \
+                 open_blocks = open_blocks - ? WHERE {}",
+                gate_keys(m)
             ));
             let mut q = sqlx::query(sql).bind(n).bind(c);
             for i in 0..m {
@@ -264,7 +349,7 @@ pub(super) async fn release(conn: &mut MySqlConnection, ids: &[u64]) -> Result<(
     let ids: Vec<JobId> = ids.iter().map(|&d| JobId(d)).collect();
     for chunk in ids.chunks(1000) {
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_release */ UPDATE job_queue SET status = 'pending', \
+            "/* mysqlq:wf_release */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'pending', \
              available_at = GREATEST(available_at, UTC_TIMESTAMP(6)) \
              WHERE id IN ({}) AND status = 'waiting'",
             placeholders(padded_len(chunk.len()))

@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
 
 use super::UPSTREAM;
 use super::plan::{Edge, plan};
-use super::settle::{count_down, lock_gates, lock_rows, release};
+use super::settle::{count_down, gate_keys, lock_gates, lock_rows, release};
 use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
 
@@ -169,7 +169,7 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Option<Swept>, 
         }
         let ids: Vec<JobId> = met.iter().map(|&(d, _)| JobId(d)).collect();
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge SET state = 'met' \
+            "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge FORCE INDEX (PRIMARY) SET state = 'met' \
              WHERE dep_id = ? AND dependent_id IN ({}) AND state = 'open'",
             placeholders(padded_len(ids.len()))
         ));
@@ -222,9 +222,9 @@ async fn missing_or_held(
     dep: u64,
     keys: &BTreeSet<(u64, u32)>,
 ) -> Result<Option<Swept>, Error> {
-    let list = vec!["(?, ?)"; keys.len()].join(", ");
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:wf_gates_exist */ SELECT COUNT(*) FROM mysqlq_wf_gate WHERE (step_id, block) IN ({list})"
+        "/* mysqlq:wf_gates_exist */ SELECT COUNT(*) FROM mysqlq_wf_gate WHERE {}",
+        gate_keys(keys.len())
     ));
     let mut q = sqlx::query_scalar::<_, i64>(sql);
     for (d, b) in keys {

@@ -1,0 +1,186 @@
+//! Step completions and the settlements written after them. The completer writes step
+//! completions with their settlement ([`store::workflow::wf_complete_steps`]); a completion
+//! whose dependent's gate, head or row another transaction holds is written without its
+//! settlement, which follows a moment later — with the next step completions' transaction, or
+//! in one of its own when none is queued — holding no job of this worker while it waits. So a
+//! held gate costs its dependent a few milliseconds and never keeps a completion (its lease,
+//! its slot) waiting. Tried again at once, then after 5 ms doubling to [`MAX_PAUSE`] while the
+//! rows stay held; a worker that stops first leaves them to the leader's sweep, which settles
+//! every completed step with an open edge.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use std::sync::Arc;
+
+use crate::JobId;
+use crate::store::{self, Owned};
+use crate::worker::write::write_retrying;
+use crate::worker::{Key, Shared};
+
+/// Longest pause between two tries of one settlement.
+const MAX_PAUSE: Duration = Duration::from_millis(200);
+
+/// The pause before a settlement found held `n` times (n >= 1) is tried again: none after the
+/// first (the holder is a settlement like ours, committing within our own flush's time), then
+/// 5 ms doubling, at most [`MAX_PAUSE`].
+pub(super) fn pause(n: u32) -> Duration {
+    if n <= 1 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(5)
+        .saturating_mul(1 << (n - 2).min(8))
+        .min(MAX_PAUSE)
+}
+
+/// Completed steps waiting for their settlement, each with how often it was found held and
+/// when it is tried next.
+#[derive(Debug, Default)]
+pub(super) struct Deferred {
+    due: HashMap<JobId, (u32, Instant)>,
+}
+
+impl Deferred {
+    /// Schedules `ids`, found held once more each.
+    pub(super) fn held(&mut self, ids: impl IntoIterator<Item = JobId>) {
+        let now = Instant::now();
+        for id in ids {
+            let e = self.due.entry(id).or_insert((0, now));
+            e.0 += 1;
+            e.1 = now + pause(e.0).mul_f64(0.5 + crate::worker::unit_random());
+        }
+    }
+
+    /// The earliest time a settlement is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.due.values().map(|e| e.1).min()
+    }
+
+    /// Takes out the settlements due now (at most one statement's worth).
+    pub(super) fn take_due(&mut self) -> Vec<JobId> {
+        let now = Instant::now();
+        let ids: Vec<JobId> = self
+            .due
+            .iter()
+            .filter(|(_, e)| e.1 <= now)
+            .map(|(id, _)| *id)
+            .take(1000)
+            .collect();
+        ids
+    }
+
+    /// Forgets the settlements written.
+    pub(super) fn written(&mut self, tried: &[JobId], held: &[JobId]) {
+        for id in tried {
+            if !held.contains(id) {
+                self.due.remove(id);
+            }
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.due.is_empty()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.due.len()
+    }
+}
+
+/// Writes step completions with their settlement (one transaction), settling in it too the
+/// earlier completions whose settlement is due again; what finds its rows held is scheduled
+/// (again). Nothing to do without either.
+pub(super) async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred) {
+    let earlier = deferred.take_due();
+    if keys.is_empty() && earlier.is_empty() {
+        return;
+    }
+    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
+    let result = write_retrying(s, "complete workflow steps", false, || async {
+        let mut conn = s.db.acquire().await?;
+        store::workflow::wf_complete_steps(&mut conn, &jobs, &earlier).await
+    })
+    .await;
+    match result {
+        Ok(settled) => {
+            let m = &s.metrics;
+            if !keys.is_empty() {
+                m.add(&m.counters.completion_flushes, 1);
+            }
+            m.add(&m.counters.workflow_released, settled.released.len() as u64);
+            m.add(
+                &m.counters.workflow_settle_deferred,
+                settled.deferred_now as u64,
+            );
+            super::completer::done(s, &keys, &settled.report);
+            if !settled.released.is_empty() {
+                crate::wake::wake_local();
+            }
+            deferred.written(&earlier, &settled.unsettled);
+            deferred.held(settled.unsettled);
+        }
+        Err(e) => {
+            // Earlier completions keep open edges: the leader's sweep settles them.
+            if !earlier.is_empty() {
+                tracing::warn!(steps = earlier.len(), error = %e, "settling completed workflow steps failed; the workflow sweep will");
+                deferred.written(&earlier, &[]);
+            }
+            if !keys.is_empty() {
+                tracing::error!(jobs = keys.len(), error = %e, "step completions not written; the leases will bring the jobs back");
+                for k in &keys {
+                    s.forget(k);
+                }
+            }
+        }
+    }
+}
+
+/// At shutdown: tries the settlements left for at most `limit`, then leaves the rest to the
+/// leader's sweep.
+pub(super) async fn settle_before_stop(s: &Arc<Shared>, deferred: &mut Deferred, limit: Duration) {
+    let end = Instant::now() + limit;
+    while let Some(due) = deferred.next_due() {
+        if due > end {
+            break;
+        }
+        tokio::time::sleep_until(due).await;
+        complete_steps(s, Vec::new(), deferred).await;
+    }
+    if !deferred.is_empty() {
+        tracing::info!(
+            steps = deferred.len(),
+            "workflow settlements still held at shutdown; the workflow sweep will write them"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_settlement_held_again_waits_longer_up_to_the_cap() {
+        let ms = |n| pause(n).as_millis();
+        assert_eq!([ms(1), ms(2), ms(3), ms(4), ms(7)], [0, 5, 10, 20, 160]);
+        assert_eq!(ms(8), 200);
+        assert_eq!(ms(u32::MAX), 200);
+    }
+
+    #[tokio::test]
+    async fn a_settlement_is_due_at_once_after_its_first_hold_and_forgotten_once_written() {
+        let mut d = Deferred::default();
+        d.held([JobId(1), JobId(2)]);
+        assert_eq!(d.len(), 2);
+        let mut due = d.take_due();
+        due.sort();
+        assert_eq!(due, vec![JobId(1), JobId(2)]);
+        // 1 written, 2 held again: 2 waits 2.5–7.5 ms.
+        d.written(&due, &[JobId(2)]);
+        d.held([JobId(2)]);
+        assert_eq!(d.len(), 1);
+        assert!(d.take_due().is_empty(), "not due again at once");
+        assert!(d.next_due().unwrap() > Instant::now());
+    }
+}
