@@ -831,13 +831,15 @@ async fn a_step_whose_dependents_gate_is_held_completes_at_once_and_is_settled_b
     let wf = Workflow::new("held")
         .step("a", step("a", "ok"))
         .unwrap()
-        .step_after("b", step("b", "ok"), ["a"])
+        .step("x", step("x", "ok"))
+        .unwrap()
+        .step_after("b", step("b", "ok"), ["a", "x"])
         .unwrap()
         .enqueue(&db.pool)
         .await
         .unwrap();
     let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
-    // Another transaction holds b's gate: a's settlement cannot lock it now.
+    // Another transaction holds b's gate: a's (and x's) settlement cannot lock it now.
     let mut holder = db.connect().await;
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
     sqlx::query("SELECT * FROM mysqlq_wf_gate WHERE step_id = ? FOR UPDATE")
@@ -885,12 +887,69 @@ async fn a_step_whose_dependents_gate_is_held_completes_at_once_and_is_settled_b
     );
     assert_eq!(
         db.scalar(&format!(
-            "SELECT COUNT(*) FROM mysqlq_wf_edge WHERE dep_id = {a} AND state = 'open'"
+            "SELECT COUNT(*) FROM mysqlq_wf_edge WHERE dependent_id = {b} AND state = 'open'"
         ))
         .await,
         0,
-        "a's edge settled"
+        "a's and x's edges settled"
     );
+    check_order_and_single_release(&db).await;
+}
+
+/// A step with one dependency has no gate: its dependency's settlement needs only its row. With
+/// that row held by another transaction, the dependency completes at once and its settlement
+/// follows when the row is let go; the step is released once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_with_one_dependency_has_no_gate_and_a_held_row_only_defers_its_release() {
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let wf = Workflow::new("sole")
+        .step("a", step("a", "ok"))
+        .unwrap()
+        .step_after("b", step("b", "ok"), ["a"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_wf_gate WHERE step_id = {b}"
+        ))
+        .await,
+        0,
+        "no gate for a step with one dependency"
+    );
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(b)
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    let worker = db
+        .worker()
+        .queues(["wf"])
+        .maintenance(Duration::from_secs(3600), Duration::from_secs(7200))
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "a completed while b's row is held",
+        &format!("SELECT COUNT(*) FROM job_queue WHERE id = {a} AND status = 'completed'"),
+        Duration::from_secs(10),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    db.wait_for(
+        "b ran after the row was let go",
+        "SELECT COUNT(*) FROM test_runs WHERE tag = 'b' AND event = 'done'",
+        Duration::from_secs(10),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    assert_eq!(db.status(b).await.as_deref(), Some("completed"));
     check_order_and_single_release(&db).await;
 }
 
@@ -940,7 +999,13 @@ async fn a_step_the_sweep_cannot_settle_holds_up_no_other_workflow() {
         Workflow::new(name)
             .step("bad", step(&format!("{name}-bad"), "fail"))
             .unwrap()
-            .step_after("after", step(&format!("{name}-after"), "ok"), ["bad"])
+            .step("good", step(&format!("{name}-good"), "ok"))
+            .unwrap()
+            .step_after(
+                "after",
+                step(&format!("{name}-after"), "ok"),
+                ["bad", "good"],
+            )
             .unwrap()
             .ignore_failed()
     };

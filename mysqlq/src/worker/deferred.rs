@@ -22,6 +22,9 @@ use crate::worker::{Key, Shared};
 
 /// Longest pause between two tries of one settlement.
 const MAX_PAUSE: Duration = Duration::from_millis(200);
+/// Tries of one settlement before it is left to the leader's sweep (about 20 s of held rows:
+/// a stopped transaction, or gates changed by hand, which the sweep reports).
+const MAX_TRIES: u32 = 100;
 
 /// The pause before a settlement found held `n` times (n >= 1) is tried again: none after the
 /// first (the holder is a settlement like ours, committing within our own flush's time), then
@@ -46,10 +49,20 @@ impl Deferred {
     /// Schedules `ids`, found held once more each.
     pub(super) fn held(&mut self, ids: impl IntoIterator<Item = JobId>) {
         let now = Instant::now();
+        let mut given_up = Vec::new();
         for id in ids {
             let e = self.due.entry(id).or_insert((0, now));
             e.0 += 1;
             e.1 = now + pause(e.0).mul_f64(0.5 + crate::worker::unit_random());
+            if e.0 > MAX_TRIES {
+                given_up.push(id);
+            }
+        }
+        if !given_up.is_empty() {
+            for id in &given_up {
+                self.due.remove(id);
+            }
+            tracing::warn!(steps = ?given_up.iter().map(|j| j.0).collect::<Vec<_>>(), "workflow settlements held for {MAX_TRIES} tries; left to the workflow sweep");
         }
     }
 
@@ -166,6 +179,17 @@ mod tests {
         assert_eq!([ms(1), ms(2), ms(3), ms(4), ms(7)], [0, 5, 10, 20, 160]);
         assert_eq!(ms(8), 200);
         assert_eq!(ms(u32::MAX), 200);
+    }
+
+    #[test]
+    fn a_settlement_held_too_often_is_left_to_the_sweep() {
+        let mut d = Deferred::default();
+        for _ in 0..MAX_TRIES {
+            d.held([JobId(1)]);
+        }
+        assert_eq!(d.len(), 1);
+        d.held([JobId(1)]);
+        assert!(d.is_empty());
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
 
-use super::{GATE_BLOCK, StepRow, WfInserted, insert_steps};
+use super::{GATE_BLOCK, NO_GATE, StepRow, WfInserted, insert_steps};
 use crate::store::guarded::Owned;
 use crate::{Error, JobId};
 
@@ -90,8 +90,8 @@ pub async fn wf_graft(
         WfInserted::Retry => return Ok(Grafted::Retry),
     };
     // Inheritance: every step still waiting for the grafter waits for each new step too.
-    let dependents: Vec<u64> = sqlx::query_scalar(
-        "/* mysqlq:wf_graft_inherit */ SELECT dependent_id FROM mysqlq_wf_edge \
+    let dependents: Vec<(u64, u32)> = sqlx::query_as(
+        "/* mysqlq:wf_graft_inherit */ SELECT dependent_id, block FROM mysqlq_wf_edge \
          WHERE dep_id = ? AND state = 'open' ORDER BY dependent_id",
     )
     .bind(grafter.id.0)
@@ -100,7 +100,28 @@ pub async fn wf_graft(
     // Edges from the new steps to the grafter's own new dependents are the graph's, not
     // inherited: only the dependents it had before.
     let new: Vec<u64> = ids.iter().map(|j| j.0).collect();
-    for d in dependents.into_iter().filter(|d| !new.contains(d)) {
+    for (d, block) in dependents.into_iter().filter(|(d, _)| !new.contains(d)) {
+        if block == NO_GATE {
+            // The grafter was its one dependency, so it had no gate: it gets one now, its
+            // head counting the grafter's edge (still open: the grafter runs), the grafted
+            // steps in blocks after it. Only the grafter's transactions write this edge and
+            // only they settle it, and the grafter's row is ours: nothing else can race this.
+            sqlx::query(
+                "/* mysqlq:wf_graft_gate */ UPDATE mysqlq_wf_edge SET block = 0 \
+                 WHERE dep_id = ? AND dependent_id = ?",
+            )
+            .bind(grafter.id.0)
+            .bind(d)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "/* mysqlq:wf_graft_gate */ INSERT INTO mysqlq_wf_gate (step_id, block, remaining, \
+                 open_blocks) VALUES (?, 0, 1, 0)",
+            )
+            .bind(d)
+            .execute(&mut *tx)
+            .await?;
+        }
         // The head waits: a settlement holds it for milliseconds, and hands back rather than
         // wait for us.
         let head = sqlx::query(

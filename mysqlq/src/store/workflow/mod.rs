@@ -30,6 +30,11 @@ use crate::{Enqueued, Error, JobId};
 
 /// Dependencies counted by one gate row.
 pub const GATE_BLOCK: usize = 64;
+/// The `block` of the edge of a step with exactly one dependency: such a step has no gate (the
+/// settlement of its one edge, under the dependency's row lock, is all there is to count), so
+/// its release costs no gate row — a fan-out's leaves and a chain's links are released by a
+/// write of their own rows alone. A graft that adds dependencies to it gives it a gate then.
+pub const NO_GATE: u32 = u32::MAX;
 /// Rows per multi-row INSERT of a workflow's steps, edges and gates.
 const INSERT_ROWS: usize = 500;
 /// `cancelled_by` of a step cancelled because a dependency failed or was cancelled.
@@ -167,6 +172,10 @@ pub(super) async fn insert_steps(
         deps.dedup();
         // At most `MAX_STEPS` deps: every count here fits a u32.
         let n32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        if let [d] = deps[..] {
+            edges.push((d, dependent, NO_GATE));
+            continue;
+        }
         let blocks = deps.len().div_ceil(GATE_BLOCK);
         for (n, d) in deps.iter().enumerate() {
             edges.push((*d, dependent, n32(n / GATE_BLOCK)));

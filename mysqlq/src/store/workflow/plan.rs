@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::NO_GATE;
 use crate::Error;
 
 /// An unsettled edge: `dep` → `dependent`, counted in gate `(dependent, block)`.
@@ -67,8 +68,14 @@ pub(super) fn plan(
             settle: settle.clone(),
             ..Plan::default()
         };
+        // Edges of dependents with one dependency: no gate, only the dependent's row.
+        let mut sole: Vec<&Edge> = Vec::new();
         for e in edges.iter().filter(|e| settle.contains(&e.dep)) {
-            *p.dec.entry((e.dependent, e.block)).or_default() += 1;
+            if e.block == NO_GATE {
+                sole.push(e);
+            } else {
+                *p.dec.entry((e.dependent, e.block)).or_default() += 1;
+            }
         }
         let mut touched: BTreeSet<u64> = BTreeSet::new();
         // Blocks > 0 closed now, per dependent.
@@ -127,6 +134,20 @@ pub(super) fn plan(
                     // Cancelled by an operator or upstream: its gates count down, no release.
                     Some(Some(_)) => {}
                 }
+            }
+        }
+        for e in sole {
+            match rows.get(&e.dependent) {
+                None => {
+                    p.need_rows.insert(e.dependent);
+                }
+                Some(None) => {
+                    settle.remove(&e.dep);
+                    continue 'again;
+                }
+                Some(Some(status)) if status == "waiting" => p.release.push(e.dependent),
+                // Cancelled by an operator or upstream: settled, not released.
+                Some(Some(_)) => {}
             }
         }
         return Ok(p);
@@ -228,6 +249,29 @@ mod tests {
         let p = plan(&c, &edges, &gates, &BTreeSet::from([10]), &HashMap::new()).unwrap();
         assert_eq!(p.settle, BTreeSet::from([1, 2]));
         assert!(p.closed.is_empty());
+    }
+
+    #[test]
+    fn a_dependent_with_one_dependency_needs_only_its_row() {
+        let c = BTreeSet::from([1, 2]);
+        let edges = [e(1, 10, NO_GATE), e(2, 20, NO_GATE)];
+        let gates = HashMap::new();
+        let p = plan(&c, &edges, &gates, &BTreeSet::new(), &HashMap::new()).unwrap();
+        assert_eq!(p.need_rows, BTreeSet::from([10, 20]));
+        assert!(p.dec.is_empty() && p.need_heads.is_empty());
+        // 10 waiting: released; 20 held by another transaction: 2 is not settled now.
+        let rows = HashMap::from([(10, Some("waiting".to_owned())), (20, None)]);
+        let p = plan(&c, &edges, &gates, &BTreeSet::new(), &rows).unwrap();
+        assert_eq!(p.settle, BTreeSet::from([1]));
+        assert_eq!(p.release, vec![10]);
+        // 20 cancelled meanwhile: settled, not released.
+        let rows = HashMap::from([
+            (10, Some("waiting".to_owned())),
+            (20, Some("cancelled".to_owned())),
+        ]);
+        let p = plan(&c, &edges, &gates, &BTreeSet::new(), &rows).unwrap();
+        assert_eq!(p.settle, c);
+        assert_eq!(p.release, vec![10]);
     }
 
     #[test]

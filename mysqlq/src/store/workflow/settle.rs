@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
 
+use super::NO_GATE;
 use super::plan::{Edge, Gate, Plan, plan};
 use crate::store::guarded::{GuardedReport, Owned, job_complete_many};
 use crate::store::sql::{bind_ids, padded_len, placeholders};
@@ -155,7 +156,11 @@ async fn settle_planned(
     // S1: their unsettled edges (a plain read: only holders of the deps' locks write them).
     let edges = edges_open(tx, candidates).await?;
     // S2: the gates those edges count in, never waited for.
-    let keys: BTreeSet<(u64, u32)> = edges.iter().map(|e| (e.dependent, e.block)).collect();
+    let keys: BTreeSet<(u64, u32)> = edges
+        .iter()
+        .filter(|e| e.block != NO_GATE)
+        .map(|e| (e.dependent, e.block))
+        .collect();
     let mut gates = lock_gates(tx, &keys, true).await?;
     let mut heads_tried = BTreeSet::new();
     let mut rows: HashMap<u64, Option<String>> = HashMap::new();

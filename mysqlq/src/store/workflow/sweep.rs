@@ -6,9 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
 
-use super::UPSTREAM;
 use super::plan::{Edge, plan};
 use super::settle::{count_down, gate_keys, lock_gates, lock_rows, release};
+use super::{NO_GATE, UPSTREAM};
 use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
 
@@ -135,10 +135,12 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Option<Swept>, 
         .map(|r| r.0)
         .collect();
     if !met.is_empty() {
-        let keys: BTreeSet<(u64, u32)> = met
-            .iter()
+        // Gates of the dependents that have them (one with a single dependency has none).
+        let gated = met.iter().filter(|&&(_, b)| b != NO_GATE);
+        let keys: BTreeSet<(u64, u32)> = gated
+            .clone()
             .copied()
-            .chain(met.iter().map(|&(d, _)| (d, 0)))
+            .chain(gated.map(|&(d, _)| (d, 0)))
             .collect();
         let gates = lock_gates(tx, &keys, true).await?;
         if gates.len() < keys.len() {
