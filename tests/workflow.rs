@@ -823,6 +823,28 @@ async fn an_operator_cancel_of_a_waiting_step_applies_its_dependents_rules_and_d
     check_order_and_single_release(&db).await;
 }
 
+/// A connection inside a transaction that holds the rows `sql` locked (`ROLLBACK` lets go).
+async fn hold_rows(db: &TestDb, sql: &str) -> sqlx::MySqlConnection {
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_all(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// A worker on `wf` whose leader sweeps once an hour: what settles a step while the test runs
+/// is the worker's own completion path, not the sweep.
+async fn worker_without_sweep(db: &TestDb) -> mysqlq::WorkerHandle {
+    db.worker()
+        .queues(["wf"])
+        .maintenance(Duration::from_secs(3600), Duration::from_secs(7200))
+        .start()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_whose_dependents_gate_is_held_completes_at_once_and_is_settled_before_the_worker_stops()
  {
@@ -840,22 +862,12 @@ async fn a_step_whose_dependents_gate_is_held_completes_at_once_and_is_settled_b
         .unwrap();
     let (a, b) = (job_of(&db, wf.0, "a").await, job_of(&db, wf.0, "b").await);
     // Another transaction holds b's gate: a's (and x's) settlement cannot lock it now.
-    let mut holder = db.connect().await;
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT * FROM mysqlq_wf_gate WHERE step_id = ? FOR UPDATE")
-        .bind(b)
-        .fetch_all(&mut holder)
-        .await
-        .unwrap();
-    // No sweep while the test runs (the leader's interval is an hour): what settles a is the
-    // worker's own follow-up.
-    let worker = db
-        .worker()
-        .queues(["wf"])
-        .maintenance(Duration::from_secs(3600), Duration::from_secs(7200))
-        .start()
-        .await
-        .unwrap();
+    let mut holder = hold_rows(
+        &db,
+        &format!("SELECT * FROM mysqlq_wf_gate WHERE step_id = {b} FOR UPDATE"),
+    )
+    .await;
+    let worker = worker_without_sweep(&db).await;
     let metrics = worker.metrics();
     // a's completion is written without waiting for the gate: its row is `completed` (not left
     // `processing`, with a lease to keep alive) while the gate is still held, and b waits.
@@ -920,20 +932,12 @@ async fn a_step_with_one_dependency_has_no_gate_and_a_held_row_only_defers_its_r
         0,
         "no gate for a step with one dependency"
     );
-    let mut holder = db.connect().await;
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
-        .bind(b)
-        .fetch_all(&mut holder)
-        .await
-        .unwrap();
-    let worker = db
-        .worker()
-        .queues(["wf"])
-        .maintenance(Duration::from_secs(3600), Duration::from_secs(7200))
-        .start()
-        .await
-        .unwrap();
+    let mut holder = hold_rows(
+        &db,
+        &format!("SELECT id FROM job_queue WHERE id = {b} FOR UPDATE"),
+    )
+    .await;
+    let worker = worker_without_sweep(&db).await;
     db.wait_for(
         "a completed while b's row is held",
         &format!("SELECT COUNT(*) FROM job_queue WHERE id = {a} AND status = 'completed'"),

@@ -44,7 +44,7 @@
 //!   default 3 here) drain a fan-out (`root` → `--jobs` leaves → `fanin`) and `--jobs / 10`
 //!   diamonds (a → b, c → d), each beside the same jobs unlinked, in ABBA order; the ratios, how
 //!   long after its last dependency finished a dependent was first claimed (database clock), the
-//!   workers' lock waits and settlement hand-backs and the server's row lock counters, and the
+//!   workers' lock waits and deferred settlements and the server's row lock counters, and the
 //!   check that every dependent was claimed after all its dependencies finished.
 //!
 //! Every run checks that each job ran exactly once and that its row is `completed` (or, for

@@ -7,7 +7,7 @@
 //! others' all their jobs over (last `finished_at` − the enqueue's commit, read from the
 //! database clock once the enqueue returned). Reported: the ratios (medians over rounds), how
 //! long after its last dependency finished each dependent was first claimed (the fan-in; the
-//! diamonds' `d`, p99), the workers' lock wait timeouts, deadlocks and settlement hand-backs,
+//! diamonds' `d`, p99), the workers' lock wait timeouts, deadlocks and deferred settlements,
 //! and the server's row lock counters around each run. Checked: every handler ran once, every
 //! row `completed` after one claim, every dependent first claimed after all its dependencies
 //! finished, and no lock wait timeout.
@@ -111,7 +111,7 @@ impl Run {
 /// What went on under one kind of run, summed over its rounds.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RunCounters {
-    /// The workers' counters (lock waits, deadlocks, hand-backs, releases, …).
+    /// The workers' counters (lock waits, deadlocks, deferred settlements, releases, …).
     pub(crate) workers: CounterSnapshot,
     /// [`STATUS`] deltas except `Innodb_row_lock_time_max` (`None`: the server lacks it).
     pub(crate) row_lock_waits: Option<i64>,
