@@ -520,6 +520,11 @@ pub struct History {
     pub rolled_back_found: Vec<String>,
     /// Jobs, steps, edges or gates naming a workflow or job that does not exist.
     pub orphans: i64,
+    /// Edges still `open` whose dependency ended (completed, failed or cancelled), read at the
+    /// end: a settlement that never landed. (dependency, dependent)
+    pub unsettled: Vec<(u64, u64)>,
+    /// Workflows still `running` at the end with no step left to run.
+    pub unfinished: Vec<u64>,
 }
 
 /// One operator action of the audit trail, with the jobs it says it changed.
@@ -673,6 +678,7 @@ impl History {
         )
         .fetch_one(pool)
         .await?;
+        let (unsettled, unfinished) = unsettled(pool).await?;
         Ok(Self {
             jobs,
             writes,
@@ -684,6 +690,8 @@ impl History {
             grafted_by,
             rolled_back_found,
             orphans,
+            unsettled,
+            unfinished,
         })
     }
 
@@ -703,5 +711,40 @@ impl History {
         let mut v: Vec<_> = m.into_iter().collect();
         v.sort();
         v
+    }
+}
+
+/// Edges still `open` whose dependency ended, and workflows still `running` with no step left
+/// to run: what [`History::unsettled`] and [`History::unfinished`] hold.
+pub async fn unsettled(pool: &MySqlPool) -> Result<(Vec<(u64, u64)>, Vec<u64>), sqlx::Error> {
+    let edges: Vec<(u64, u64)> = sqlx::query_as(
+        "SELECT e.dep_id, e.dependent_id FROM mysqlq_wf_edge e JOIN job_queue d ON d.id = e.dep_id \
+         WHERE e.state = 'open' AND d.status IN ('completed', 'failed', 'cancelled') \
+         ORDER BY e.dep_id, e.dependent_id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let workflows: Vec<u64> = sqlx::query_scalar(
+        "SELECT w.id FROM mysqlq_workflow w WHERE w.state = 'running' AND NOT EXISTS \
+         (SELECT 1 FROM job_queue j WHERE j.workflow_id = w.id \
+          AND j.status IN ('waiting', 'pending', 'processing')) ORDER BY w.id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok((edges, workflows))
+}
+
+/// Waits (at most `patience`) until every ended dependency's edges are settled and every
+/// workflow with no step left to run is marked finished — the workers' deferred settlements
+/// and the leader's sweep have landed. Returns whether they did; the checker reports what is
+/// left either way.
+pub async fn settled(pool: &MySqlPool, patience: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + patience;
+    loop {
+        match unsettled(pool).await {
+            Ok((e, w)) if e.is_empty() && w.is_empty() => return true,
+            _ if std::time::Instant::now() >= end => return false,
+            _ => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
     }
 }

@@ -172,6 +172,9 @@ pub mod inv {
     pub const WF_GRAFT: &str = "workflow: what waits for a grafter waits for what it grafted";
     /// A workflow enqueued in a rolled-back transaction leaves nothing; no row dangles.
     pub const WF_ROLLBACK: &str = "workflow: a rolled-back enqueue leaves nothing";
+    /// Every ended dependency's edges are settled in the end (a deferred settlement lands), and
+    /// a workflow with no step left to run is marked finished.
+    pub const WF_SETTLED: &str = "workflow: every settlement lands, every workflow ends";
 }
 
 /// Builds the claims from the state writes and the runs.

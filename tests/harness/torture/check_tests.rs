@@ -478,6 +478,18 @@ fn workflow_a_step_claimed_before_its_dependency_completed_is_caught() {
 }
 
 #[test]
+fn workflow_a_settlement_that_never_landed_or_a_workflow_left_running_is_caught() {
+    let mut h = two_steps(false);
+    h.unsettled = vec![(1, 2)];
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_SETTLED), 1, "{r}");
+    let mut h = two_steps(false);
+    h.unfinished = vec![7];
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_SETTLED), 1, "{r}");
+}
+
+#[test]
 fn workflow_a_step_released_twice_or_cancelled_without_reason_is_caught() {
     let mut h = two_steps(false);
     h.writes.push(write(

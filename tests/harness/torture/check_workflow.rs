@@ -20,8 +20,8 @@ fn satisfies(end: &str, (ignore_failed, ignore_cancelled): (bool, bool)) -> bool
 }
 
 /// Checks: no early start, one release per step, upstream cancels only for a reason and never
-/// after a claim, every step whose dependencies all satisfied it ran, nothing of a rolled-back
-/// enqueue left, no dangling row.
+/// after a claim, every step whose dependencies all satisfied it ran, every settlement landed,
+/// nothing of a rolled-back enqueue left, no dangling row.
 pub(super) fn check(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Violation>) {
     let mut deps: HashMap<u64, Vec<u64>> = HashMap::new();
     for &(d, t) in &h.edges {
@@ -133,6 +133,17 @@ pub(super) fn check(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Viol
                 ),
             });
         }
+    }
+    if !h.unsettled.is_empty() || !h.unfinished.is_empty() {
+        v.push(Violation {
+            invariant: inv::WF_SETTLED,
+            jobs: h.unsettled.iter().map(|&(d, _)| d).collect(),
+            why: format!(
+                "edges (dependency, dependent) still open though the dependency ended: {:?}; \
+                 workflows still running with no step left to run: {:?}",
+                h.unsettled, h.unfinished
+            ),
+        });
     }
     if !h.rolled_back_found.is_empty() || h.orphans > 0 {
         v.push(Violation {
