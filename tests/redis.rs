@@ -628,13 +628,17 @@ async fn a_workflow_runs_through_the_streams_in_dependency_order() {
         .enqueue(&db.pool)
         .await
         .unwrap();
+    // The leader's sweep runs once an hour: each level is released by the completion of the
+    // one before, over Redis as over MySQL.
     let worker = db
         .worker()
         .concurrency(8)
+        .maintenance(Duration::from_secs(3600), Duration::from_secs(7200))
         .redis(r.connect().await)
         .start()
         .await
         .unwrap();
+    let metrics = worker.metrics();
     db.wait_for(
         "every step completed",
         &format!(
@@ -645,6 +649,11 @@ async fn a_workflow_runs_through_the_streams_in_dependency_order() {
     )
     .await;
     worker.shutdown().await.unwrap();
+    assert_eq!(
+        metrics.counters.snapshot().workflow_released,
+        5,
+        "the four `b` and `c` released by their dependencies' completions"
+    );
     // Each step claimed (taken from the stream) only after its dependencies completed.
     let early = db
         .scalar(

@@ -43,11 +43,15 @@ pub(crate) struct Entry {
     pub(crate) waited_us: u64,
     /// When the relay added it (the relay host's clock, µs since 1970): pickup latency only.
     pub(crate) relayed_at_us: u64,
+    /// The job's workflow, when it is a step: its completion then settles its dependents.
+    /// (Absent in entries of relays before it was carried: such a step is settled by the
+    /// sweep.)
+    pub(crate) workflow: Option<u64>,
 }
 
 /// Field names, in the order they are written.
-const FIELDS: [&str; 9] = [
-    "job", "token", "attempt", "max", "kind", "payload", "meta", "waited", "at",
+const FIELDS: [&str; 10] = [
+    "job", "token", "attempt", "max", "kind", "payload", "meta", "waited", "at", "wf",
 ];
 
 pub(crate) fn now_us() -> u64 {
@@ -68,6 +72,7 @@ impl Entry {
             meta: job.meta.clone(),
             waited_us: u64::try_from(job.waited.as_micros()).unwrap_or(u64::MAX),
             relayed_at_us: now_us(),
+            workflow: job.workflow,
         }
     }
 
@@ -90,15 +95,13 @@ impl Entry {
             meta: self.meta.clone(),
             waited: Duration::from_micros(self.waited_us.saturating_add(in_stream)),
             lease_sent: None,
-            // Not carried in the stream: a step completed over Redis is settled by the
-            // workflow sweep (`worker::workflow`) instead of its completion's transaction.
-            workflow: None,
+            workflow: self.workflow,
         }
     }
 
     /// The field/value pairs of `XADD`, as [`FIELDS`] orders them (an absent kind or meta is
     /// an empty value).
-    fn values(&self) -> [String; 9] {
+    fn values(&self) -> [String; 10] {
         [
             self.job.0.to_string(),
             self.token.clone(),
@@ -109,6 +112,7 @@ impl Entry {
             self.meta.clone().unwrap_or_default(),
             self.waited_us.to_string(),
             self.relayed_at_us.to_string(),
+            self.workflow.map(|w| w.to_string()).unwrap_or_default(),
         ]
     }
 
@@ -140,6 +144,12 @@ impl Entry {
             meta: opt(text("meta")?),
             waited_us: number("waited")?,
             relayed_at_us: number("at")?,
+            workflow: match map.get("wf") {
+                None => None,
+                Some(_) => opt(text("wf")?)
+                    .map(|w| w.parse::<u64>().map_err(|e| format!("field `wf`: {e}")))
+                    .transpose()?,
+            },
         })
     }
 }
@@ -236,13 +246,18 @@ mod tests {
             meta: Some("{}".into()),
             waited_us: 7,
             relayed_at_us: 9,
+            workflow: Some(3),
         };
         let map = FIELDS
             .iter()
             .zip(e.values())
             .map(|(k, v)| ((*k).to_owned(), redis::Value::BulkString(v.into_bytes())))
             .collect();
-        assert_eq!(Entry::parse(&map), Ok(e));
+        assert_eq!(Entry::parse(&map), Ok(e.clone()));
+        // An entry of a relay that did not carry the workflow: not a step, for this consumer.
+        let mut old = map.clone();
+        old.remove("wf");
+        assert_eq!(Entry::parse(&old).map(|o| o.workflow), Ok(None));
         let mut broken = map.clone();
         broken.remove("token");
         assert_eq!(Entry::parse(&broken), Err("field `token` missing".into()));
