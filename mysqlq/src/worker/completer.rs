@@ -224,9 +224,9 @@ pub(crate) async fn run(s: Arc<Shared>) {
             flush(&s, &mut batch).await;
         }
         let steps = c.next_steps();
-        super::deferred::complete_steps(&s, steps, &mut deferred).await;
+        complete_steps(&s, steps, &mut deferred).await;
         if stopping && c.is_empty() {
-            super::deferred::settle_before_stop(&s, &mut deferred, STOP_SETTLE).await;
+            settle_before_stop(&s, &mut deferred, STOP_SETTLE).await;
             return;
         }
     }
@@ -249,14 +249,81 @@ pub(crate) async fn flush_now(s: &Arc<Shared>) {
             flush(s, &mut batch).await;
         }
         let steps = s.completer.next_steps();
-        super::deferred::complete_steps(s, steps, &mut deferred).await;
+        complete_steps(s, steps, &mut deferred).await;
         if let Some(due) = deferred.next_due() {
             tokio::time::sleep_until(due).await;
-            super::deferred::complete_steps(s, Vec::new(), &mut deferred).await;
+            complete_steps(s, Vec::new(), &mut deferred).await;
         }
         if s.completer.is_empty() && deferred.is_empty() {
             return;
         }
+    }
+}
+
+/// Writes step completions with their settlement (one transaction), settling in it too the
+/// earlier completions whose settlement is due again; what finds its rows held is scheduled
+/// (again). Nothing to do without either.
+async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred) {
+    let earlier = deferred.take_due();
+    if keys.is_empty() && earlier.is_empty() {
+        return;
+    }
+    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
+    let result = write_retrying(s, "complete workflow steps", false, || async {
+        let mut conn = s.db.acquire().await?;
+        store::workflow::wf_complete_steps(&mut conn, &jobs, &earlier).await
+    })
+    .await;
+    match result {
+        Ok(settled) => {
+            let m = &s.metrics;
+            if !keys.is_empty() {
+                m.add(&m.counters.completion_flushes, 1);
+            }
+            m.add(&m.counters.workflow_released, settled.released.len() as u64);
+            m.add(
+                &m.counters.workflow_settle_deferred,
+                settled.deferred_now as u64,
+            );
+            done(s, &keys, &settled.report);
+            if !settled.released.is_empty() {
+                crate::wake::wake_local();
+            }
+            deferred.written(&earlier, &settled.unsettled);
+            deferred.held(settled.unsettled);
+        }
+        Err(e) => {
+            // Earlier completions keep open edges: the leader's sweep settles them.
+            if !earlier.is_empty() {
+                tracing::warn!(steps = earlier.len(), error = %e, "settling completed workflow steps failed; the workflow sweep will");
+                deferred.written(&earlier, &[]);
+            }
+            if !keys.is_empty() {
+                tracing::error!(jobs = keys.len(), error = %e, "step completions not written; the leases will bring the jobs back");
+                for k in &keys {
+                    s.forget(k);
+                }
+            }
+        }
+    }
+}
+
+/// At shutdown: tries the settlements left for at most `limit`, then leaves the rest to the
+/// leader's sweep.
+async fn settle_before_stop(s: &Arc<Shared>, deferred: &mut Deferred, limit: Duration) {
+    let end = tokio::time::Instant::now() + limit;
+    while let Some(due) = deferred.next_due() {
+        if due > end {
+            break;
+        }
+        tokio::time::sleep_until(due).await;
+        complete_steps(s, Vec::new(), deferred).await;
+    }
+    if !deferred.is_empty() {
+        tracing::info!(
+            steps = deferred.len(),
+            "workflow settlements still held at shutdown; the workflow sweep will write them"
+        );
     }
 }
 

@@ -1,5 +1,5 @@
-//! Step completions and the settlements written after them. The completer writes step
-//! completions with their settlement ([`store::workflow::wf_complete_steps`]); a completion
+//! When the settlements written after their completions are tried. The completer writes step
+//! completions with their settlement (`store::workflow::wf_complete_steps`); a completion
 //! whose dependent's gate, head or row another transaction holds is written without its
 //! settlement, which follows a moment later — with the next step completions' transaction, or
 //! in one of its own when none is queued — holding no job of this worker while it waits. So a
@@ -13,12 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use std::sync::Arc;
-
 use crate::JobId;
-use crate::store::{self, Owned};
-use crate::worker::write::write_retrying;
-use crate::worker::{Key, Shared};
 
 /// Longest pause between two tries of one settlement.
 const MAX_PAUSE: Duration = Duration::from_millis(200);
@@ -99,73 +94,6 @@ impl Deferred {
 
     pub(super) fn len(&self) -> usize {
         self.due.len()
-    }
-}
-
-/// Writes step completions with their settlement (one transaction), settling in it too the
-/// earlier completions whose settlement is due again; what finds its rows held is scheduled
-/// (again). Nothing to do without either.
-pub(super) async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred) {
-    let earlier = deferred.take_due();
-    if keys.is_empty() && earlier.is_empty() {
-        return;
-    }
-    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
-    let result = write_retrying(s, "complete workflow steps", false, || async {
-        let mut conn = s.db.acquire().await?;
-        store::workflow::wf_complete_steps(&mut conn, &jobs, &earlier).await
-    })
-    .await;
-    match result {
-        Ok(settled) => {
-            let m = &s.metrics;
-            if !keys.is_empty() {
-                m.add(&m.counters.completion_flushes, 1);
-            }
-            m.add(&m.counters.workflow_released, settled.released.len() as u64);
-            m.add(
-                &m.counters.workflow_settle_deferred,
-                settled.deferred_now as u64,
-            );
-            super::completer::done(s, &keys, &settled.report);
-            if !settled.released.is_empty() {
-                crate::wake::wake_local();
-            }
-            deferred.written(&earlier, &settled.unsettled);
-            deferred.held(settled.unsettled);
-        }
-        Err(e) => {
-            // Earlier completions keep open edges: the leader's sweep settles them.
-            if !earlier.is_empty() {
-                tracing::warn!(steps = earlier.len(), error = %e, "settling completed workflow steps failed; the workflow sweep will");
-                deferred.written(&earlier, &[]);
-            }
-            if !keys.is_empty() {
-                tracing::error!(jobs = keys.len(), error = %e, "step completions not written; the leases will bring the jobs back");
-                for k in &keys {
-                    s.forget(k);
-                }
-            }
-        }
-    }
-}
-
-/// At shutdown: tries the settlements left for at most `limit`, then leaves the rest to the
-/// leader's sweep.
-pub(super) async fn settle_before_stop(s: &Arc<Shared>, deferred: &mut Deferred, limit: Duration) {
-    let end = Instant::now() + limit;
-    while let Some(due) = deferred.next_due() {
-        if due > end {
-            break;
-        }
-        tokio::time::sleep_until(due).await;
-        complete_steps(s, Vec::new(), deferred).await;
-    }
-    if !deferred.is_empty() {
-        tracing::info!(
-            steps = deferred.len(),
-            "workflow settlements still held at shutdown; the workflow sweep will write them"
-        );
     }
 }
 
