@@ -92,7 +92,7 @@ async fn check_order_and_single_release(db: &TestDb) {
     let twice = db
         .scalar(
             "SELECT COUNT(*) FROM (SELECT job_id FROM wf_log WHERE old_status = 'waiting' \
-             AND new_status = 'pending' GROUP BY job_id HAVING COUNT(*) > 1) t",
+             AND new_status IN ('pending', 'processing') GROUP BY job_id HAVING COUNT(*) > 1) t",
         )
         .await;
     assert_eq!(twice, 0, "steps released more than once");
@@ -349,7 +349,7 @@ async fn a_step_starts_only_after_all_its_deps_completed_and_is_released_once() 
     );
     assert_eq!(
         db.scalar(
-            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status = 'pending'"
+            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status IN ('pending', 'processing')"
         )
         .await,
         30 * 3 + 151
@@ -433,7 +433,7 @@ async fn two_deps_finishing_together_on_two_workers_release_once() {
     check_order_and_single_release(&db).await;
     assert_eq!(
         db.scalar(
-            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status = 'pending'"
+            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status IN ('pending', 'processing')"
         )
         .await,
         ROUNDS
@@ -1238,7 +1238,7 @@ async fn completing_steps_never_waits_for_another_jobs_row() {
             token: format!("t{id}"),
         })
         .collect();
-    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned, &[])
+    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned, &[], None)
         .await
         .expect("completing our own steps does not wait for another job's row");
     assert_eq!(settled.report.done, 4);
@@ -1296,7 +1296,7 @@ async fn a_settlement_reads_only_its_own_gates() {
         id: mysqlq::JobId(a),
         token: "ta".to_owned(),
     }];
-    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned, &[])
+    let settled = mysqlq::store::workflow::wf_complete_steps(&mut conn, &owned, &[], None)
         .await
         .unwrap();
     let read = handler_reads(&mut conn).await - before;
@@ -1554,4 +1554,189 @@ async fn a_waiting_step_holds_its_dedupe_key_and_a_revive_that_would_collide_lea
     );
     assert_eq!(db.status(charge).await.as_deref(), Some("pending"));
     assert_eq!(db.status(ship).await.as_deref(), Some("cancelled"));
+}
+
+/// Marks `ids` claimed (`processing` under token `t<id>`) as a claim would, and returns them as
+/// the completer owns them.
+async fn claimed(db: &TestDb, ids: &[u64]) -> Vec<mysqlq::store::Owned> {
+    let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    db.exec(&format!(
+        "UPDATE job_queue SET status = 'processing', claim_token = CONCAT('t', id), attempts = 1, \
+         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id IN ({list})"
+    ))
+    .await;
+    ids.iter()
+        .map(|&id| mysqlq::store::Owned {
+            id: mysqlq::JobId(id),
+            token: format!("t{id}"),
+        })
+        .collect()
+}
+
+/// A step released by a completion is claimed in that transaction for the completing worker
+/// (`waiting` → `processing`, never `pending`), within the room it reserved; not when a job of a
+/// higher priority is ready in its queue, its queue is paused, it is scheduled later or it has
+/// an ordering key (those are released `pending`, for a claim to take by its rules). A write
+/// retried after a lost COMMIT reply finds, by the token, what its first attempt handed off.
+#[tokio::test]
+async fn a_released_step_is_handed_to_the_completing_worker_unless_a_claim_would_not_take_it() {
+    use mysqlq::store::workflow::{Handoff, wf_complete_steps};
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let later = EnqueueOptions::new().delay(Duration::from_secs(3600));
+    let keyed = EnqueueOptions::new().ordering_key("k");
+    let low = EnqueueOptions::new().priority(5);
+    let wf = Workflow::new("handoff")
+        .step("a", step("a", "ok"))
+        .unwrap()
+        .fan_out(
+            "leaf",
+            (0..5).map(|i| step(&format!("leaf{i}"), "ok")),
+            ["a"],
+        )
+        .unwrap()
+        .step_after_with("later", step("later", "ok"), ["a"], &later)
+        .unwrap()
+        .step_after_with("keyed", step("keyed", "ok"), ["a"], &keyed)
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let a = job_of(&db, wf.0, "a").await;
+    let mut conn = db.connect().await;
+    let token = "handoff-1".to_owned();
+    let h = Handoff {
+        worker_id: "w1",
+        token: &token,
+        lease: Duration::from_secs(60),
+        room: vec![("wf".to_owned(), 3)],
+    };
+    let owned = claimed(&db, &[a]).await;
+    let settled = wf_complete_steps(&mut conn, &owned, &[], Some(&h))
+        .await
+        .unwrap();
+    assert_eq!(settled.released.len(), 7, "five leaves, `later`, `keyed`");
+    let handed: Vec<u64> = settled.handed_off.iter().map(|j| j.job.id.0).collect();
+    assert_eq!(handed.len(), 3, "as many as the room: {handed:?}");
+    let leaves: Vec<u64> = sqlx::query_scalar(
+        "SELECT job_id FROM mysqlq_wf_step WHERE workflow_id = ? AND name = 'leaf' ORDER BY job_id",
+    )
+    .bind(wf.0)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(handed, leaves[..3], "the first leaves, in claim order");
+    for j in &settled.handed_off {
+        assert_eq!((j.queue.as_str(), j.job.attempt), ("wf", 1));
+    }
+    let rows = |sql: String| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (u64, String, Option<String>, Option<String>, u32)>(
+                sqlx::AssertSqlSafe(sql),
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let state = rows(format!(
+        "SELECT id, CAST(status AS CHAR), claim_token, locked_by, attempts FROM job_queue \
+         WHERE workflow_id = {} AND id <> {a} ORDER BY id",
+        wf.0
+    ))
+    .await;
+    for (id, status, token_, by, attempts) in &state {
+        if handed.contains(id) {
+            assert_eq!(
+                (status.as_str(), token_.as_deref(), by.as_deref(), *attempts),
+                ("processing", Some("handoff-1"), Some("w1"), 1),
+                "job {id}"
+            );
+        } else {
+            assert_eq!((status.as_str(), *attempts), ("pending", 0), "job {id}");
+        }
+    }
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM wf_log WHERE job_id IN ({}) AND old_status = 'waiting' \
+             AND new_status = 'processing'",
+            handed
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ))
+        .await,
+        3,
+        "claimed straight from `waiting`, never `pending`"
+    );
+
+    // The same write again (its COMMIT reply was lost): the handed-off steps are adopted, no
+    // step is claimed twice, nothing is released again.
+    let again = wf_complete_steps(&mut conn, &owned, &[], Some(&h))
+        .await
+        .unwrap();
+    let adopted: Vec<u64> = again.adopted.iter().map(|j| j.job.id.0).collect();
+    assert_eq!(adopted, handed);
+    assert!(again.handed_off.is_empty() && again.released.is_empty());
+    assert_eq!(again.report.settled.len(), 1, "a's completion recognised");
+
+    // A higher-priority job ready in the queue goes first; then a paused queue hands off
+    // nothing; then the room is taken again.
+    let two = |name: &str| {
+        Workflow::new(name)
+            .step("a", step(&format!("{name}-a"), "ok"))
+            .unwrap()
+            .step_after_with("b", step(&format!("{name}-b"), "ok"), ["a"], &low)
+            .unwrap()
+    };
+    // The first workflow's steps left `pending` (priority 0) are out of the way.
+    db.exec("DELETE FROM job_queue WHERE status = 'pending'")
+        .await;
+    let urgent = mysqlq::Job::enqueue_with(
+        &step("urgent", "ok"),
+        &db.pool,
+        &EnqueueOptions::new().priority(1),
+    )
+    .await
+    .unwrap()
+    .id();
+    for (name, paused, handed_off) in [("prio", false, 0), ("paused", true, 0), ("free", false, 1)]
+    {
+        let w = two(name).enqueue(&db.pool).await.unwrap();
+        let (wa, wb) = (job_of(&db, w.0, "a").await, job_of(&db, w.0, "b").await);
+        if name == "paused" {
+            db.exec(&format!("DELETE FROM job_queue WHERE id = {}", urgent.0))
+                .await;
+        }
+        db.exec(&format!(
+            "INSERT INTO mysqlq_queue (queue_name, paused) VALUES ('wf', {paused}) \
+             ON DUPLICATE KEY UPDATE paused = VALUES(paused)"
+        ))
+        .await;
+        let owned = claimed(&db, &[wa]).await;
+        let token = format!("handoff-{name}");
+        let h = Handoff {
+            token: &token,
+            ..h.clone()
+        };
+        let s = wf_complete_steps(&mut conn, &owned, &[], Some(&h))
+            .await
+            .unwrap();
+        assert_eq!(s.released, vec![mysqlq::JobId(wb)], "{name}");
+        assert_eq!(s.handed_off.len(), handed_off, "{name}");
+        let status: String =
+            sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
+                .bind(wb)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        let want = if handed_off == 1 {
+            "processing"
+        } else {
+            "pending"
+        };
+        assert_eq!(status, want, "{name}");
+    }
 }

@@ -76,9 +76,10 @@ counters! {
     deadlocks: "Deadlocks (1213) in mysqlq's own transactions, each retried.",
     lock_waits: "Lock wait timeouts (1205) in mysqlq's own transactions, each retried.",
     db_errors: "Other database errors (connection loss, server gone), each retried.",
-    workflow_released: "Workflow steps released (waiting -> pending) by this worker's settlements and sweeps.",
+    workflow_released: "Workflow steps released (waiting -> pending, or straight to processing when handed off) by this worker's settlements and sweeps.",
     workflow_upstream_cancelled: "Workflow steps cancelled because a dependency failed or was cancelled.",
     workflow_settle_deferred: "Step completions written without their settlement because a gate or dependent they settle was held by another transaction; settled by a follow-up transaction a moment later.",
+    workflow_handed_off: "Released workflow steps claimed for the worker in the transaction that released them (no claim of their own).",
 }
 
 /// Per-kind run statistics.

@@ -328,7 +328,7 @@ pub(super) async fn mark_claimed(
 /// their lease gone, and the reaper would take them from a healthy worker before their handlers
 /// started. The rows are this transaction's; a rewrite that is slow again is repeated (at most
 /// three times). Returns when the last rewrite was sent, if there was one.
-async fn restamp_if_slow(
+pub(super) async fn restamp_if_slow(
     conn: &mut MySqlConnection,
     tag: &str,
     ids: &[JobId],

@@ -178,6 +178,23 @@ impl Lanes {
     }
 }
 
+impl Lanes {
+    /// Room for one job of `queue` that is already claimed, held whatever the room (the lanes
+    /// go over their limit until it returns): a claimed job is run, never left to its lease.
+    pub(crate) fn reserve_forced(&self, queue: &str) -> Hold {
+        let lane = self.queues.get(queue).cloned();
+        self.worker.held.fetch_add(1, Ordering::SeqCst);
+        if let Some(l) = &lane {
+            l.held.fetch_add(1, Ordering::SeqCst);
+        }
+        Hold {
+            worker: self.worker.clone(),
+            queue: lane,
+            n: 1,
+        }
+    }
+}
+
 /// Room held in the lanes for `n` jobs; given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Hold {

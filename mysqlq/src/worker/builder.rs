@@ -412,6 +412,7 @@ impl WorkerBuilder {
             stop_services: CancellationToken::new(),
             slot_freed: Notify::new(),
             work_seen: Notify::new(),
+            steps_released: Notify::new(),
             stopping: AtomicBool::new(false),
             lease_unconfirmed: AtomicBool::new(false),
             completer: Arc::new(completer::Completer::new(carry_wait)),

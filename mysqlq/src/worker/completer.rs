@@ -15,18 +15,25 @@
 //! recognised as already written (the token stays on the row), never reported as lost; so is a
 //! carried completion whose claim failed, which comes back here to be written again.
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::store::{self, GuardedReport, Owned};
+use crate::worker::buffer::Hold;
 use crate::worker::deferred::Deferred;
+use crate::worker::executor::{self, Slot};
 use crate::worker::write::{WriteFailed, write_retrying};
 use crate::worker::{Key, Shared, WorkerEvent};
 
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
+/// Room reserved per completing step for the steps its settlement may hand off to this worker
+/// (at least a claim's batch in all).
+const HANDOFF_PER_STEP: usize = 4;
 /// How long a stopping worker goes on trying the settlements it deferred before it leaves them
 /// to the leader's sweep.
 const STOP_SETTLE: Duration = Duration::from_secs(2);
@@ -224,7 +231,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             flush(&s, &mut batch).await;
         }
         let steps = c.next_steps();
-        complete_steps(&s, steps, &mut deferred).await;
+        complete_steps(&s, steps, &mut deferred, Handoff::Allowed).await;
         if stopping && c.is_empty() {
             settle_before_stop(&s, &mut deferred, STOP_SETTLE).await;
             return;
@@ -249,10 +256,10 @@ pub(crate) async fn flush_now(s: &Arc<Shared>) {
             flush(s, &mut batch).await;
         }
         let steps = s.completer.next_steps();
-        complete_steps(s, steps, &mut deferred).await;
+        complete_steps(s, steps, &mut deferred, Handoff::Never).await;
         if let Some(due) = deferred.next_due() {
             tokio::time::sleep_until(due).await;
-            complete_steps(s, Vec::new(), &mut deferred).await;
+            complete_steps(s, Vec::new(), &mut deferred, Handoff::Never).await;
         }
         if s.completer.is_empty() && deferred.is_empty() {
             return;
@@ -260,22 +267,47 @@ pub(crate) async fn flush_now(s: &Arc<Shared>) {
     }
 }
 
+/// Whether a settlement may claim the steps it releases for this worker.
+#[derive(Debug, Clone, Copy)]
+enum Handoff {
+    /// The completer's own writes, while the worker claims.
+    Allowed,
+    /// `mysqlq::testing`'s drain (which runs what it claims itself, inline) and the settlements
+    /// left at shutdown.
+    Never,
+}
+
 /// Writes step completions with their settlement (one transaction), settling in it too the
 /// earlier completions whose settlement is due again; what finds its rows held is scheduled
 /// (again). Nothing to do without either.
-async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred) {
+async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred, may: Handoff) {
     let earlier = deferred.take_due();
     if keys.is_empty() && earlier.is_empty() {
         return;
     }
     let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
+    let mut room = match may {
+        Handoff::Allowed => handoff_room(s, &keys),
+        Handoff::Never => HashMap::new(),
+    };
+    let token = uuid::Uuid::new_v4().to_string();
+    let handoff = (!room.is_empty()).then(|| store::workflow::Handoff {
+        worker_id: &s.worker_id,
+        token: &token,
+        lease: s.config.lease,
+        room: room
+            .iter()
+            .map(|(q, h)| (q.clone(), u32::try_from(h.len()).unwrap_or(u32::MAX)))
+            .collect(),
+    });
+    let started = tokio::time::Instant::now();
     let result = write_retrying(s, "complete workflow steps", false, || async {
         let mut conn = s.db.acquire().await?;
-        store::workflow::wf_complete_steps(&mut conn, &jobs, &earlier).await
+        store::workflow::wf_complete_steps(&mut conn, &jobs, &earlier, handoff.as_ref()).await
     })
     .await;
     match result {
-        Ok(settled) => {
+        Ok(mut settled) => {
             let m = &s.metrics;
             if !keys.is_empty() {
                 m.add(&m.counters.completion_flushes, 1);
@@ -286,8 +318,17 @@ async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred
                 settled.deferred_now as u64,
             );
             done(s, &keys, &settled.report);
-            if !settled.released.is_empty() {
-                crate::wake::wake_local();
+            let lease_from = settled
+                .lease_sent
+                .map_or(started, tokio::time::Instant::from_std);
+            let taken = std::mem::take(&mut settled.handed_off);
+            let adopted = std::mem::take(&mut settled.adopted);
+            start_handed_off(s, &token, &mut room, taken, lease_from);
+            start_handed_off(s, &token, &mut room, adopted, started);
+            drop(room);
+            s.slot_freed.notify_waiters();
+            if !settled.released_queues.is_empty() {
+                wake_for_released(s, &settled.released_queues);
             }
             deferred.written(&earlier, &settled.unsettled);
             deferred.held(settled.unsettled);
@@ -308,6 +349,90 @@ async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred
     }
 }
 
+/// The room a settlement may claim released steps into ([`store::workflow::Handoff`]): in the
+/// queues of the steps it completes, at most a claim's batch each or [`HANDOFF_PER_STEP`] per
+/// step. None over the Redis
+/// transport (a released step goes through the relay), while the worker stops or claims
+/// nothing (its leases unconfirmed), or without room.
+fn handoff_room(s: &Shared, keys: &[Key]) -> HashMap<String, Hold> {
+    let mut room = HashMap::new();
+    if keys.is_empty()
+        || s.settled.is_some()
+        || s.stop_fetching.is_cancelled()
+        || s.lease_unconfirmed.load(Ordering::SeqCst)
+    {
+        return room;
+    }
+    let queues: BTreeSet<String> = {
+        let map = s.in_flight();
+        keys.iter()
+            .filter_map(|k| map.get(k).map(|f| f.ctx.queue().to_owned()))
+            .collect()
+    };
+    // A claim's batch, or more when many steps complete (each may release several).
+    let want = usize::try_from(s.config.batch_size)
+        .unwrap_or(usize::MAX)
+        .max(keys.len().saturating_mul(HANDOFF_PER_STEP));
+    for q in queues {
+        if s.config.queues.contains(&q) {
+            let hold = s.lanes.reserve(&q, want, &s.config);
+            if hold.len() > 0 {
+                room.insert(q, hold);
+            }
+        }
+    }
+    room
+}
+
+/// Starts the released steps a settlement claimed for this worker, each in the room reserved
+/// for its queue. The settlement never claims more than that room.
+fn start_handed_off(
+    s: &Arc<Shared>,
+    token: &str,
+    room: &mut HashMap<String, Hold>,
+    jobs: Vec<store::workflow::HandedOff>,
+    lease_from: tokio::time::Instant,
+) {
+    if jobs.is_empty() {
+        return;
+    }
+    let m = &s.metrics;
+    m.add(&m.counters.claims, jobs.len() as u64);
+    m.add(&m.counters.workflow_handed_off, jobs.len() as u64);
+    let token: Arc<str> = Arc::from(token);
+    for h in jobs {
+        let slot = match room.get_mut(&h.queue) {
+            Some(hold) if hold.len() > 0 => hold.split_one(),
+            // Not reachable (the settlement stays within the room); a job claimed beyond it
+            // still runs, in room reserved now, rather than wait for its lease to end.
+            _ => s.lanes.reserve_forced(&h.queue),
+        };
+        let lease_from = h
+            .job
+            .lease_sent
+            .map_or(lease_from, tokio::time::Instant::from_std);
+        executor::spawn(
+            s,
+            h.job,
+            &h.queue,
+            token.clone(),
+            Slot::Buffered(slot),
+            lease_from,
+        );
+    }
+}
+
+/// Steps were released into `queues`: this worker has the room their dependencies just gave
+/// back, so one of its own claim loops claims them — not every claim loop of the process, which
+/// all but one would then find nothing (an empty claim transaction each). The process's other
+/// workers (and the Redis relay) are woken only for a queue this worker does not claim from.
+fn wake_for_released(s: &Shared, queues: &[String]) {
+    s.steps_released.notify_one();
+    if s.settled.is_some() || queues.iter().any(|q| !s.config.queues.contains(q)) {
+        crate::wake::wake_local();
+    }
+}
+
 /// At shutdown: tries the settlements left for at most `limit`, then leaves the rest to the
 /// leader's sweep.
 async fn settle_before_stop(s: &Arc<Shared>, deferred: &mut Deferred, limit: Duration) {
@@ -317,7 +442,7 @@ async fn settle_before_stop(s: &Arc<Shared>, deferred: &mut Deferred, limit: Dur
             break;
         }
         tokio::time::sleep_until(due).await;
-        complete_steps(s, Vec::new(), deferred).await;
+        complete_steps(s, Vec::new(), deferred, Handoff::Never).await;
     }
     if !deferred.is_empty() {
         tracing::info!(

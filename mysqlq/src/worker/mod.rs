@@ -125,6 +125,9 @@ pub(crate) struct Shared {
     pub(crate) slot_freed: Notify,
     /// A claim loop found work after an idle round: the claim loops parked while idle join in.
     pub(crate) work_seen: Notify,
+    /// This worker's completions released workflow steps into its queues: one idle claim loop
+    /// (not every loop of the process, see [`crate::wake`]) claims them.
+    pub(crate) steps_released: Notify,
     pub(crate) stopping: AtomicBool,
     /// Set when jobs were stopped because no heartbeat could renew their lease; no claims until
     /// the database answers again.

@@ -134,6 +134,7 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             tokio::select! {
                 () = seen => {}
                 () = woken => {}
+                () = s.steps_released.notified() => {}
                 () = s.stop_fetching.cancelled() => return,
             }
             idle = floor;
@@ -145,6 +146,10 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = woken => {
+                idle = floor;
+                probe = false;
+            }
+            () = s.steps_released.notified() => {
                 idle = floor;
                 probe = false;
             }

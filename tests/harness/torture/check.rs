@@ -160,7 +160,8 @@ pub mod inv {
     pub const OPERATOR_TRAIL: &str = "the audit trail names every operator change, and only those";
     /// A workflow step is claimed only after each dependency ended in a way it accepts.
     pub const WF_EARLY: &str = "workflow: no step starts before its dependencies";
-    /// A workflow step is released (`waiting` → `pending`) at most once.
+    /// A workflow step is released (`waiting` → `pending`, or straight to `processing` when its
+    /// settlement hands it to the worker) at most once.
     pub const WF_ONCE: &str = "workflow: each step released once";
     /// A step cancelled by its upstream rule had a dependency that failed or was cancelled,
     /// which it does not accept, and was never claimed or released.

@@ -489,6 +489,41 @@ fn workflow_a_settlement_that_never_landed_or_a_workflow_left_running_is_caught(
     assert_eq!(r.count(inv::WF_SETTLED), 1, "{r}");
 }
 
+/// [`two_steps`] with step 2 handed off: its release is its claim (`waiting` → `processing`
+/// under the worker's token, in the settlement of step 1's completion).
+fn two_steps_handed_off(early: bool) -> History {
+    let mut h = two_steps(early);
+    h.writes
+        .retain(|w| !(w.job == 2 && w.old_status == "waiting"));
+    for w in &mut h.writes {
+        if w.job == 2 && w.old_status == "pending" && w.new_status == "processing" {
+            w.old_status = "waiting".to_owned();
+        }
+    }
+    h
+}
+
+#[test]
+fn workflow_a_handed_off_step_is_one_release_and_its_claim_is_checked_like_any() {
+    let r = check(&two_steps_handed_off(false));
+    assert!(r.ok(), "{r}");
+    let r = check(&two_steps_handed_off(true));
+    assert_eq!(r.count(inv::WF_EARLY), 1, "{r}");
+    // Released `pending` and handed off as well: twice.
+    let mut h = two_steps_handed_off(false);
+    h.writes.push(write(
+        2,
+        20,
+        ("waiting", "pending"),
+        (None, None),
+        "w",
+        None,
+    ));
+    h.writes.last_mut().unwrap().seq = 100;
+    let r = check(&h);
+    assert_eq!(r.count(inv::WF_ONCE), 1, "{r}");
+}
+
 #[test]
 fn workflow_a_step_released_twice_or_cancelled_without_reason_is_caught() {
     let mut h = two_steps(false);

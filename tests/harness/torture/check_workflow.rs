@@ -64,10 +64,14 @@ pub(super) fn check(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Viol
                 });
             }
         }
-        // Released once: `waiting` → `pending` at most once (no operator retries here).
+        // Released once: `waiting` → `pending` (or → `processing`, claimed by the worker whose
+        // settlement released it) at most once (no operator retries here).
         let releases = ws
             .iter()
-            .filter(|w| w.old_status == "waiting" && w.new_status == "pending")
+            .filter(|w| {
+                w.old_status == "waiting"
+                    && matches!(w.new_status.as_str(), "pending" | "processing")
+            })
             .count();
         if releases > 1 {
             v.push(Violation {

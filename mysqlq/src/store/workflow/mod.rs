@@ -12,12 +12,14 @@
 
 pub mod admin;
 pub mod graft;
+mod handoff;
 mod plan;
 mod prune;
 pub mod results;
 mod settle;
 mod sweep;
 
+pub use handoff::{HandedOff, Handoff};
 pub use prune::wf_prune;
 pub use settle::wf_complete_steps;
 pub use sweep::{Swept, wf_finish, wf_revive, wf_sweep};

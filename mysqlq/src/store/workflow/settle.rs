@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
 
 use super::NO_GATE;
+use super::handoff::{self, HandedOff, Handoff};
 use super::plan::{Edge, Gate, Plan, plan};
 use crate::store::guarded::{GuardedReport, Owned, job_complete_many};
 use crate::store::sql::{bind_ids, padded_len, placeholders};
@@ -22,6 +23,15 @@ pub struct Settled {
     pub unsettled: Vec<JobId>,
     /// Dependents released (`waiting` → `pending`).
     pub released: Vec<JobId>,
+    /// The queues of the dependents released `pending`, each once (those handed off are not).
+    pub released_queues: Vec<String>,
+    /// Dependents released and claimed for the worker in this transaction ([`super::handoff`]).
+    pub handed_off: Vec<HandedOff>,
+    /// When the statement that wrote [`Settled::handed_off`]'s leases was sent.
+    pub lease_sent: Option<std::time::Instant>,
+    /// Dependents an earlier attempt of this write claimed for the worker (its COMMIT reply was
+    /// lost), still the worker's: their leases were written by that attempt.
+    pub adopted: Vec<HandedOff>,
     /// How many of the steps completed now are in [`Settled::unsettled`] (the others there
     /// were deferred before).
     pub deferred_now: usize,
@@ -37,10 +47,16 @@ pub struct Settled {
 /// settlement. `earlier`: steps completed before whose settlement was deferred so, settled in
 /// this transaction when their rows can be locked now (with no `jobs`, a transaction that
 /// only settles them).
+///
+/// With `handoff`, dependents released here that the worker has room for are claimed for it in
+/// the same transaction ([`super::handoff`], [`Settled::handed_off`]); pass the same token to
+/// every attempt of one write, so that a retry after a lost COMMIT reply finds what the first
+/// attempt claimed.
 pub async fn wf_complete_steps(
     conn: &mut MySqlConnection,
     jobs: &[Owned],
     earlier: &[JobId],
+    handoff: Option<&Handoff<'_>>,
 ) -> Result<Settled, Error> {
     if jobs.is_empty() && earlier.is_empty() {
         return Ok(Settled::default());
@@ -50,6 +66,8 @@ pub async fn wf_complete_steps(
         .await?;
     let mut candidates: BTreeSet<u64> = BTreeSet::new();
     let mut again: Vec<JobId> = earlier.to_vec();
+    // Steps of `jobs` an earlier attempt of this write completed (its COMMIT reply was lost).
+    let mut retried: Vec<JobId> = Vec::new();
     if !jobs.is_empty() {
         // S0: the steps this transaction completes, locked: rows still `processing` under the
         // claim's token. By primary key only (FORCE INDEX), status and token checked here:
@@ -75,15 +93,35 @@ pub async fn wf_complete_steps(
                 // Completed by this claim already: a write retried after a lost COMMIT reply.
                 // Its settlement may have been deferred then: settled now if it was.
                 again.push(JobId(id));
+                retried.push(JobId(id));
             }
         }
     }
     let fresh = candidates.clone();
-    let mut held = lock_completed(&mut tx, &again, &mut candidates).await?;
-    let (p, edges) = settle_planned(&mut tx, &candidates).await?;
+    // What the earlier attempt handed off (before this attempt claims anything under the token).
+    let adopted = match handoff {
+        Some(h) if !retried.is_empty() => handoff::adopt(&mut tx, h.token, &retried).await?,
+        _ => Vec::new(),
+    };
+    let mut handed_off = Vec::new();
+    // The completions first: their rows are this transaction's already (S0), and the gates
+    // locked next are then held for the settlement's own writes only, not for this UPDATE too.
     let report = job_complete_many(&mut tx, jobs).await?;
+    let mut held = lock_completed(&mut tx, &again, &mut candidates).await?;
+    let (p, edges, queues) = settle_planned(&mut tx, &candidates).await?;
+    let mut lease_sent = None;
+    let mut pending: Vec<u64> = p.release.clone();
     if !p.settle.is_empty() {
         write_settlement(&mut tx, &p, &edges).await?;
+        if let Some(h) = handoff {
+            let room = handoff::room_left(h, &adopted);
+            let taken = handoff::take(&mut tx, &room, &p.release, &queues).await?;
+            let claimed: BTreeSet<u64> = taken.jobs.iter().map(|j| j.job.id.0).collect();
+            pending.retain(|d| !claimed.contains(d));
+            lease_sent = taken.lease_sent;
+            handed_off.extend(taken.jobs);
+        }
+        release(&mut tx, &pending).await?;
     }
     tx.commit().await?;
     held.extend(candidates.difference(&p.settle).map(|&d| JobId(d)));
@@ -91,6 +129,15 @@ pub async fn wf_complete_steps(
         report,
         unsettled: held,
         released: p.release.iter().map(|&d| JobId(d)).collect(),
+        released_queues: pending
+            .iter()
+            .filter_map(|d| queues.get(d).cloned())
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect(),
+        handed_off,
+        lease_sent,
+        adopted,
         deferred_now: fresh.difference(&p.settle).count(),
     })
 }
@@ -145,13 +192,14 @@ async fn lock_completed(
 
 /// S1–S4 for `candidates` (rows this transaction holds): their open edges, then the gates,
 /// heads and dependents their settlement writes, each locked `SKIP LOCKED`; the plan settles
-/// the candidates whose rows were all locked.
+/// the candidates whose rows were all locked. Also returns the queues of the dependents locked.
 async fn settle_planned(
     tx: &mut MySqlConnection,
     candidates: &BTreeSet<u64>,
-) -> Result<(Plan, Vec<Edge>), Error> {
+) -> Result<(Plan, Vec<Edge>, HashMap<u64, String>), Error> {
+    let mut queues = HashMap::new();
     if candidates.is_empty() {
-        return Ok((Plan::default(), Vec::new()));
+        return Ok((Plan::default(), Vec::new(), queues));
     }
     // S1: their unsettled edges (a plain read: only holders of the deps' locks write them).
     let edges = edges_open(tx, candidates).await?;
@@ -177,22 +225,24 @@ async fn settle_planned(
             // S4: the dependents that would be released.
             let locked = lock_rows(tx, &p.need_rows, true).await?;
             for d in &p.need_rows {
-                rows.insert(*d, locked.get(d).cloned());
+                rows.insert(*d, locked.get(d).map(|r| r.status.clone()));
             }
+            queues.extend(locked.into_iter().map(|(d, r)| (d, r.queue)));
             continue;
         }
-        return Ok((p, edges));
+        return Ok((p, edges, queues));
     }
 }
 
-/// `wf_edges_open`: the unsettled out-edges of `deps`.
+/// `wf_edges_open`: the unsettled out-edges of `deps`, by the primary key (`dep_id` first): with
+/// a long id list and stale statistics the server chose to scan every edge instead.
 async fn edges_open(conn: &mut MySqlConnection, deps: &BTreeSet<u64>) -> Result<Vec<Edge>, Error> {
     let ids: Vec<JobId> = deps.iter().map(|&d| JobId(d)).collect();
     let mut out = Vec::new();
     for chunk in ids.chunks(1000) {
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:wf_edges_open */ SELECT dep_id, dependent_id, block FROM mysqlq_wf_edge \
-             WHERE dep_id IN ({}) AND state = 'open'",
+             FORCE INDEX (PRIMARY) WHERE dep_id IN ({}) AND state = 'open'",
             placeholders(padded_len(chunk.len()))
         ));
         for r in bind_ids(sqlx::query(sql), chunk)
@@ -244,18 +294,27 @@ pub(super) async fn lock_gates(
     Ok(out)
 }
 
+/// A job row locked by [`lock_rows`].
+#[derive(Debug, Clone)]
+pub(super) struct RowLock {
+    /// Its status when locked.
+    pub(super) status: String,
+    /// Its queue (a release wakes the claim loops of that queue).
+    pub(super) queue: String,
+}
+
 /// `wf_release_lock`: locks job rows in id order (with `skip`, passing over held ones) and
-/// returns each locked row's status.
+/// returns each locked row's status and queue.
 pub(super) async fn lock_rows(
     conn: &mut MySqlConnection,
     ids: &BTreeSet<u64>,
     skip: bool,
-) -> Result<HashMap<u64, String>, Error> {
+) -> Result<HashMap<u64, RowLock>, Error> {
     let ids: Vec<JobId> = ids.iter().map(|&d| JobId(d)).collect();
     let mut out = HashMap::new();
     for chunk in ids.chunks(1000) {
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_release_lock */ SELECT id, CAST(status AS CHAR) AS status \
+            "/* mysqlq:wf_release_lock */ SELECT id, CAST(status AS CHAR) AS status, queue_name \
              FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) ORDER BY id FOR UPDATE{}",
             placeholders(padded_len(chunk.len())),
             if skip { " SKIP LOCKED" } else { "" }
@@ -264,13 +323,19 @@ pub(super) async fn lock_rows(
             .fetch_all(&mut *conn)
             .await?
         {
-            out.insert(r.try_get("id")?, r.try_get("status")?);
+            out.insert(
+                r.try_get("id")?,
+                RowLock {
+                    status: r.try_get("status")?,
+                    queue: r.try_get("queue_name")?,
+                },
+            );
         }
     }
     Ok(out)
 }
 
-/// The writes of a plan: the settled deps' edges `met`, the gates counted down, the releases.
+/// The writes of a plan but the releases: the settled deps' edges `met`, the gates counted down.
 async fn write_settlement(
     conn: &mut MySqlConnection,
     p: &Plan,
@@ -294,8 +359,7 @@ async fn write_settlement(
                 .await?;
         }
     }
-    count_down(conn, &p.dec, &p.closed).await?;
-    release(conn, &p.release).await
+    count_down(conn, &p.dec, &p.closed).await
 }
 
 /// `n` gate keys, `(step_id = ? AND block = ?) OR …`, for a WHERE clause: a range over the

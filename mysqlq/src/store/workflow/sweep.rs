@@ -160,8 +160,10 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Option<Swept>, 
         if locked.len() < heads.len() {
             return Ok(None);
         }
-        let rows: HashMap<u64, Option<String>> =
-            heads.iter().map(|d| (*d, locked.get(d).cloned())).collect();
+        let rows: HashMap<u64, Option<String>> = heads
+            .iter()
+            .map(|d| (*d, locked.get(d).map(|r| r.status.clone())))
+            .collect();
         let p = plan(&candidates, &edges, &gates, &heads, &rows)?;
         if p.settle.len() != 1 {
             return Err(Error::invalid(
