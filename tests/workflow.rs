@@ -1740,3 +1740,73 @@ async fn a_released_step_is_handed_to_the_completing_worker_unless_a_claim_would
         assert_eq!(status, want, "{name}");
     }
 }
+
+/// A fan-out's root settles its steps a chunk per transaction (at most
+/// `EDGES_PER_SETTLEMENT` = 1,000 edges each): the first chunk with its completion, the next
+/// ones by the settlements that follow (`Settled::more`), each edge once, until none is open.
+#[tokio::test]
+async fn a_wide_fan_outs_root_releases_its_steps_a_chunk_per_transaction() {
+    use mysqlq::store::workflow::wf_complete_steps;
+    let db = TestDb::new().await;
+    log_transitions(&db).await;
+    let wf = Workflow::new("wide")
+        .step("root", step("root", "ok"))
+        .unwrap()
+        .fan_out(
+            "leaf",
+            (0..2500).map(|i| step(&format!("leaf{i}"), "ok")),
+            ["root"],
+        )
+        .unwrap()
+        .step_after("fanin", step("fanin", "ok"), ["leaf"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let root = job_of(&db, wf.0, "root").await;
+    let owned = claimed(&db, &[root]).await;
+    let mut conn = db.connect().await;
+    let first = wf_complete_steps(&mut conn, &owned, &[], None)
+        .await
+        .unwrap();
+    assert_eq!(first.report.done, 1);
+    assert_eq!(
+        first.released.len(),
+        1000,
+        "the first chunk, with the completion"
+    );
+    assert_eq!(first.more, vec![mysqlq::JobId(root)]);
+    assert!(first.unsettled.is_empty());
+    let open_sql =
+        format!("SELECT COUNT(*) FROM mysqlq_wf_edge WHERE dep_id = {root} AND state = 'open'");
+    let open = || db.scalar(&open_sql);
+    assert_eq!(open().await, 1500);
+    let second = wf_complete_steps(&mut conn, &[], &first.more, None)
+        .await
+        .unwrap();
+    assert_eq!((second.released.len(), second.more.len()), (1000, 1));
+    let third = wf_complete_steps(&mut conn, &[], &second.more, None)
+        .await
+        .unwrap();
+    assert_eq!((third.released.len(), third.more.len()), (500, 0));
+    assert_eq!(open().await, 0);
+    let mut all: Vec<u64> = [&first, &second, &third]
+        .iter()
+        .flat_map(|s| s.released.iter().map(|j| j.0))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 2500, "every leaf released, none twice");
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM wf_log WHERE old_status = 'waiting' AND new_status = 'pending'"
+        )
+        .await,
+        2500
+    );
+    // Nothing left: a fourth settlement settles and releases nothing.
+    let fourth = wf_complete_steps(&mut conn, &[], &[mysqlq::JobId(root)], None)
+        .await
+        .unwrap();
+    assert!(fourth.released.is_empty() && fourth.more.is_empty());
+}

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::JobId;
 use crate::store::{self, GuardedReport, Owned};
 use crate::worker::buffer::Hold;
 use crate::worker::deferred::Deferred;
@@ -330,8 +331,15 @@ async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred
             if !settled.released_queues.is_empty() {
                 wake_for_released(s, &settled.released_queues);
             }
-            deferred.written(&earlier, &settled.unsettled);
+            let kept: Vec<JobId> = settled
+                .unsettled
+                .iter()
+                .chain(&settled.more)
+                .copied()
+                .collect();
+            deferred.written(&earlier, &kept);
             deferred.held(settled.unsettled);
+            deferred.more(settled.more);
         }
         Err(e) => {
             // Earlier completions keep open edges: the leader's sweep settles them.

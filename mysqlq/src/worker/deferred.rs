@@ -61,6 +61,15 @@ impl Deferred {
         }
     }
 
+    /// Schedules `ids` at once: their settlement goes on in parts (more open edges than one
+    /// transaction settles), it was not held; how often each was found held is kept.
+    pub(super) fn more(&mut self, ids: impl IntoIterator<Item = JobId>) {
+        let now = Instant::now();
+        for id in ids {
+            self.due.entry(id).or_insert((0, now)).1 = now;
+        }
+    }
+
     /// The earliest time a settlement is due.
     pub(super) fn next_due(&self) -> Option<Instant> {
         self.due.values().map(|e| e.1).min()

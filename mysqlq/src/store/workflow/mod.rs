@@ -37,6 +37,11 @@ pub const GATE_BLOCK: usize = 64;
 /// its release costs no gate row — a fan-out's leaves and a chain's links are released by a
 /// write of their own rows alone. A graft that adds dependencies to it gives it a gate then.
 pub const NO_GATE: u32 = u32::MAX;
+/// Most open edges of one dependency settled by one transaction. A fan-out's root settles its
+/// steps a chunk per transaction — the first chunk with its completion, the next ones at once
+/// after it (`Settled::more`) — so that the first steps are released (and can start) when
+/// that transaction commits, and no transaction locks and writes ten thousand rows.
+pub const EDGES_PER_SETTLEMENT: usize = 1000;
 /// Rows per multi-row INSERT of a workflow's steps, edges and gates.
 const INSERT_ROWS: usize = 500;
 /// `cancelled_by` of a step cancelled because a dependency failed or was cancelled.

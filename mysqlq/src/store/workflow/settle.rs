@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sqlx::{AssertSqlSafe, Connection as _, MySqlConnection, Row as _};
 
-use super::NO_GATE;
 use super::handoff::{self, HandedOff, Handoff};
 use super::plan::{Edge, Gate, Plan, plan};
+use super::{EDGES_PER_SETTLEMENT, NO_GATE};
 use crate::store::guarded::{GuardedReport, Owned, job_complete_many};
 use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
@@ -32,6 +32,10 @@ pub struct Settled {
     /// Dependents an earlier attempt of this write claimed for the worker (its COMMIT reply was
     /// lost), still the worker's: their leases were written by that attempt.
     pub adopted: Vec<HandedOff>,
+    /// Steps whose settlement this transaction began but did not finish: they have more open
+    /// edges than one transaction settles ([`super::EDGES_PER_SETTLEMENT`]; a fan-out's root). The
+    /// caller passes them to the next [`wf_complete_steps`] as `earlier`, at once.
+    pub more: Vec<JobId>,
     /// How many of the steps completed now are in [`Settled::unsettled`] (the others there
     /// were deferred before).
     pub deferred_now: usize,
@@ -108,11 +112,11 @@ pub async fn wf_complete_steps(
     // locked next are then held for the settlement's own writes only, not for this UPDATE too.
     let report = job_complete_many(&mut tx, jobs).await?;
     let mut held = lock_completed(&mut tx, &again, &mut candidates).await?;
-    let (p, edges, queues) = settle_planned(&mut tx, &candidates).await?;
+    let (p, edges, queues, capped) = settle_planned(&mut tx, &candidates).await?;
     let mut lease_sent = None;
     let mut pending: Vec<u64> = p.release.clone();
     if !p.settle.is_empty() {
-        write_settlement(&mut tx, &p, &edges).await?;
+        write_settlement(&mut tx, &p, &edges, &capped).await?;
         if let Some(h) = handoff {
             let room = handoff::room_left(h, &adopted);
             let taken = handoff::take(&mut tx, &room, &p.release, &queues).await?;
@@ -125,7 +129,13 @@ pub async fn wf_complete_steps(
     }
     tx.commit().await?;
     held.extend(candidates.difference(&p.settle).map(|&d| JobId(d)));
+    let more: Vec<JobId> = capped
+        .iter()
+        .filter(|d| p.settle.contains(d))
+        .map(|&d| JobId(d))
+        .collect();
     Ok(Settled {
+        more,
         report,
         unsettled: held,
         released: p.release.iter().map(|&d| JobId(d)).collect(),
@@ -196,13 +206,14 @@ async fn lock_completed(
 async fn settle_planned(
     tx: &mut MySqlConnection,
     candidates: &BTreeSet<u64>,
-) -> Result<(Plan, Vec<Edge>, HashMap<u64, String>), Error> {
+) -> Result<(Plan, Vec<Edge>, HashMap<u64, String>, BTreeSet<u64>), Error> {
     let mut queues = HashMap::new();
     if candidates.is_empty() {
-        return Ok((Plan::default(), Vec::new(), queues));
+        return Ok((Plan::default(), Vec::new(), queues, BTreeSet::new()));
     }
-    // S1: their unsettled edges (a plain read: only holders of the deps' locks write them).
-    let edges = edges_open(tx, candidates).await?;
+    // S1: their unsettled edges (a plain read: only holders of the deps' locks write them), at
+    // most EDGES_PER_SETTLEMENT per dependency.
+    let (edges, capped) = cap_edges(edges_open(tx, candidates).await?);
     // S2: the gates those edges count in, never waited for.
     let keys: BTreeSet<(u64, u32)> = edges
         .iter()
@@ -230,7 +241,7 @@ async fn settle_planned(
             queues.extend(locked.into_iter().map(|(d, r)| (d, r.queue)));
             continue;
         }
-        return Ok((p, edges, queues));
+        return Ok((p, edges, queues, capped));
     }
 }
 
@@ -335,15 +346,55 @@ pub(super) async fn lock_rows(
     Ok(out)
 }
 
-/// The writes of a plan but the releases: the settled deps' edges `met`, the gates counted down.
+/// Keeps at most [`EDGES_PER_SETTLEMENT`] edges per dependency, the lowest dependent ids; returns
+/// them and the dependencies that had more.
+fn cap_edges(mut edges: Vec<Edge>) -> (Vec<Edge>, BTreeSet<u64>) {
+    edges.sort_by_key(|e| (e.dep, e.dependent));
+    let mut capped = BTreeSet::new();
+    let mut kept = Vec::with_capacity(edges.len());
+    let mut run = (None, 0usize);
+    for e in edges {
+        if run.0 != Some(e.dep) {
+            run = (Some(e.dep), 0);
+        }
+        run.1 += 1;
+        if run.1 > EDGES_PER_SETTLEMENT {
+            capped.insert(e.dep);
+        } else {
+            kept.push(e);
+        }
+    }
+    (kept, capped)
+}
+
+/// The writes of a plan but the releases: the settled deps' edges `met` (of a `capped`
+/// dependency only the edges planned, by their keys), the gates counted down.
 async fn write_settlement(
     conn: &mut MySqlConnection,
     p: &Plan,
     edges: &[Edge],
+    capped: &BTreeSet<u64>,
 ) -> Result<(), Error> {
+    for &dep in capped.iter().filter(|d| p.settle.contains(d)) {
+        let ids: Vec<JobId> = edges
+            .iter()
+            .filter(|e| e.dep == dep)
+            .map(|e| JobId(e.dependent))
+            .collect();
+        for chunk in ids.chunks(1000) {
+            let sql = AssertSqlSafe(format!(
+                "/* mysqlq:wf_edges_met */ UPDATE mysqlq_wf_edge FORCE INDEX (PRIMARY) SET state = 'met' \
+                 WHERE dep_id = ? AND dependent_id IN ({}) AND state = 'open'",
+                placeholders(padded_len(chunk.len()))
+            ));
+            bind_ids(sqlx::query(sql).bind(dep), chunk)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
     let settled: BTreeSet<u64> = edges
         .iter()
-        .filter(|e| p.settle.contains(&e.dep))
+        .filter(|e| p.settle.contains(&e.dep) && !capped.contains(&e.dep))
         .map(|e| e.dep)
         .collect();
     if !settled.is_empty() {
