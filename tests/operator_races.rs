@@ -478,3 +478,58 @@ async fn a_purge_and_a_retry_of_the_same_failed_job_do_not_deadlock() {
     assert!(purged.is_ok(), "the purge failed: {purged:?}");
     assert_eq!(db.status(id.0).await.as_deref(), Some("pending"));
 }
+
+/// The leader's prune of silent workers never deadlocks with a worker registering or reporting
+/// in. Found in the bench: `stats_prune`'s `DELETE … WHERE last_seen_at < ?` scanned
+/// `idx_worker_seen`, locking each entry and then its row — also the first live row past the
+/// range, to check it — while `worker_register` (and `worker_seen`) lock the row first and then
+/// its `idx_worker_seen` entry: the register was rolled back (1213) and the worker failed to
+/// start. Here a transaction stands in for the register (the row, then its entry) and the
+/// prune runs between the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_silent_workers_never_deadlocks_with_workers_reporting_in() {
+    let db = TestDb::new().await;
+    db.exec(
+        "INSERT INTO mysqlq_worker (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at) VALUES \
+         ('stale', 'h', 1, 'q', 1, 0, UTC_TIMESTAMP(6) - INTERVAL 3 DAY, UTC_TIMESTAMP(6) - INTERVAL 2 DAY), \
+         ('w1', 'h', 1, 'q', 1, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)",
+    )
+    .await;
+    let mut worker = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut worker).await.unwrap();
+    sqlx::query("SELECT worker_id FROM mysqlq_worker WHERE worker_id = 'w1' FOR UPDATE")
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    let mut leader = db.connect().await;
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 5")
+        .execute(&mut leader)
+        .await
+        .unwrap();
+    let prune = tokio::spawn(async move {
+        let r = mysqlq::store::stats_prune(&mut leader, Duration::from_secs(24 * 3600)).await;
+        (r, leader)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = sqlx::query(
+        "UPDATE mysqlq_worker SET last_seen_at = UTC_TIMESTAMP(6) WHERE worker_id = 'w1'",
+    )
+    .execute(&mut worker)
+    .await;
+    sqlx::query("COMMIT").execute(&mut worker).await.unwrap();
+    let (pruned, _leader) = prune.await.unwrap();
+    seen.expect("a worker reporting in is not rolled back by the prune");
+    pruned.expect("the prune is not rolled back by a worker reporting in");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_worker WHERE worker_id = 'stale'")
+            .await,
+        0,
+        "the silent worker was pruned"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_worker WHERE worker_id = 'w1'")
+            .await,
+        1,
+        "the live worker was not"
+    );
+}

@@ -174,14 +174,39 @@ pub async fn stats_flush(
 
 /// `stats_prune`: drops statistics rows older than `older_than`, and rows of workers stopped
 /// or silent for that long.
+///
+/// The workers' rows are found by a plain read of `idx_worker_seen` and deleted by their
+/// primary key, the condition checked again under the row lock: a `DELETE … WHERE last_seen_at
+/// < ?` locked each index entry and then its row — the first live row past the range too —,
+/// the opposite order of a worker registering or reporting in (its row, then its entry), and
+/// the two deadlocked (a worker failed to start with 1213).
 pub async fn stats_prune(conn: &mut MySqlConnection, older_than: Duration) -> Result<(), Error> {
     let us = super::micros(older_than);
     for sql in [
         "/* mysqlq:stats_prune */ DELETE FROM mysqlq_stats_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
         "/* mysqlq:stats_prune */ DELETE FROM mysqlq_kind_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
-        "/* mysqlq:stats_prune */ DELETE FROM mysqlq_worker WHERE last_seen_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT 1000",
     ] {
         sqlx::query(sql).bind(us).execute(&mut *conn).await?;
     }
+    let silent: Vec<String> = sqlx::query_scalar(
+        "/* mysqlq:stats_prune_workers */ SELECT worker_id FROM mysqlq_worker \
+         WHERE last_seen_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT 1000",
+    )
+    .bind(us)
+    .fetch_all(&mut *conn)
+    .await?;
+    if silent.is_empty() {
+        return Ok(());
+    }
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:stats_prune_workers */ DELETE FROM mysqlq_worker \
+         WHERE worker_id IN ({}) AND last_seen_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+        super::sql::placeholders(silent.len())
+    ));
+    let mut q = sqlx::query(sql);
+    for id in &silent {
+        q = q.bind(id);
+    }
+    q.bind(us).execute(&mut *conn).await?;
     Ok(())
 }
