@@ -302,6 +302,35 @@ pub(super) async fn mark_claimed(
     ids: &[JobId],
     p: &ClaimParams<'_>,
 ) -> Result<u64, Error> {
+    mark_claimed_from(conn, tag, Claimable::Pending, take_attempt, ids, p).await
+}
+
+/// The status a claim takes jobs from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Claimable {
+    /// Ready jobs (the claim, the relay).
+    Pending,
+    /// Workflow steps released and claimed at once (the handoff): `available_at` is moved up to
+    /// now, as a release does.
+    Waiting,
+}
+
+/// [`mark_claimed`] of rows locked in status `from`.
+pub(super) async fn mark_claimed_from(
+    conn: &mut MySqlConnection,
+    tag: &str,
+    from: Claimable,
+    take_attempt: bool,
+    ids: &[JobId],
+    p: &ClaimParams<'_>,
+) -> Result<u64, Error> {
+    let (released, status) = match from {
+        Claimable::Pending => ("", "pending"),
+        Claimable::Waiting => (
+            ", available_at = GREATEST(available_at, UTC_TIMESTAMP(6))",
+            "waiting",
+        ),
+    };
     let attempt = if take_attempt {
         ", attempts = attempts + (attempts < 4294967295), \
          first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6))"
@@ -310,8 +339,8 @@ pub(super) async fn mark_claimed(
     };
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:{tag} */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
-         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND{attempt} \
-         WHERE id IN ({}) AND status = 'pending'",
+         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND{attempt}{released} \
+         WHERE id IN ({}) AND status = '{status}'",
         placeholders(padded_len(ids.len()))
     ));
     let q = sqlx::query(sql)

@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AssertSqlSafe, MySqlConnection, Row as _};
 
-use crate::store::claim::{CLAIM_COLUMNS, ClaimParams, ClaimedJob, claimed_job, restamp_if_slow};
-use crate::store::sql::{bind_ids, micros, padded_len, placeholders};
+use crate::store::claim::{
+    CLAIM_COLUMNS, ClaimParams, Claimable, ClaimedJob, claimed_job, mark_claimed_from,
+    restamp_if_slow,
+};
+use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
 
 /// Released steps a settlement may claim for the worker writing it.
@@ -127,21 +130,17 @@ pub(super) async fn take(
         return Ok(Taken::default());
     }
     let ids: Vec<JobId> = jobs.iter().map(|j| j.job.id).collect();
+    let p = ClaimParams {
+        queue: "",
+        limit: 0,
+        skip: 0,
+        worker_id: h.worker_id,
+        token: h.token,
+        lease: h.lease,
+    };
     let sent = Instant::now();
-    let sql = AssertSqlSafe(format!(
-        "/* mysqlq:wf_handoff */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'processing', \
-         locked_by = ?, claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-         attempts = attempts + (attempts < 4294967295), \
-         first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)), \
-         available_at = GREATEST(available_at, UTC_TIMESTAMP(6)) \
-         WHERE id IN ({}) AND status = 'waiting'",
-        placeholders(padded_len(ids.len()))
-    ));
-    let q = sqlx::query(sql)
-        .bind(h.worker_id)
-        .bind(h.token)
-        .bind(micros(h.lease));
-    let updated = bind_ids(q, &ids).execute(&mut *conn).await?.rows_affected();
+    let updated =
+        mark_claimed_from(&mut *conn, "wf_handoff", Claimable::Waiting, true, &ids, &p).await?;
     if updated != ids.len() as u64 {
         // Impossible while this transaction holds the rows; the caller rolls it back.
         return Err(Error::invalid(
@@ -152,14 +151,6 @@ pub(super) async fn take(
             ),
         ));
     }
-    let p = ClaimParams {
-        queue: "",
-        limit: 0,
-        skip: 0,
-        worker_id: h.worker_id,
-        token: h.token,
-        lease: h.lease,
-    };
     let restamped = restamp_if_slow(&mut *conn, "wf_handoff", &ids, &p, sent.elapsed()).await?;
     Ok(Taken {
         jobs,
