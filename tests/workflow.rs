@@ -1810,3 +1810,124 @@ async fn a_wide_fan_outs_root_releases_its_steps_a_chunk_per_transaction() {
         .unwrap();
     assert!(fourth.released.is_empty() && fourth.more.is_empty());
 }
+
+/// Grafts one step `keyed` with dedupe key `key`, after this step (`g`): records the graft
+/// (`grafted:<id>`) or its refusal (`refused:<holder>`), then — the grafted step waiting, so
+/// holding the key — what a plain enqueue with the key gets (`dedupe:<holder>`). Fails its first
+/// attempt after grafting: the retry gets the same step back.
+#[mysqlq::job(queue = "wf", retries = 1, backoff = "10ms")]
+async fn wf_keyed(ctx: JobContext, key: String) -> Result<(), JobError> {
+    let keyed = EnqueueOptions::new().dedupe_key(key.clone());
+    let graft = ctx
+        .graft()
+        .step_after_with("keyed", step(&format!("keyed-{key}"), "ok"), ["g"], &keyed)
+        .map_err(JobError::fail)?
+        .enqueue()
+        .await;
+    match graft {
+        Ok(ids) => {
+            record(&ctx, &format!("grafted:{}", ids[0].0), "graft").await?;
+            let pool = ctx.pool().expect("a pool");
+            let again = mysqlq::Job::enqueue_with(
+                &step("other", "ok"),
+                pool,
+                &EnqueueOptions::new().queue("elsewhere").dedupe_key(key),
+            )
+            .await
+            .map_err(JobError::fail)?;
+            let what = match again {
+                mysqlq::Enqueued::Duplicate(h) => format!("dedupe:{}", h.0),
+                other => format!("not deduplicated: {other:?}"),
+            };
+            record(&ctx, &what, "enqueue").await?;
+            if ctx.attempt() == 1 {
+                return Err(JobError::retry("fails once after grafting"));
+            }
+        }
+        Err(mysqlq::Error::Workflow(WorkflowError::Duplicate { holder, .. })) => {
+            record(&ctx, &format!("refused:{}", holder.0), "graft").await?;
+        }
+        Err(e) => return Err(JobError::fail(e)),
+    }
+    Ok(())
+}
+
+/// A grafted step keeps its dedupe key like any step: a key another job holds refuses the
+/// graft (naming the holder, nothing added); a free key is held by the grafted step while it
+/// waits (a plain enqueue with it is deduplicated onto the step); a retried grafter gets the
+/// same step back, not a refusal by its own key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grafted_step_holds_its_dedupe_key_and_a_held_key_refuses_the_graft() {
+    let db = TestDb::new().await;
+    let holder = mysqlq::Job::enqueue_with(
+        &step("holder", "ok"),
+        &db.pool,
+        &EnqueueOptions::new().queue("elsewhere").dedupe_key("held"),
+    )
+    .await
+    .unwrap()
+    .id();
+    for key in ["held", "free"] {
+        Workflow::new(key)
+            .step(
+                "g",
+                WfKeyed {
+                    key: key.to_owned(),
+                },
+            )
+            .unwrap()
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    let w = db.worker().queues(["wf"]).start().await.unwrap();
+    wait_or_dump(
+        &db,
+        "both grafters and the grafted step done",
+        "SELECT COUNT(*) = 3 FROM job_queue WHERE queue_name = 'wf' AND status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    w.shutdown().await.unwrap();
+    let tags = |event: &str| {
+        let pool = db.pool.clone();
+        let event = event.to_owned();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT tag FROM test_runs WHERE event = ? ORDER BY id")
+                .bind(event)
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let grafts = tags("graft").await;
+    let refused = format!("refused:{}", holder.0);
+    assert!(grafts.contains(&refused), "{grafts:?}");
+    let grafted: Vec<&String> = grafts
+        .iter()
+        .filter(|t| t.starts_with("grafted:"))
+        .collect();
+    assert_eq!(
+        grafted.len(),
+        2,
+        "the free key's grafter, twice: {grafts:?}"
+    );
+    assert_eq!(grafted[0], grafted[1], "the retry got the same step back");
+    let step_id = &grafted[0]["grafted:".len()..];
+    assert_eq!(
+        tags("enqueue").await,
+        vec![format!("dedupe:{step_id}"); 2],
+        "the waiting grafted step holds its key"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_wf_step WHERE name = 'keyed'")
+            .await,
+        1,
+        "nothing added for the held key, once for the free one"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM test_runs WHERE tag = 'keyed-free' AND event = 'start'")
+            .await,
+        1
+    );
+}

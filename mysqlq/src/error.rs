@@ -410,15 +410,6 @@ pub enum WorkflowError {
         /// The limit.
         limit: usize,
     },
-    /// A dedupe key on a step added by a graft (`ctx.graft`, `ctx.batch_add`).
-    #[error(
-        "step `{step}` added by a graft has a dedupe key: grafted steps cannot have one (a \
-         retried grafter adds them again by name, not by key); enqueue the keyed job on its own"
-    )]
-    DedupeInGraft {
-        /// The step.
-        step: String,
-    },
     /// `dedupe_replace` on a step.
     #[error(
         "step `{step}` uses `dedupe_replace`, which a workflow step cannot: a step is never rewritten"

@@ -43,11 +43,7 @@ impl JobContext {
 impl Graft {
     /// A step with no dependencies (it starts as soon as the graft commits).
     pub fn step<J: Job>(self, name: &str, job: J) -> Result<Self, Error> {
-        self.add(
-            name,
-            vec![NewJob::from_job(&job, &EnqueueOptions::new())?],
-            &[] as &[&str],
-        )
+        self.step_after_with(name, job, [""; 0], &EnqueueOptions::new())
     }
 
     /// A step after `deps`: earlier steps of this graft, or the grafter's own step name.
@@ -57,12 +53,27 @@ impl Graft {
         job: J,
         deps: impl IntoIterator<Item = S>,
     ) -> Result<Self, Error> {
+        self.step_after_with(name, job, deps, &EnqueueOptions::new())
+    }
+
+    /// [`step`](Self::step) with enqueue options (queue, priority, attempts, delay, keys, meta).
+    /// A dedupe key held by another job refuses the whole graft
+    /// ([`WorkflowError::Duplicate`](crate::workflow::WorkflowError::Duplicate), naming the
+    /// holder); a retried grafter gets the steps it added before by name, key and all.
+    pub fn step_with<J: Job>(self, name: &str, job: J, o: &EnqueueOptions) -> Result<Self, Error> {
+        self.step_after_with(name, job, [""; 0], o)
+    }
+
+    /// [`step_after`](Self::step_after) with enqueue options.
+    pub fn step_after_with<J: Job, S: AsRef<str>>(
+        self,
+        name: &str,
+        job: J,
+        deps: impl IntoIterator<Item = S>,
+        o: &EnqueueOptions,
+    ) -> Result<Self, Error> {
         let deps: Vec<String> = deps.into_iter().map(|d| d.as_ref().to_owned()).collect();
-        self.add(
-            name,
-            vec![NewJob::from_job(&job, &EnqueueOptions::new())?],
-            &deps,
-        )
+        self.add(name, vec![NewJob::from_job(&job, o)?], &deps)
     }
 
     /// A fan-out: one step per job, all named `name`, all after `deps`.
@@ -123,13 +134,11 @@ impl Graft {
             }
             .into());
         }
-        for j in &jobs {
-            if j.row.dedupe_replace || j.row.dedupe_key.is_some() {
-                return Err(WorkflowError::DedupeInGraft {
-                    step: name.to_owned(),
-                }
-                .into());
+        if jobs.iter().any(|j| j.row.dedupe_replace) {
+            return Err(WorkflowError::DedupeReplace {
+                step: name.to_owned(),
             }
+            .into());
         }
         let deps = deps.iter().map(|d| d.as_ref().to_owned()).collect();
         self.steps.push((name.to_owned(), jobs, deps, false, false));
