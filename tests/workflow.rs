@@ -1811,6 +1811,68 @@ async fn a_wide_fan_outs_root_releases_its_steps_a_chunk_per_transaction() {
     assert!(fourth.released.is_empty() && fourth.more.is_empty());
 }
 
+/// A settlement that goes with a step completion and an earlier step's next chunk hands off
+/// steps of both; written again (its COMMIT reply lost), it adopts every one of them — also
+/// those released by the earlier step's chunk, not only its own completion's.
+#[tokio::test]
+async fn a_retried_settlement_adopts_what_it_handed_off_for_an_earlier_steps_chunk() {
+    use mysqlq::store::workflow::{Handoff, wf_complete_steps};
+    let db = TestDb::new().await;
+    let wide = Workflow::new("wide")
+        .step("root", step("root", "ok"))
+        .unwrap()
+        .fan_out(
+            "leaf",
+            (0..1200).map(|i| step(&format!("leaf{i}"), "ok")),
+            ["root"],
+        )
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let root = job_of(&db, wide.0, "root").await;
+    let mut conn = db.connect().await;
+    let first = wf_complete_steps(&mut conn, &claimed(&db, &[root]).await, &[], None)
+        .await
+        .unwrap();
+    assert_eq!((first.released.len(), first.more.len()), (1000, 1));
+    // Out of the way: the first chunk's leaves, so that no ready job is ahead of the next.
+    db.exec(&format!(
+        "DELETE FROM job_queue WHERE workflow_id = {} AND status = 'pending'",
+        wide.0
+    ))
+    .await;
+    let small = Workflow::new("small")
+        .step("a", step("a", "ok"))
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let a = job_of(&db, small.0, "a").await;
+    let owned = claimed(&db, &[a]).await;
+    let token = "handoff-both".to_owned();
+    let h = Handoff {
+        worker_id: "w1",
+        token: &token,
+        lease: Duration::from_secs(60),
+        room: vec![("wf".to_owned(), 5)],
+    };
+    let once = wf_complete_steps(&mut conn, &owned, &first.more, Some(&h))
+        .await
+        .unwrap();
+    assert_eq!(once.released.len(), 200, "the root's last chunk");
+    let mut handed: Vec<u64> = once.handed_off.iter().map(|j| j.job.id.0).collect();
+    assert_eq!(handed.len(), 5, "as many as the room");
+    let again = wf_complete_steps(&mut conn, &owned, &first.more, Some(&h))
+        .await
+        .unwrap();
+    let mut adopted: Vec<u64> = again.adopted.iter().map(|j| j.job.id.0).collect();
+    handed.sort_unstable();
+    adopted.sort_unstable();
+    assert_eq!(adopted, handed, "every step the first attempt handed off");
+    assert!(again.handed_off.is_empty() && again.released.is_empty());
+}
+
 /// Grafts one step `keyed` with dedupe key `key`, after this step (`g`): records the graft
 /// (`grafted:<id>`) or its refusal (`refused:<holder>`), then — the grafted step waiting, so
 /// holding the key — what a plain enqueue with the key gets (`dedupe:<holder>`). Fails its first

@@ -359,9 +359,8 @@ async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred
 
 /// The room a settlement may claim released steps into ([`store::workflow::Handoff`]): in the
 /// queues of the steps it completes, at most a claim's batch each or [`HANDOFF_PER_STEP`] per
-/// step. None over the Redis
-/// transport (a released step goes through the relay), while the worker stops or claims
-/// nothing (its leases unconfirmed), or without room.
+/// step. None over the Redis transport (a released step goes through the relay), while the
+/// worker stops or claims nothing (its leases unconfirmed), or without room.
 fn handoff_room(s: &Shared, keys: &[Key]) -> HashMap<String, Hold> {
     let mut room = HashMap::new();
     if keys.is_empty()

@@ -70,8 +70,9 @@ pub async fn wf_complete_steps(
         .await?;
     let mut candidates: BTreeSet<u64> = BTreeSet::new();
     let mut again: Vec<JobId> = earlier.to_vec();
-    // Steps of `jobs` an earlier attempt of this write completed (its COMMIT reply was lost).
-    let mut retried: Vec<JobId> = Vec::new();
+    // An earlier attempt of this write committed (its COMMIT reply was lost): `jobs` are
+    // completed under their tokens already.
+    let mut retried = false;
     if !jobs.is_empty() {
         // S0: the steps this transaction completes, locked: rows still `processing` under the
         // claim's token. By primary key only (FORCE INDEX), status and token checked here:
@@ -97,14 +98,15 @@ pub async fn wf_complete_steps(
                 // Completed by this claim already: a write retried after a lost COMMIT reply.
                 // Its settlement may have been deferred then: settled now if it was.
                 again.push(JobId(id));
-                retried.push(JobId(id));
+                retried = true;
             }
         }
     }
     let fresh = candidates.clone();
-    // What the earlier attempt handed off (before this attempt claims anything under the token).
+    // What the earlier attempt handed off (before this attempt claims anything under the
+    // token): dependents of any step it settled, its own completions' or the earlier ones'.
     let adopted = match handoff {
-        Some(h) if !retried.is_empty() => handoff::adopt(&mut tx, h.token, &retried).await?,
+        Some(h) if retried => handoff::adopt(&mut tx, h.token, &again).await?,
         _ => Vec::new(),
     };
     let mut handed_off = Vec::new();
