@@ -150,6 +150,32 @@ async fn job_of(db: &TestDb, wf: u64, name: &str) -> u64 {
         .unwrap()
 }
 
+/// Enqueues workflow `name`: `root` → `width` leaves (`leaf`), and a `fanin` after every leaf
+/// when `fanin`.
+async fn fan_out(
+    db: &TestDb,
+    name: &str,
+    width: usize,
+    fanin: bool,
+) -> mysqlq::workflow::WorkflowId {
+    let wf = Workflow::new(name)
+        .step("root", step("root", "ok"))
+        .unwrap()
+        .fan_out(
+            "leaf",
+            (0..width).map(|i| step(&format!("leaf{i}"), "ok")),
+            ["root"],
+        )
+        .unwrap();
+    let wf = if fanin {
+        wf.step_after("fanin", step("fanin", "ok"), ["leaf"])
+            .unwrap()
+    } else {
+        wf
+    };
+    wf.enqueue(&db.pool).await.unwrap()
+}
+
 #[tokio::test]
 async fn a_workflow_enqueued_in_a_rolled_back_transaction_leaves_nothing() {
     let db = TestDb::new().await;
@@ -296,20 +322,7 @@ async fn a_step_starts_only_after_all_its_deps_completed_and_is_released_once() 
             .unwrap();
         ids.push(wf.enqueue(&db.pool).await.unwrap());
     }
-    let fan = Workflow::new("fan")
-        .step("root", step("root", "ok"))
-        .unwrap()
-        .fan_out(
-            "leaf",
-            (0..150).map(|i| step(&format!("leaf{i}"), "ok")),
-            ["root"],
-        )
-        .unwrap()
-        .step_after("fanin", step("fanin", "ok"), ["leaf"])
-        .unwrap()
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
+    let fan = fan_out(&db, "fan", 150, true).await;
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM mysqlq_wf_gate WHERE step_id IN (SELECT job_id FROM mysqlq_wf_step WHERE name = 'fanin')")
             .await,
@@ -1749,20 +1762,7 @@ async fn a_wide_fan_outs_root_releases_its_steps_a_chunk_per_transaction() {
     use mysqlq::store::workflow::wf_complete_steps;
     let db = TestDb::new().await;
     log_transitions(&db).await;
-    let wf = Workflow::new("wide")
-        .step("root", step("root", "ok"))
-        .unwrap()
-        .fan_out(
-            "leaf",
-            (0..2500).map(|i| step(&format!("leaf{i}"), "ok")),
-            ["root"],
-        )
-        .unwrap()
-        .step_after("fanin", step("fanin", "ok"), ["leaf"])
-        .unwrap()
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
+    let wf = fan_out(&db, "wide", 2500, true).await;
     let root = job_of(&db, wf.0, "root").await;
     let owned = claimed(&db, &[root]).await;
     let mut conn = db.connect().await;
@@ -1818,18 +1818,7 @@ async fn a_wide_fan_outs_root_releases_its_steps_a_chunk_per_transaction() {
 async fn a_retried_settlement_adopts_what_it_handed_off_for_an_earlier_steps_chunk() {
     use mysqlq::store::workflow::{Handoff, wf_complete_steps};
     let db = TestDb::new().await;
-    let wide = Workflow::new("wide")
-        .step("root", step("root", "ok"))
-        .unwrap()
-        .fan_out(
-            "leaf",
-            (0..1200).map(|i| step(&format!("leaf{i}"), "ok")),
-            ["root"],
-        )
-        .unwrap()
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
+    let wide = fan_out(&db, "wide", 1200, false).await;
     let root = job_of(&db, wide.0, "root").await;
     let mut conn = db.connect().await;
     let first = wf_complete_steps(&mut conn, &claimed(&db, &[root]).await, &[], None)
