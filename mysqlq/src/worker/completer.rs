@@ -28,7 +28,7 @@ use crate::worker::buffer::Hold;
 use crate::worker::deferred::Deferred;
 use crate::worker::executor::{self, Slot};
 use crate::worker::write::{WriteFailed, write_retrying};
-use crate::worker::{Key, Shared, WorkerEvent};
+use crate::worker::{Key, Phase, Shared, WorkerEvent, release};
 
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
@@ -318,16 +318,24 @@ async fn complete_steps(s: &Arc<Shared>, keys: Vec<Key>, deferred: &mut Deferred
                 &m.counters.workflow_settle_deferred,
                 settled.deferred_now as u64,
             );
-            done(s, &keys, &settled.report);
+            // The steps handed off are this worker's before the completions let go of theirs,
+            // so that a shutdown never finds it holding nothing in between (and stops waiting).
             let lease_from = settled
                 .lease_sent
                 .map_or(started, tokio::time::Instant::from_std);
             let taken = std::mem::take(&mut settled.handed_off);
             let adopted = std::mem::take(&mut settled.adopted);
+            let handed = !taken.is_empty() || !adopted.is_empty();
             start_handed_off(s, &token, &mut room, taken, lease_from);
             start_handed_off(s, &token, &mut room, adopted, started);
+            done(s, &keys, &settled.report);
             drop(room);
             s.slot_freed.notify_waiters();
+            if handed && s.stopping.load(Ordering::SeqCst) {
+                // The shutdown began while this was written: what it handed off does not start;
+                // hand it back now, the shutdown may be past its last release.
+                release::release_where(s, |f| f.phase == Phase::Claimed).await;
+            }
             if !settled.released_queues.is_empty() {
                 wake_for_released(s, &settled.released_queues);
             }
