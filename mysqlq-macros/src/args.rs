@@ -17,6 +17,8 @@ const KEYS: &[&str] = &[
     "name",
     "ordering_key",
     "cron",
+    "rate_limit",
+    "rate_key",
     "crate",
 ];
 
@@ -68,6 +70,11 @@ pub(crate) struct Args {
     pub(crate) name: Option<LitStr>,
     pub(crate) ordering_key: Option<Ident>,
     pub(crate) cron: Option<LitStr>,
+    pub(crate) rate_limit: Option<LitStr>,
+    /// Whether `rate_limit` was given at all, even with a value that was refused: `rate_key`
+    /// then does not also report it missing.
+    pub(crate) rate_limit_given: bool,
+    pub(crate) rate_key: Option<Ident>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -101,6 +108,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             return Ok(());
         }
         seen.push(name.clone());
+        if name == "rate_limit" {
+            args.rate_limit_given = true;
+        }
         if !has_eq || value.is_empty() {
             errors.at(
                 &key,
@@ -123,7 +133,16 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
             "cron" => set_once(&mut args.cron, string(&name, &value, errors)),
             "retries" => set_once(&mut args.retries, integer(&name, &value, errors)),
             "priority" => set_once(&mut args.priority, integer(&name, &value, errors)),
-            "ordering_key" => set_once(&mut args.ordering_key, argument_name(&value, errors)),
+            "rate_limit" => set_once(&mut args.rate_limit, string(&name, &value, errors)),
+            "ordering_key" | "rate_key" => {
+                let ident = argument_name(&name, &value, errors);
+                let slot = if name == "rate_key" {
+                    &mut args.rate_key
+                } else {
+                    &mut args.ordering_key
+                };
+                set_once(slot, ident);
+            }
             "crate" => {
                 let path = string(&name, &value, errors).and_then(|lit| match lit.parse::<Path>() {
                     Ok(path) => Some(path),
@@ -183,6 +202,8 @@ fn example(key: &str) -> &'static str {
         "name" => "name = \"send_email\"",
         "ordering_key" => "ordering_key = customer_id",
         "cron" => "cron = \"*/5 * * * *\"",
+        "rate_limit" => "rate_limit = \"10/s\"",
+        "rate_key" => "rate_key = provider",
         _ => "crate = \"::my_app::mysqlq\"",
     }
 }
@@ -190,7 +211,7 @@ fn example(key: &str) -> &'static str {
 fn expectation(key: &str) -> String {
     let what = match key {
         "retries" | "priority" => "an integer literal",
-        "ordering_key" => "the name of an argument",
+        "ordering_key" | "rate_key" => "the name of an argument",
         _ => "a string literal",
     };
     format!("`{key}` expects {what}, e.g. `{}`", example(key))
@@ -212,8 +233,9 @@ fn string(key: &str, value: &Expr, errors: &mut Errors) -> Option<LitStr> {
     {
         return Some(lit.clone());
     }
+    // A bare number is no rate: quoting `rate_limit = 10` does not make it one.
     let hint = match value {
-        Expr::Lit(_) | Expr::Unary(_) => "; add quotes",
+        Expr::Lit(_) | Expr::Unary(_) if key != "rate_limit" => "; add quotes",
         _ => "",
     };
     errors.at(value, format!("{}{hint}", expectation(key)));
@@ -255,7 +277,8 @@ fn int_error(key: &str, value: &Expr, errors: &mut Errors) -> Option<IntArg> {
     None
 }
 
-fn argument_name(value: &Expr, errors: &mut Errors) -> Option<Ident> {
+/// The value of `ordering_key` or `rate_key` (`key`): an argument's name.
+fn argument_name(key: &str, value: &Expr, errors: &mut Errors) -> Option<Ident> {
     if let Expr::Path(p) = value
         && p.qself.is_none()
         && p.attrs.is_empty()
@@ -263,14 +286,19 @@ fn argument_name(value: &Expr, errors: &mut Errors) -> Option<Ident> {
     {
         return Some(ident.clone());
     }
-    let hint = match value {
+    let message = match value {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
         }) if syn::parse_str::<Ident>(&s.value()).is_ok() => {
-            format!("; remove the quotes: `ordering_key = {}`", s.value())
+            let fix = format!("remove the quotes: `{key} = {}`", s.value());
+            // `rate_key`'s says only the fix; `ordering_key`'s keeps its example, as before.
+            match key {
+                "rate_key" => format!("`{key}` expects the name of an argument; {fix}"),
+                _ => format!("{}; {fix}", expectation(key)),
+            }
         }
-        _ => String::new(),
+        _ => expectation(key),
     };
-    errors.at(value, format!("{}{hint}", expectation("ordering_key")));
+    errors.at(value, message);
     None
 }

@@ -48,6 +48,8 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
         priority,
         ordering_key,
         cron,
+        rate_limit,
+        rate_key,
         krate,
         takes_ctx,
         fields,
@@ -117,6 +119,21 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
         let call = quote_spanned!(key.span()=> #p::ToString::to_string(&self.#key));
         quote! {
             fn ordering_key(&self) -> #p::Option<#p::String> {
+                #p::Option::Some(#call)
+            }
+        }
+    });
+    let rate_limit_const = rate_limit.map(|rate| {
+        let (count, period_ms) = (rate.count, rate.period_ms);
+        quote! {
+            const RATE_LIMIT: #p::Option<#krate::Rate> =
+                #p::Option::Some(#krate::Rate::__validated(#count, #period_ms));
+        }
+    });
+    let rate_key_fn = rate_key.as_ref().map(|key| {
+        let call = quote_spanned!(key.span()=> #p::ToString::to_string(&self.#key));
+        quote! {
+            fn rate_key(&self) -> #p::Option<#p::String> {
                 #p::Option::Some(#call)
             }
         }
@@ -202,6 +219,8 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
 
                 #cron_const
                 #ordering_key_fn
+                #rate_limit_const
+                #rate_key_fn
 
                 fn run(self, #ctx_param: #p::JobContext) -> #run_ret {
                     let Self { #(#field_idents: #locals),* } = self;

@@ -8,6 +8,7 @@ use proc_macro::TokenStream;
 mod args;
 mod duration;
 mod expand;
+mod rate;
 mod validate;
 
 /// Turns an `async fn` into a mysqlq job. Documented at `mysqlq::job`.

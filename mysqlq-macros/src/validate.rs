@@ -6,6 +6,7 @@ use syn::{FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType,
 
 use crate::args::{Args, Errors, IntArg};
 use crate::duration::parse_millis;
+use crate::rate::{self, Rate};
 
 /// Largest `retries` accepted.
 const MAX_RETRIES: i128 = 1000;
@@ -44,6 +45,10 @@ pub(crate) struct Job {
     pub(crate) ordering_key: Option<Ident>,
     /// The cron expression of a periodic job.
     pub(crate) cron: Option<String>,
+    /// `rate_limit`, checked.
+    pub(crate) rate_limit: Option<Rate>,
+    /// The field named by `rate_key`, spanned on the attribute's token.
+    pub(crate) rate_key: Option<Ident>,
     pub(crate) krate: syn::Path,
     pub(crate) takes_ctx: bool,
     pub(crate) fields: Vec<Field>,
@@ -150,27 +155,26 @@ pub(crate) fn job(args: Args, func: &ItemFn, errors: &mut Errors) -> Job {
     let (takes_ctx, fields) = arguments(func, errors);
     check_return(func, errors);
 
-    let ordering_key = args.ordering_key.as_ref().and_then(|key| {
-        let found = fields.iter().find(|f| f.ident.unraw() == key.unraw());
-        if found.is_none() {
-            let names: Vec<String> = fields
-                .iter()
-                .map(|f| format!("`{}`", f.ident.unraw()))
-                .collect();
-            let expected = if names.is_empty() {
-                format!("`{fn_name}` takes no job arguments")
-            } else {
-                format!("expected one of {}", names.join(", "))
-            };
-            errors.at(key, format!(
-                "`ordering_key` names no argument of `{fn_name}`: there is no `{key}`; {expected}"
-            ));
+    let ordering_key = args
+        .ordering_key
+        .as_ref()
+        .and_then(|key| field_named("ordering_key", key, &fields, &fn_name, errors));
+
+    let rate_limit = args
+        .rate_limit
+        .as_ref()
+        .and_then(|lit| match rate::parse(&lit.value()) {
+            Ok(rate) => Some(rate),
+            Err(why) => {
+                errors.at(lit, why);
+                None
+            }
+        });
+    let rate_key = args.rate_key.as_ref().and_then(|key| {
+        if !args.rate_limit_given {
+            errors.at(key, "`rate_key` needs `rate_limit`: the key partitions a limit; add e.g. `rate_limit = \"10/s\"`");
         }
-        found.map(|f| {
-            let mut ident = f.ident.clone();
-            ident.set_span(key.span());
-            ident
-        })
+        field_named("rate_key", key, &fields, &fn_name, errors)
     });
 
     let cron = args.cron.as_ref().and_then(|lit| {
@@ -215,10 +219,42 @@ pub(crate) fn job(args: Args, func: &ItemFn, errors: &mut Errors) -> Job {
         priority,
         ordering_key,
         cron,
+        rate_limit,
+        rate_key,
         krate,
         takes_ctx,
         fields,
     }
+}
+
+/// The field that `key` (the value of the attribute's `attr`, e.g. `ordering_key`) names, spanned
+/// on `key`.
+fn field_named(
+    attr: &str,
+    key: &Ident,
+    fields: &[Field],
+    fn_name: &str,
+    errors: &mut Errors,
+) -> Option<Ident> {
+    let Some(found) = fields.iter().find(|f| f.ident.unraw() == key.unraw()) else {
+        let names: Vec<String> = fields
+            .iter()
+            .map(|f| format!("`{}`", f.ident.unraw()))
+            .collect();
+        let expected = if names.is_empty() {
+            format!("`{fn_name}` takes no job arguments")
+        } else {
+            format!("expected one of {}", names.join(", "))
+        };
+        errors.at(
+            key,
+            format!("`{attr}` names no argument of `{fn_name}`: there is no `{key}`; {expected}"),
+        );
+        return None;
+    };
+    let mut ident = found.ident.clone();
+    ident.set_span(key.span());
+    Some(ident)
 }
 
 fn check_signature(func: &ItemFn, errors: &mut Errors) {

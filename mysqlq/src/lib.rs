@@ -92,6 +92,7 @@ mod migrate;
 mod new_job;
 mod periodic;
 mod queue;
+mod rate;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
@@ -192,6 +193,8 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// | `name = "send_email.v1"` | the kind name stored in each row (1–128 characters, no spaces); keep it stable | the function's name |
 /// | `ordering_key = customer_id` | an argument (implementing `Display`) whose value orders jobs: jobs sharing it run one at a time, in enqueue order | none |
 /// | `cron = "*/5 * * * *"` | enqueue this job on a cron schedule (UTC; 5 fields, or 6 with seconds first), once per tick across all workers; only for jobs without arguments (see [`Periodic`]) | none |
+/// | `rate_limit = "10/s"` | at most this many handler starts per period, across every worker (see [`Rate`]): `"<count>/<period>"`, a count of 1–1,000,000 and a period of 10 ms–1 day in whole milliseconds, written with the units `ms`, `s`/`sec`, `m`/`min`, `h`, `d` (`"5/100ms"`, `"1/1h30m"`; a bare unit means one: `"600/min"`) | none: unlimited |
+/// | `rate_key = provider` | an argument (implementing `Display`) whose value partitions `rate_limit`: each value has its own limit, and a value at its limit holds back no other; needs `rate_limit` | none: one limit for the kind as a whole |
 /// | `crate = "::my_app::mysqlq"` | path of this crate, when it is re-exported | `::mysqlq` |
 ///
 /// Durations are written in humantime's grammar, the one the CLI's flags use: `"250ms"`, `"30s"`
@@ -219,6 +222,7 @@ pub use mysqlq_macros::job;
 pub use new_job::{DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob};
 pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
+pub use rate::Rate;
 pub use registry::{JobRegistration, PayloadError, Registry};
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use traceparent::{TRACEPARENT_KEY, Traceparent};

@@ -99,6 +99,126 @@ mod priority_out_of_range {
     }
 }
 
+mod rate_key_quoted {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "10/s", rate_key = "provider")]
+    async fn send_email(provider: String, to: String) -> Result<(), JobError> {
+        let _ = (provider, to);
+        Ok(())
+    }
+}
+
+mod rate_key_unknown {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "10/s", rate_key = nope)]
+    async fn send_email(provider: String, to: String) -> Result<(), JobError> {
+        let _ = (provider, to);
+        Ok(())
+    }
+}
+
+mod rate_key_without_limit {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_key = provider)]
+    async fn send_email(provider: String, to: String) -> Result<(), JobError> {
+        let _ = (provider, to);
+        Ok(())
+    }
+}
+
+mod rate_limit_count_out_of_range {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "0/s")]
+    async fn send_email(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+
+    #[mysqlq::job(rate_limit = "2000000/s")]
+    async fn send_sms(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+}
+
+mod rate_limit_no_period {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "10")]
+    async fn send_email(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+
+    #[mysqlq::job(rate_limit = "10 per s")]
+    async fn send_sms(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+}
+
+mod rate_limit_not_a_string {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = 10)]
+    async fn send_email(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+}
+
+mod rate_limit_not_whole {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "ten/s")]
+    async fn send_email(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+
+    #[mysqlq::job(rate_limit = "1.5/s")]
+    async fn send_sms(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+}
+
+mod rate_limit_period_out_of_range {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "10/5ms")]
+    async fn send_email(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+
+    #[mysqlq::job(rate_limit = "10/2d")]
+    async fn send_sms(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+
+    #[mysqlq::job(rate_limit = "1/1500us")]
+    async fn send_fax(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+}
+
+mod rate_limit_unknown_unit {
+    use mysqlq::JobError;
+
+    #[mysqlq::job(rate_limit = "10/fortnight")]
+    async fn send_email(to: String) -> Result<(), JobError> {
+        let _ = to;
+        Ok(())
+    }
+}
+
 mod retries_out_of_range {
     use mysqlq::JobError;
 

@@ -10,7 +10,12 @@ mod crate_path {
         pub use mysqlq;
     }
 
-    #[mysqlq::job(crate = "crate::crate_path::reexport::mysqlq", queue = "reexported")]
+    #[mysqlq::job(
+        crate = "crate::crate_path::reexport::mysqlq",
+        queue = "reexported",
+        rate_limit = "3/1s",
+        rate_key = n
+    )]
     async fn reexported(n: u32) -> Result<(), mysqlq::JobError> {
         let _ = n;
         Ok(())
@@ -19,6 +24,11 @@ mod crate_path {
     pub fn main() {
         use mysqlq::Job;
         assert_eq!(Reexported::QUEUE, "reexported");
+        assert_eq!(
+            Reexported::RATE_LIMIT,
+            Some(mysqlq::Rate::__validated(3, 1_000))
+        );
+        assert_eq!(Reexported { n: 7 }.rate_key().as_deref(), Some("7"));
     }
 }
 
@@ -226,6 +236,59 @@ mod periodic {
     }
 }
 
+mod rate_limited {
+    //! `rate_limit` with and without `rate_key`: the rates the macro checked are the runtime's.
+    use mysqlq::{Job, JobContext, JobError, Rate};
+
+    #[mysqlq::job(queue = "emails", rate_limit = "10/s", rate_key = provider)]
+    async fn send_email(ctx: JobContext, provider: String, to: String) -> Result<(), JobError> {
+        let _ = (ctx, provider, to);
+        Ok(())
+    }
+
+    /// Keyed by an argument that is not a `String`: any `Display` works.
+    #[mysqlq::job(rate_limit = "600/min", rate_key = tenant)]
+    async fn sync_tenant(tenant: u64) -> Result<(), JobError> {
+        let _ = tenant;
+        Ok(())
+    }
+
+    /// Without a key: the kind as a whole is limited.
+    #[mysqlq::job(rate_limit = "5/100ms")]
+    async fn ping(host: String) -> Result<(), JobError> {
+        let _ = host;
+        Ok(())
+    }
+
+    #[mysqlq::job(rate_limit = "1/1h30m")]
+    async fn digest() -> Result<(), JobError> {
+        Ok(())
+    }
+
+    pub fn main() {
+        assert_eq!(
+            <SendEmail as Job>::RATE_LIMIT,
+            Some(Rate::__validated(10, 1000))
+        );
+        assert_eq!(SyncTenant::RATE_LIMIT, Some(Rate::__validated(600, 60_000)));
+        assert_eq!(Ping::RATE_LIMIT, Some(Rate::__validated(5, 100)));
+        assert_eq!(Digest::RATE_LIMIT, Some(Rate::__validated(1, 5_400_000)));
+        // The macro's grammar is a copy of the runtime's: the same text, the same rate.
+        assert_eq!(SendEmail::RATE_LIMIT, "10/s".parse::<Rate>().ok());
+        assert_eq!(SyncTenant::RATE_LIMIT, "600/min".parse::<Rate>().ok());
+        assert_eq!(Ping::RATE_LIMIT, "5/100ms".parse::<Rate>().ok());
+        assert_eq!(Digest::RATE_LIMIT, "1/1h30m".parse::<Rate>().ok());
+        let job = SendEmail {
+            provider: "sendgrid".into(),
+            to: "ada@example.com".into(),
+        };
+        assert_eq!(job.rate_key().as_deref(), Some("sendgrid"));
+        assert_eq!(SyncTenant { tenant: 42 }.rate_key().as_deref(), Some("42"));
+        assert_eq!(Ping { host: "a".into() }.rate_key(), None);
+        assert_eq!(Digest {}.rate_key(), None);
+    }
+}
+
 mod shadowed_prelude {
     //! The generated code survives a scope that shadows prelude names.
     #![allow(dead_code, unused_macros)]
@@ -256,7 +319,14 @@ mod shadowed_prelude {
         };
     }
 
-    #[mysqlq::job(queue = "shadowed", timeout = "5sec", backoff = "1s, 1.5 min", ordering_key = id)]
+    #[mysqlq::job(
+        queue = "shadowed",
+        timeout = "5sec",
+        backoff = "1s, 1.5 min",
+        ordering_key = id,
+        rate_limit = "4/300ms",
+        rate_key = name
+    )]
     async fn shadowed(
         ctx: mysqlq::JobContext,
         id: u64,
@@ -281,5 +351,6 @@ fn main() {
     nested_modules::main();
     no_arguments::main();
     periodic::main();
+    rate_limited::main();
     shadowed_prelude::main();
 }
