@@ -28,6 +28,9 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// `#[job]`): tools that enqueue by kind name refuse fields the job does not have and list
     /// these in their errors. `None` (a hand-written impl that does not say): not checked.
     const FIELDS: Option<&'static [(&'static str, &'static str)]> = None;
+    /// At most this many handler starts per period, across every worker, for each rate key
+    /// ([`Job::rate_key`]; without one, for the kind as a whole). Default: unlimited.
+    const RATE_LIMIT: Option<crate::Rate> = None;
 
     /// Attempts and backoff. Default: [`RetryPolicy::default`] (5 attempts, exponential).
     fn retry_policy() -> RetryPolicy {
@@ -41,6 +44,13 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
 
     /// Jobs sharing an ordering key run one at a time, in enqueue order. Default: none.
     fn ordering_key(&self) -> Option<String> {
+        None
+    }
+
+    /// The key that partitions [`Job::RATE_LIMIT`] (e.g. the e-mail provider): each key has
+    /// its own limit, and a key at its limit holds back no other key. Default: none (the
+    /// limit, if any, applies to the kind as a whole, as the key `kind:<KIND>`).
+    fn rate_key(&self) -> Option<String> {
         None
     }
 
@@ -80,14 +90,13 @@ impl NewJob {
             kind: J::KIND.to_owned(),
             source,
         })?;
-        Self::build(
-            J::KIND,
-            J::QUEUE,
-            J::PRIORITY,
-            J::retry_policy().max_attempts,
-            payload,
-            job.ordering_key(),
-            options,
-        )
+        let defaults = crate::new_job::Defaults {
+            queue: J::QUEUE,
+            priority: J::PRIORITY,
+            max_attempts: J::retry_policy().max_attempts,
+            ordering_key: job.ordering_key(),
+            rate: (J::RATE_LIMIT, job.rate_key()),
+        };
+        Self::build(J::KIND, payload, defaults, options)
     }
 }

@@ -56,10 +56,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0008_workflows",
         sql: include_str!("../migrations/0008_workflows.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_rate_limits",
+        sql: include_str!("../migrations/0009_rate_limits.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

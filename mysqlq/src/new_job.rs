@@ -48,6 +48,8 @@ pub struct EnqueueOptions {
     meta: Option<Meta>,
     dedupe_window: Option<Duration>,
     dedupe_replace: bool,
+    rate_key: Option<String>,
+    rate_limit: Option<crate::Rate>,
 }
 
 impl Default for EnqueueOptions {
@@ -71,6 +73,8 @@ impl EnqueueOptions {
             meta: None,
             dedupe_window: None,
             dedupe_replace: false,
+            rate_key: None,
+            rate_limit: None,
         }
     }
 
@@ -154,12 +158,40 @@ impl EnqueueOptions {
         self
     }
 
+    /// Counts the job against the rate limit of `key`, the job's own limit
+    /// ([`Job::RATE_LIMIT`](crate::Job::RATE_LIMIT), e.g. `#[job(rate_limit = "10/s")]`): each
+    /// key has its own limit, across every worker. Refused at enqueue for a job that declares
+    /// no limit: use [`rate_limit`](Self::rate_limit) for those.
+    pub fn rate_key(mut self, key: impl Into<String>) -> Self {
+        self.rate_key = Some(key.into());
+        self
+    }
+
+    /// At most `rate` handler starts per period for the jobs of `key` (in this queue), across
+    /// every worker: a job waiting for its key's limit is not claimed, so it keeps its
+    /// attempts, and holds back no job of another key. Overrides the job's declared limit.
+    pub fn rate_limit(mut self, key: impl Into<String>, rate: crate::Rate) -> Self {
+        self.rate_key = Some(key.into());
+        self.rate_limit = Some(rate);
+        self
+    }
+
     /// At most `limit` jobs with this key run at once (across all workers); others with the key
     /// wait without holding up jobs of other keys.
     pub fn concurrency_limit(mut self, key: impl Into<String>, limit: u16) -> Self {
         self.concurrency = Some((key.into(), limit));
         self
     }
+}
+
+/// What a job is unless the enqueue says otherwise: a [`crate::Job`]'s associated items.
+pub(crate) struct Defaults<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) priority: i16,
+    pub(crate) max_attempts: u32,
+    pub(crate) ordering_key: Option<String>,
+    /// The declared limit and the job's rate key.
+    pub(crate) rate: (Option<crate::Rate>, Option<String>),
 }
 
 /// A job row to insert, by kind name and JSON payload — the untyped form behind
@@ -184,15 +216,20 @@ impl NewJob {
             kind: kind.to_owned(),
             source,
         })?;
-        Self::build(
-            kind,
+        let defaults = Defaults {
             queue,
-            0,
-            crate::RetryPolicy::default().max_attempts,
-            payload,
-            None,
-            options,
-        )
+            priority: 0,
+            max_attempts: crate::RetryPolicy::default().max_attempts,
+            ordering_key: None,
+            rate: (None, None),
+        };
+        Self::build(kind, payload, defaults, options)
+    }
+
+    /// The job's rate key and limit, if it has one.
+    pub fn rate(&self) -> Option<(&str, crate::Rate)> {
+        let (key, count, period_us) = self.row.rate.as_ref()?;
+        Some((key, crate::Rate::__validated(*count, period_us / 1000)))
     }
 
     /// The same job without an ordering key.
@@ -244,13 +281,17 @@ impl NewJob {
 
     pub(crate) fn build(
         kind: &str,
-        default_queue: &str,
-        default_priority: i16,
-        default_max_attempts: u32,
         payload: String,
-        default_ordering_key: Option<String>,
+        d: Defaults<'_>,
         o: &EnqueueOptions,
     ) -> Result<Self, Error> {
+        let Defaults {
+            queue: default_queue,
+            priority: default_priority,
+            max_attempts: default_max_attempts,
+            ordering_key: default_ordering_key,
+            rate: default_rate,
+        } = d;
         if payload.len() > MAX_PAYLOAD_BYTES {
             return Err(Error::PayloadTooLarge {
                 kind: kind.to_owned(),
@@ -268,6 +309,7 @@ impl NewJob {
             ));
         }
         let ordering_key = o.ordering_key.clone().or(default_ordering_key);
+        let rate = rate_of(kind, default_rate, o)?;
         let concurrency_key = o.concurrency.as_ref().map(|(k, _)| k.clone());
         if let Some((_, 0)) = o.concurrency {
             return Err(Error::invalid("concurrency limit", "must be at least 1"));
@@ -276,6 +318,7 @@ impl NewJob {
             ("dedupe key", &o.dedupe_key),
             ("ordering key", &ordering_key),
             ("concurrency key", &concurrency_key),
+            ("rate key", &rate.as_ref().map(|(k, _)| k.clone())),
         ] {
             if let Some(k) = key
                 && (k.is_empty() || k.chars().count() > MAX_KEY_LEN)
@@ -325,8 +368,39 @@ impl NewJob {
                     .dedupe_window
                     .map(|w| u64::try_from(w.as_micros()).unwrap_or(u64::MAX)),
                 dedupe_replace: o.dedupe_replace,
+                rate: rate.map(|(key, r)| {
+                    let period_us = u64::try_from(r.period().as_micros()).unwrap_or(u64::MAX);
+                    (key, r.count(), period_us)
+                }),
             },
             meta: meta_map,
         })
     }
+}
+
+/// The rate key and limit of a job: the enqueue's, else the job's (`#[job(rate_limit, rate_key)]`);
+/// a limit without a key is the kind's (`kind:<kind>`).
+fn rate_of(
+    kind: &str,
+    (limit, key): (Option<crate::Rate>, Option<String>),
+    o: &EnqueueOptions,
+) -> Result<Option<(String, crate::Rate)>, Error> {
+    let Some(limit) = o.rate_limit.or(limit) else {
+        return match &o.rate_key {
+            Some(k) => Err(Error::invalid(
+                "rate key",
+                format!(
+                    "`{k}`: job `{kind}` declares no rate limit; add #[job(rate_limit = \"10/s\")] \
+                     or use EnqueueOptions::rate_limit(key, rate)"
+                ),
+            )),
+            None => Ok(None),
+        };
+    };
+    let key = o
+        .rate_key
+        .clone()
+        .or(key)
+        .unwrap_or_else(|| format!("kind:{kind}"));
+    Ok(Some((key, limit)))
 }

@@ -50,6 +50,8 @@ pub struct InsertRow {
     /// On a taken dedupe key, update the holder when it is still `pending` (same kind) instead
     /// of refusing: its payload, run time, priority and (when given) meta.
     pub dedupe_replace: bool,
+    /// `rate_key`, `rate_limit`, `rate_period_us`: the key's limit, starts per period (µs).
+    pub rate: Option<(String, u32, u64)>,
 }
 
 macro_rules! insert_columns {
@@ -92,25 +94,33 @@ const INSERT_ONE_NARROW_SQL: &str = concat!(
 );
 // Rows with meta or a dedupe window (migration 5) name those columns too; other rows leave them
 // out, so an application whose database is not migrated yet keeps enqueueing what it did.
+// Rows with a rate key (migration 9) name the rate columns as well.
 macro_rules! insert_meta_columns {
-    () => {
-        "INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
-         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta, dedupe_window_us, \
-         status, created_at) VALUES "
+    ($($rate:literal)?) => {
+        concat!("INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at, \
+         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta, dedupe_window_us, ",
+         $($rate,)? "status, created_at) VALUES ")
     };
 }
 macro_rules! insert_meta_values {
-    () => {
-        "(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, 'pending', \
-         UTC_TIMESTAMP(6))"
+    ($($rate:literal)?) => {
+        concat!("(?, ?, ?, ?, ?, IFNULL(?, UTC_TIMESTAMP(6) + INTERVAL LEAST(?, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, ",
+         $($rate,)? "'pending', UTC_TIMESTAMP(6))")
     };
 }
 const INSERT_META_COLUMNS: &str = insert_meta_columns!();
 const INSERT_META_VALUES: &str = insert_meta_values!();
+const INSERT_RATE_COLUMNS: &str = insert_meta_columns!("rate_key, rate_limit, rate_period_us, ");
+const INSERT_RATE_VALUES: &str = insert_meta_values!("?, ?, ?, ");
 const INSERT_ONE_META_SQL: &str = concat!(
     "/* mysqlq:job_insert */ ",
     insert_meta_columns!(),
     insert_meta_values!()
+);
+const INSERT_ONE_RATE_SQL: &str = concat!(
+    "/* mysqlq:job_insert */ ",
+    insert_meta_columns!("rate_key, rate_limit, rate_period_us, "),
+    insert_meta_values!("?, ?, ?, ")
 );
 
 /// The five values of the narrow statements (a row with no options).
@@ -153,6 +163,18 @@ fn bind_meta_row<'q>(
         .bind(r.dedupe_window_us)
 }
 
+/// [`bind_meta_row`] and the migration-9 columns.
+fn bind_rate_row<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    r: &'q InsertRow,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let rate = r.rate.as_ref();
+    bind_meta_row(q, r)
+        .bind(rate.map(|(k, _, _)| k.as_str()))
+        .bind(rate.map(|(_, n, _)| *n))
+        .bind(rate.map(|(_, _, p)| *p))
+}
+
 impl InsertRow {
     /// About how many bytes the row adds to a multi-row INSERT (values and overhead).
     fn statement_bytes(&self) -> usize {
@@ -165,6 +187,7 @@ impl InsertRow {
             + opt(&self.ordering_key)
             + opt(&self.concurrency_key)
             + opt(&self.meta)
+            + self.rate.as_ref().map_or(0, |(k, _, _)| k.len() + 24)
             + INSERT_META_VALUES.len()
             + ROW_OVERHEAD_BYTES
     }
@@ -184,6 +207,7 @@ impl InsertRow {
             && self.concurrency_key.is_none()
             && self.concurrency_limit.is_none()
             && self.meta.is_none()
+            && self.rate.is_none()
     }
 }
 
@@ -203,6 +227,9 @@ pub async fn job_insert_one(
     conn: &mut MySqlConnection,
     row: &InsertRow,
 ) -> Result<Enqueued, Error> {
+    if row.rate.is_some() {
+        super::rate::buckets_ensure(conn, &[row]).await?;
+    }
     if let Some(key) = row.dedupe_key.as_deref()
         && conn.is_in_transaction()
         && let Some(id) = job_dedupe_holder_current(conn, key).await?
@@ -218,6 +245,8 @@ pub async fn job_insert_one(
     for _ in 0..5 {
         let insert = if row.is_plain() {
             bind_narrow_row(sqlx::query(INSERT_ONE_NARROW_SQL), row)
+        } else if row.rate.is_some() {
+            bind_rate_row(sqlx::query(INSERT_ONE_RATE_SQL), row)
         } else if row.has_meta_columns() {
             bind_meta_row(sqlx::query(INSERT_ONE_META_SQL), row)
         } else {
@@ -474,6 +503,8 @@ pub async fn job_insert_many(
         .unwrap_or(usize::MAX)
         .max(MIN_STATEMENT_BYTES);
     let mut out = vec![Enqueued::Inserted(JobId(0)); rows.len()];
+    let keyed: Vec<&InsertRow> = rows.iter().filter(|r| r.rate.is_some()).collect();
+    super::rate::buckets_ensure(conn, &keyed).await?;
     let plain: Vec<usize> = (0..rows.len())
         .filter(|&i| rows[i].dedupe_key.is_none())
         .collect();
@@ -481,9 +512,12 @@ pub async fn job_insert_many(
         // Rows that only set what every job has (no delay, run-at or keys) bind 5 values
         // instead of 12: a third of the bytes for large bulk enqueues.
         let narrow = chunk.iter().all(|&i| rows[i].is_plain());
+        let with_rate = !narrow && chunk.iter().any(|&i| rows[i].rate.is_some());
         let with_meta = !narrow && chunk.iter().any(|&i| rows[i].has_meta_columns());
         let (columns, values) = if narrow {
             (INSERT_NARROW_COLUMNS, INSERT_NARROW_VALUES)
+        } else if with_rate {
+            (INSERT_RATE_COLUMNS, INSERT_RATE_VALUES)
         } else if with_meta {
             (INSERT_META_COLUMNS, INSERT_META_VALUES)
         } else {
@@ -503,6 +537,8 @@ pub async fn job_insert_many(
             let r = &rows[i];
             q = if narrow {
                 bind_narrow_row(q, r)
+            } else if with_rate {
+                bind_rate_row(q, r)
             } else if with_meta {
                 bind_meta_row(q, r)
             } else {
@@ -537,52 +573,4 @@ async fn auto_increment_step(conn: &mut MySqlConnection) -> Result<u64, Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(payload_bytes: usize) -> InsertRow {
-        InsertRow {
-            queue: "q".into(),
-            kind: "k".into(),
-            payload: "x".repeat(payload_bytes),
-            priority: 0,
-            max_attempts: 1,
-            delay_us: 0,
-            run_at: None,
-            dedupe_key: None,
-            dedupe_until_started: false,
-            ordering_key: None,
-            concurrency_key: None,
-            concurrency_limit: None,
-            meta: None,
-            dedupe_window_us: None,
-            dedupe_replace: false,
-        }
-    }
-
-    #[test]
-    fn chunks_are_cut_by_rows_and_by_bytes() {
-        let small: Vec<InsertRow> = (0..1200).map(|_| row(10)).collect();
-        let all: Vec<usize> = (0..small.len()).collect();
-        let sizes: Vec<usize> = chunks_by_size(&small, &all, usize::MAX)
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [500, 500, 200]);
-
-        let big: Vec<InsertRow> = (0..500).map(|_| row(60_000)).collect();
-        let all: Vec<usize> = (0..big.len()).collect();
-        let budget = 8 << 20;
-        let chunks = chunks_by_size(&big, &all, budget);
-        assert!(chunks.len() >= 4, "{}", chunks.len());
-        for c in &chunks {
-            let bytes: usize = c.iter().map(|&i| big[i].statement_bytes()).sum();
-            assert!(bytes <= budget, "{bytes}");
-        }
-        let flat: Vec<usize> = chunks.concat();
-        assert_eq!(flat, all, "every row once, in order");
-
-        let huge = [row(100)];
-        assert_eq!(chunks_by_size(&huge, &[0], 10), vec![vec![0]]);
-    }
-}
+mod tests;
