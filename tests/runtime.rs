@@ -60,6 +60,7 @@ async fn an_in_doubt_claim_is_resolved_by_its_token_after_the_transaction_ends()
             waited: Duration::ZERO,
             lease_sent: None,
             workflow: None,
+            rate_slack: None,
         })
         .collect();
     // A claim's transaction, still open (its COMMIT "on the wire"), over the first two jobs.

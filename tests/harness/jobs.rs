@@ -138,6 +138,19 @@ pub async fn limited(ctx: JobContext, tag: String, ms: u64) -> Result<(), JobErr
     record(&ctx, &tag, "done").await
 }
 
+/// A job of queue `rated` that records its start under `tag` (its rate key, enqueued with
+/// [`mysqlq::EnqueueOptions::rate_limit`] by the tests), with the time taken first thing in
+/// the handler (µs on this host's clock, [`now_micros`]): the start a rate limit counts.
+#[mysqlq::job(queue = "rated", retries = 3, backoff = "100ms")]
+pub async fn rated(ctx: JobContext, tag: String) -> Result<(), JobError> {
+    let at = now_micros();
+    let pool = ctx
+        .pool()
+        .ok_or_else(|| JobError::fail("no pool in the context"))?;
+    let run = (ctx.id().0, ctx.attempt(), tag, ctx.claim_token().to_owned());
+    record_at(pool, &run, "start", at).await
+}
+
 /// A job enqueued by a periodic schedule in the tests.
 #[mysqlq::job(queue = "ticks", retries = 0)]
 pub async fn tick(ctx: JobContext) -> Result<(), JobError> {

@@ -96,6 +96,7 @@ impl Entry {
             waited: Duration::from_micros(self.waited_us.saturating_add(in_stream)),
             lease_sent: None,
             workflow: self.workflow,
+            rate_slack: None,
         }
     }
 

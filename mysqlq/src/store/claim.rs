@@ -7,6 +7,7 @@ use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
 use super::admission::{self, Candidate};
 use super::guarded::{GuardedReport, Owned, job_complete_many};
+use super::rate::{Lanes, RatePlan, RateReport};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
 
@@ -34,6 +35,9 @@ pub struct ClaimedJob {
     pub lease_sent: Option<std::time::Instant>,
     /// `workflow_id`: the job is a workflow step, whose completion settles its dependents.
     pub workflow: Option<u64>,
+    /// Admitted by its rate key's limit, with that decision's slack ε: its handler must start
+    /// within ε of when the claim was sent, or be handed back (`docs/rate-limits.md`).
+    pub rate_slack: Option<Duration>,
 }
 
 /// Parameters of [`job_claim`].
@@ -77,7 +81,8 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT {CLAIM_COLUMNS} \
          FROM job_queue j \
-         WHERE j.queue_name = ? AND j.status = 'pending' AND j.available_at <= UTC_TIMESTAMP(6) \
+         WHERE j.queue_name = ? AND j.status = 'pending' AND j.rate_key IS NULL \
+           AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
            AND {KEY_GATES} \
          ORDER BY j.priority, j.available_at, j.id \
@@ -150,7 +155,21 @@ pub async fn job_claim_completing(
     p: &ClaimParams<'_>,
     complete: &[Owned],
 ) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
-    claim_rows(conn, p, "job_claim", true, complete).await
+    let (jobs, done, _) = claim_rows(conn, p, "job_claim", true, complete, None).await?;
+    Ok((jobs, done))
+}
+
+/// [`job_claim_completing`] that also serves the queue's rate keys (`docs/rate-limits.md`):
+/// first the open buckets' keys, at most `rate.room` jobs, each admitted by its key's
+/// sliding-window log (locked `SKIP LOCKED`, written back before COMMIT), then the plain lane.
+/// Jobs admitted by a key carry [`ClaimedJob::rate_slack`].
+pub async fn job_claim_rated(
+    conn: &mut MySqlConnection,
+    p: &ClaimParams<'_>,
+    rate: &RatePlan,
+    complete: &[Owned],
+) -> Result<(Vec<ClaimedJob>, GuardedReport, RateReport), ClaimFailed> {
+    claim_rows(conn, p, "job_claim", true, complete, Some(rate)).await
 }
 
 /// `job_ready_queues`: which of `queues` have a job ready to claim now (not paused) — one
@@ -169,17 +188,22 @@ pub async fn job_ready_queues(
         if i > 0 {
             sql.push_str(" UNION ALL ");
         }
+        // The plain lane on its own range of `idx_job_rate`, or an open rate bucket: a backlog
+        // of keys at their limit is never read.
         sql.push_str(
-            "(SELECT CAST(? AS CHAR) AS q FROM job_queue WHERE queue_name = ? \
-             AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6) \
-             AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
-             LIMIT 1)",
+            "(SELECT CAST(? AS CHAR) AS q FROM DUAL WHERE \
+               NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
+               AND (EXISTS (SELECT 1 FROM job_queue j WHERE j.queue_name = ? AND j.status = 'pending' \
+                   AND j.rate_key IS NULL AND j.available_at <= UTC_TIMESTAMP(6)) \
+                 OR ",
         );
+        sql.push_str(super::rate::OPEN_KEY_READY);
+        sql.push_str("))");
     }
     let sql = AssertSqlSafe(sql);
     let mut q = sqlx::query_scalar::<_, String>(sql);
     for name in queues {
-        q = q.bind(name).bind(name).bind(name);
+        q = q.bind(name).bind(name).bind(name).bind(name);
     }
     Ok(q.fetch_all(&mut *conn).await?)
 }
@@ -193,12 +217,18 @@ pub(super) async fn claim_rows(
     tag: &str,
     take_attempt: bool,
     complete: &[Owned],
-) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
+    rate: Option<&RatePlan>,
+) -> Result<(Vec<ClaimedJob>, GuardedReport, RateReport), ClaimFailed> {
     crate::queue::validate_queue_name(p.queue)?;
     let mut tx = conn
         .begin_with("/* mysqlq:job_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
         .await?;
-    let jobs = claim_in(&mut tx, p, tag, take_attempt).await?;
+    let mut lanes = match rate {
+        Some(plan) => Lanes::read(&mut tx, p.queue, plan).await?,
+        None => Lanes::default(),
+    };
+    let jobs = claim_in(&mut tx, p, tag, take_attempt, &mut lanes).await?;
+    let report = lanes.write(&mut tx, p.queue).await?;
     // Completions last, after everything in the claim that can wait: while they are written
     // their rows are locked, and a heartbeat renewing them would wait behind this transaction.
     let completed = if complete.is_empty() {
@@ -206,26 +236,37 @@ pub(super) async fn claim_rows(
     } else {
         job_complete_many(&mut tx, complete).await?
     };
-    commit(tx, jobs, completed).await
+    let (jobs, completed) = commit(tx, jobs, completed).await?;
+    Ok((jobs, completed, report))
 }
 
-/// Selects, admits ([`admission::admit`]) and marks claimed the jobs of one claim, inside its
-/// transaction.
+/// Selects the plain lane (after the key lanes' candidates, in `lanes`), admits
+/// ([`admission::admit`]), decides the keys ([`Lanes::decide`]) and marks claimed the jobs of
+/// one claim, inside its transaction.
 async fn claim_in(
     tx: &mut MySqlConnection,
     p: &ClaimParams<'_>,
     tag: &str,
     take_attempt: bool,
+    lanes: &mut Lanes,
 ) -> Result<Vec<ClaimedJob>, ClaimFailed> {
-    let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
-    let rows = sqlx::query(select)
-        .bind(p.queue)
-        .bind(p.queue)
-        .bind(p.limit)
-        .bind(p.skip)
-        .fetch_all(&mut *tx)
-        .await?;
-    admit_and_mark(tx, &rows, p, tag, take_attempt).await
+    let mut rows = std::mem::take(&mut lanes.rows);
+    let limit = p
+        .limit
+        .saturating_sub(u32::try_from(rows.len()).unwrap_or(u32::MAX));
+    if limit > 0 {
+        let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
+        rows.extend(
+            sqlx::query(select)
+                .bind(p.queue)
+                .bind(p.queue)
+                .bind(limit)
+                .bind(p.skip)
+                .fetch_all(&mut *tx)
+                .await?,
+        );
+    }
+    admit_and_mark_lanes(tx, &rows, p, (tag, take_attempt), Some(lanes)).await
 }
 
 /// Admits ([`admission::admit`]) the jobs of rows read with [`CLAIM_COLUMNS`] and locked, and
@@ -237,6 +278,18 @@ pub(super) async fn admit_and_mark(
     p: &ClaimParams<'_>,
     tag: &str,
     take_attempt: bool,
+) -> Result<Vec<ClaimedJob>, ClaimFailed> {
+    admit_and_mark_lanes(tx, rows, p, (tag, take_attempt), None).await
+}
+
+/// [`admit_and_mark`], deciding the rate keys of `lanes` after admission: a keyed candidate
+/// its key's log does not admit stays `pending`.
+async fn admit_and_mark_lanes(
+    tx: &mut MySqlConnection,
+    rows: &[sqlx::mysql::MySqlRow],
+    p: &ClaimParams<'_>,
+    (tag, take_attempt): (&str, bool),
+    lanes: Option<&mut Lanes>,
 ) -> Result<Vec<ClaimedJob>, ClaimFailed> {
     let mut jobs = Vec::with_capacity(rows.len());
     let mut candidates = Vec::with_capacity(rows.len());
@@ -265,6 +318,16 @@ pub(super) async fn admit_and_mark(
         jobs.retain(|_| {
             i += 1;
             !dropped.contains(&(i - 1))
+        });
+    }
+    if let Some(lanes) = lanes {
+        let kept = jobs.iter().map(|j| j.id).collect();
+        let admitted: std::collections::HashMap<JobId, Duration> =
+            lanes.decide(&kept).into_iter().collect();
+        let keyed: std::collections::HashSet<JobId> = lanes.keyed_ids().collect();
+        jobs.retain_mut(|j| {
+            j.rate_slack = admitted.get(&j.id).copied();
+            j.rate_slack.is_some() || !keyed.contains(&j.id)
         });
     }
     if jobs.is_empty() {
@@ -416,6 +479,7 @@ pub(super) fn claimed_job(r: &sqlx::mysql::MySqlRow) -> Result<ClaimedJob, sqlx:
         ),
         lease_sent: None,
         workflow: r.try_get("workflow_id")?,
+        rate_slack: None,
     })
 }
 

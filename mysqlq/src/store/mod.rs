@@ -45,6 +45,7 @@ mod maintenance;
 mod meta;
 pub mod migrations;
 mod queues;
+mod rate;
 mod relay;
 pub mod server;
 mod sql;
@@ -60,7 +61,7 @@ pub use attempts::{
 #[cfg(feature = "__internal-store")]
 pub use claim::job_claim;
 pub use claim::{
-    ClaimFailed, ClaimParams, ClaimedJob, job_claim_completing, job_claim_explain,
+    ClaimFailed, ClaimParams, ClaimedJob, job_claim_completing, job_claim_explain, job_claim_rated,
     job_claim_resolve, job_ready_queues,
 };
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
@@ -87,6 +88,7 @@ pub use maintenance::{
 };
 pub use meta::job_set_meta;
 pub use queues::{queue_live, queue_set_paused};
+pub use rate::{RatePlan, RateReport};
 #[cfg(not(any(feature = "redis", feature = "__internal-store")))]
 pub(crate) use relay::RELAY_PREFIX;
 #[cfg(feature = "__internal-store")]

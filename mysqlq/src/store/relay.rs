@@ -38,7 +38,9 @@ pub async fn job_relay_claim(
     if !p.worker_id.starts_with(RELAY_PREFIX) {
         return Err(Error::invalid("relay", "a relay's id starts with `redis-relay:`").into());
     }
-    Ok(claim_rows(conn, p, "job_relay_claim", false, &[]).await?.0)
+    Ok(claim_rows(conn, p, "job_relay_claim", false, &[], None)
+        .await?
+        .0)
 }
 
 /// A relayed job a consumer read from a stream: its id and the relay's token in the entry.
@@ -279,7 +281,7 @@ pub async fn job_relay_claim_ids(
          TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
          FROM job_queue j WHERE j.id IN ({list}) AND j.status = 'pending' \
            AND j.available_at <= UTC_TIMESTAMP(6) AND j.ordering_key IS NULL \
-           AND j.concurrency_key IS NULL \
+           AND j.concurrency_key IS NULL AND j.rate_key IS NULL \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = j.queue_name AND pq.paused = 1) \
          FOR UPDATE"
     ));

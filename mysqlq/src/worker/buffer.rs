@@ -39,6 +39,9 @@ pub(crate) struct Lane {
     /// Jobs claimed and not yet returned by their handler (buffered or running).
     held: AtomicUsize,
     starts: Mutex<Window>,
+    /// No claiming ahead before this instant: the worker serves rate-limited jobs, which must
+    /// find a free running slot the moment they are claimed (shared by every lane).
+    no_ahead_until: Arc<Mutex<Option<Instant>>>,
 }
 
 /// Starts counted over the current and the previous window of `prefetch_wait`.
@@ -50,8 +53,9 @@ struct Window {
 }
 
 impl Lane {
-    fn new(limit: usize, own_slots: bool) -> Self {
+    fn new(limit: usize, own_slots: bool, no_ahead_until: Arc<Mutex<Option<Instant>>>) -> Self {
         Self {
+            no_ahead_until,
             limit,
             run: own_slots.then(|| Arc::new(Semaphore::new(limit))),
             held: AtomicUsize::new(0),
@@ -85,6 +89,13 @@ impl Lane {
 
     /// Jobs this lane may hold beyond its running slots now.
     fn ahead(&self, c: &Config) -> usize {
+        let suspended = *self
+            .no_ahead_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if suspended.is_some_and(|t| Instant::now() < t) {
+            return 0;
+        }
         let w = self.window(c.buffer_wait());
         c.prefetch.min(w.current.max(w.previous) / 2)
     }
@@ -127,17 +138,32 @@ impl Lane {
 pub(crate) struct Lanes {
     worker: Arc<Lane>,
     queues: HashMap<String, Arc<Lane>>,
+    no_ahead: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Lanes {
     pub(crate) fn new(c: &Config) -> Self {
+        let no_ahead = Arc::new(Mutex::new(None));
         Self {
-            worker: Arc::new(Lane::new(c.concurrency, false)),
+            worker: Arc::new(Lane::new(c.concurrency, false, no_ahead.clone())),
             queues: c
                 .queue_concurrency
                 .iter()
-                .map(|(q, &n)| (q.clone(), Arc::new(Lane::new(n, true))))
+                .map(|(q, &n)| (q.clone(), Arc::new(Lane::new(n, true, no_ahead.clone()))))
                 .collect(),
+            no_ahead,
+        }
+    }
+
+    /// Claims nothing ahead of free running slots until `until` (rate-limited work is about:
+    /// its jobs must get a slot at once; buffered jobs would stand before them).
+    pub(crate) fn suspend_ahead(&self, until: Instant) {
+        let mut t = self
+            .no_ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if t.is_none_or(|t| t < until) {
+            *t = Some(until);
         }
     }
 
@@ -254,6 +280,30 @@ impl Hold {
             q.started(c);
         }
         Some(admitted)
+    }
+}
+
+impl Hold {
+    /// Running slots for one job of this hold's queue, taken now or not at all (none is taken
+    /// while jobs wait for slots: those stand first).
+    pub(crate) fn try_admit_now(&self, slots: &Arc<Semaphore>) -> Option<Admitted> {
+        let queue = match self.queue.as_ref().and_then(|q| q.run.clone()) {
+            Some(run) => Some(run.try_acquire_owned().ok()?),
+            None => None,
+        };
+        let worker = slots.clone().try_acquire_owned().ok()?;
+        Some(Admitted {
+            _queue: queue,
+            _worker: worker,
+        })
+    }
+
+    /// Counts a start made with slots from [`Hold::try_admit_now`].
+    pub(crate) fn count_start(&self, c: &Config) {
+        self.worker.started(c);
+        if let Some(q) = &self.queue {
+            q.started(c);
+        }
     }
 }
 

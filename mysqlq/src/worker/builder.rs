@@ -401,6 +401,7 @@ impl WorkerBuilder {
             db,
             slots: Arc::new(Semaphore::new(config.concurrency)),
             lanes: super::buffer::Lanes::new(&config),
+            rate: super::rate::RateState::default(),
             config,
             registry,
             metrics: Arc::new(Metrics::new(&worker_id)),

@@ -79,6 +79,13 @@ pub enum WorkerEvent {
         /// The job.
         id: JobId,
     },
+    /// A job admitted by its rate key's limit could not start within the decision's slack: its
+    /// handler was not run, and it is handed back with its attempt (a
+    /// [`Released`](Self::Released) event follows).
+    RateLateStart {
+        /// The job.
+        id: JobId,
+    },
     /// The job was handed back to `pending` without consuming its attempt.
     Released {
         /// The job.

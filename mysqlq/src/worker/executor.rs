@@ -58,7 +58,18 @@ pub(crate) enum Slot {
     /// Claimed ahead by the claim loop: it waits in the prefetch buffer ([`crate::worker::buffer`])
     /// for a slot of its queue and of the worker, at most `prefetch_wait` after the claim.
     Buffered(Hold),
+    /// Admitted by its rate key's limit: it has its running slots already (`None`: none was
+    /// free, so it is handed back), and its handler must first be polled by `deadline`.
+    Rated {
+        hold: Hold,
+        admitted: Option<Admitted>,
+        deadline: tokio::time::Instant,
+    },
 }
+
+/// The error an attempt ends with when its handler would have started later than its rate
+/// decision allows: the handler is not run and the job is handed back with its attempt.
+const LATE_START: &str = "started too late after its rate-limit admission; handed back";
 
 /// Starts the supervisor task of one claimed job. `lease_from` is when the claim that set the
 /// lease was sent.
@@ -145,6 +156,8 @@ struct Running {
     _slot: Option<OwnedSemaphorePermit>,
     _admitted: Option<Admitted>,
     _hold: Option<Hold>,
+    /// A rate-admitted job's handler must first be polled by then.
+    deadline: Option<tokio::time::Instant>,
 }
 
 /// Waits for the job's running slot; `Err(true)` when it waited in the buffer past
@@ -160,12 +173,27 @@ async fn take_slot(
             _slot: Some(p),
             _admitted: None,
             _hold: None,
+            deadline: None,
         }),
+        Slot::Rated {
+            hold,
+            admitted: Some(admitted),
+            deadline,
+        } => {
+            hold.count_start(&s.config);
+            Ok(Running {
+                _slot: None,
+                _admitted: Some(admitted),
+                _hold: Some(hold),
+                deadline: Some(deadline),
+            })
+        }
+        Slot::Rated { admitted: None, .. } => Err(true),
         Slot::Buffered(hold) => {
             let until = claimed + s.config.buffer_wait();
             tokio::select! {
                 a = hold.admit(&s.slots, until, &s.config) => match a {
-                    Some(a) => Ok(Running { _slot: None, _admitted: Some(a), _hold: Some(hold) }),
+                    Some(a) => Ok(Running { _slot: None, _admitted: Some(a), _hold: Some(hold), deadline: None }),
                     None => Err(true),
                 },
                 () = ctx.cancelled() => Err(false),
@@ -259,6 +287,7 @@ async fn supervise(
     {
         f.run = run.clone();
     }
+    let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Instant::now();
     s.metrics.job_started();
     // Pickup latency: ready → started, including any wait in the prefetch buffer.
@@ -289,7 +318,11 @@ async fn supervise(
             ))),
             Ok(fut) => {
                 let timeout = r.timeout().unwrap_or(s.config.job_timeout);
-                let handler = Box::pin(fut.instrument(span.clone()));
+                let handler = start_guard(
+                    Box::pin(fut.instrument(span.clone())),
+                    permit.deadline,
+                    &late,
+                );
                 let fut = match &run {
                     None => handler,
                     Some(run) => s.hooks.wrap_run(run.clone(), catch_panic(&s, handler)),
@@ -304,6 +337,14 @@ async fn supervise(
     s.emit(WorkerEvent::Returned { id: job.id });
     drop(permit);
     s.slot_freed.notify_waiters();
+    if late.load(Ordering::SeqCst) {
+        // Its start would not have been inside its rate decision's window: not run, handed
+        // back with its attempt, to be admitted again.
+        s.metrics.add(&s.metrics.counters.rate_late_starts, 1);
+        s.emit(WorkerEvent::RateLateStart { id: job.id });
+        release_one(&s, &key).await;
+        return;
+    }
 
     let err = match ran {
         Ran::Stopped(CancelReason::LeaseUnconfirmed) => {
@@ -379,6 +420,26 @@ async fn supervise(
         }
         _ => {}
     }
+}
+
+/// The handler of a rate-admitted job, checked at its first poll: later than `deadline`, it
+/// is not polled at all and `late` is set (see [`LATE_START`]).
+fn start_guard(
+    handler: BoxFuture<'static, Result<(), JobError>>,
+    deadline: Option<tokio::time::Instant>,
+    late: &Arc<std::sync::atomic::AtomicBool>,
+) -> BoxFuture<'static, Result<(), JobError>> {
+    let Some(deadline) = deadline else {
+        return handler;
+    };
+    let late = late.clone();
+    Box::pin(async move {
+        if tokio::time::Instant::now() > deadline {
+            late.store(true, Ordering::SeqCst);
+            return Err(JobError::retry(LATE_START));
+        }
+        handler.await
+    })
 }
 
 /// Logs a failed attempt inside the job's span (id, kind, queue, attempt), each fact a field: the

@@ -25,6 +25,7 @@ mod lease;
 mod maintenance;
 mod outcome;
 mod producer;
+mod rate;
 #[cfg(feature = "redis")]
 mod redis;
 mod release;
@@ -117,6 +118,8 @@ pub(crate) struct Shared {
     pub(crate) slots: Arc<Semaphore>,
     /// Room to claim ahead (prefetch) and per-queue limits ([`buffer`]).
     pub(crate) lanes: buffer::Lanes,
+    /// Which queues have rate keys to serve ([`rate`]).
+    pub(crate) rate: rate::RateState,
     pub(crate) in_flight: Mutex<HashMap<Key, InFlight>>,
     /// Cancelled when shutdown starts: no more claims.
     pub(crate) stop_fetching: CancellationToken,

@@ -21,7 +21,7 @@ use crate::store::{self, ClaimParams, ClaimedJob, Owned};
 use crate::wake::LOCAL_WAKE;
 use crate::worker::executor::Slot;
 use crate::worker::write::Held;
-use crate::worker::{Key, Shared, WorkerEvent, executor, unit_random, write};
+use crate::worker::{Key, Shared, WorkerEvent, executor, rate, unit_random, write};
 
 /// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
 const CLAIM_LOCK_RETRIES: u32 = 5;
@@ -141,8 +141,12 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             probe = false;
             continue;
         }
-        // Jitter downwards only, so the ceiling stays a true bound on the idle wait.
-        let wait = idle.mul_f64(0.75 + 0.25 * unit_random());
+        // Jitter downwards only, so the ceiling stays a true bound on the idle wait. A rate key
+        // that is full now is claimed from again the moment it opens.
+        let mut wait = idle.mul_f64(0.75 + 0.25 * unit_random());
+        if let Some(open) = s.rate.next_open_in() {
+            wait = wait.min(open);
+        }
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = woken => {
@@ -238,6 +242,24 @@ async fn claim_queue(
         return Ok((0, 0));
     }
     let token = uuid::Uuid::new_v4().to_string();
+    // Rate keys take only running slots free now: their starts are what the limits count.
+    let mut slots = Vec::new();
+    let mut plan = None;
+    if s.rate.due(queue, s.config.poll_ceiling) {
+        while slots.len() < hold.len()
+            && let Some(a) = hold.try_admit_now(&s.slots)
+        {
+            slots.push(a);
+        }
+        slots.truncate(s.rate.keyed_room(queue, slots.len()) as usize);
+        // Without room the claim still learns whether a key waits for some (then the
+        // buffer is drained, freeing slots for it).
+        plan = Some(store::RatePlan {
+            room: u32::try_from(slots.len()).unwrap_or(u32::MAX),
+            slack_floor: rate::SLACK_FLOOR,
+            idle_recheck: s.config.poll_ceiling,
+        });
+    }
     let mut params = ClaimParams {
         queue,
         limit: want,
@@ -247,7 +269,8 @@ async fn claim_queue(
         lease: s.config.lease,
     };
     let m = &s.metrics;
-    let mut carried = Some(s.completer.carry());
+    // A claim deciding rate keys carries no completions: its jobs must start soon after it.
+    let mut carried = slots.is_empty().then(|| s.completer.carry());
     let mut attempt = 0;
     let (jobs, sent) = loop {
         attempt += 1;
@@ -256,9 +279,12 @@ async fn claim_queue(
             .as_ref()
             .map(|c| c.keys().iter().map(Key::owned).collect())
             .unwrap_or_default();
-        let result = match conn.get(s).await {
-            Ok(c) => store::job_claim_completing(c, &params, &owned).await,
-            Err(error) => Err(store::ClaimFailed {
+        let result = match (conn.get(s).await, &plan) {
+            (Ok(c), Some(plan)) => store::job_claim_rated(c, &params, plan, &owned).await,
+            (Ok(c), None) => store::job_claim_completing(c, &params, &owned)
+                .await
+                .map(|(jobs, done)| (jobs, done, store::RateReport::default())),
+            (Err(error), _) => Err(store::ClaimFailed {
                 error,
                 in_doubt: Vec::new(),
             }),
@@ -271,9 +297,13 @@ async fn claim_queue(
             conn.release();
         }
         match result {
-            Ok((jobs, completed)) => {
+            Ok((jobs, completed, report)) => {
                 if let Some(c) = carried.take() {
                     c.written(s, &completed);
+                }
+                if plan.is_some() {
+                    let plain = jobs.iter().filter(|j| j.rate_slack.is_none()).count();
+                    s.rate.record(queue, &report, Instant::now(), plain);
                 }
                 // Nothing beyond the contested rows: try the head of the queue again.
                 if jobs.is_empty() && params.skip > 0 && attempt < CLAIM_LOCK_RETRIES {
@@ -310,6 +340,10 @@ async fn claim_queue(
             }
         }
     };
+    if s.rate.active(queue) {
+        s.lanes
+            .suspend_ahead(Instant::now() + s.config.buffer_wait() * 2);
+    }
     m.add(&m.counters.polls, 1);
     s.emit(WorkerEvent::Polled {
         claimed: jobs.len(),
@@ -319,11 +353,26 @@ async fn claim_queue(
         return Ok((0, want as usize));
     }
     m.add(&m.counters.claims, jobs.len() as u64);
+    let rated = jobs.iter().filter(|j| j.rate_slack.is_some()).count();
+    m.add(&m.counters.rate_admitted, rated as u64);
     let token: Arc<str> = Arc::from(token);
     let count = jobs.len();
     hold.shrink(count);
     for job in jobs {
-        let one = Slot::Buffered(hold.split_one());
+        let one = match job.rate_slack {
+            // Admitted by a rate key: it runs now, on a slot taken before the claim, or is
+            // handed back at its first poll if that came later than ε after the claim was sent.
+            Some(slack) => Slot::Rated {
+                hold: hold.split_one(),
+                admitted: slots.pop(),
+                deadline: sent + slack.saturating_sub(Duration::from_millis(1)),
+            },
+            None => {
+                // The slots the keys did not use are free for the buffered jobs.
+                slots.clear();
+                Slot::Buffered(hold.split_one())
+            }
+        };
         // A claim whose UPDATE was slow wrote its leases again later (`store::ClaimedJob`).
         let lease_from = job.lease_sent.map_or(sent, Instant::from_std);
         executor::spawn(s, job, queue, token.clone(), one, lease_from);

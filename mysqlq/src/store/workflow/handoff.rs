@@ -87,7 +87,7 @@ pub(super) async fn take(
             "/* mysqlq:wf_handoff */ SELECT {CLAIM_COLUMNS}, j.queue_name, CAST(j.priority AS SIGNED) AS priority \
              FROM job_queue j FORCE INDEX (PRIMARY) \
              WHERE j.id IN ({}) AND j.status = 'waiting' AND j.available_at <= UTC_TIMESTAMP(6) \
-               AND j.ordering_key IS NULL AND j.concurrency_key IS NULL \
+               AND j.ordering_key IS NULL AND j.concurrency_key IS NULL AND j.rate_key IS NULL \
                AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = j.queue_name AND pq.paused = 1) \
              ORDER BY j.priority, j.id LIMIT ?",
             placeholders(padded_len(chunk.len()))

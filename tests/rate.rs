@@ -1,0 +1,417 @@
+//! Rate limits (`docs/rate-limits.md`): a key's limit holds across worker processes in every
+//! window, a full key's backlog delays no other job, and waiting for a limit (or starting too
+//! late after an admission) never costs an attempt.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mysqlq::hooks::{Hook, Hooks, JobRun, Next};
+use mysqlq::store::{self, ClaimParams, RatePlan};
+use mysqlq::{EnqueueOptions, JobId, NewJob, Rate, WorkerEvent};
+use mysqlq_tests::jobs::{Noop, Rated};
+use mysqlq_tests::{Proc, TestDb, wait_event};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysqlq-test-worker");
+
+fn rate(s: &str) -> Rate {
+    s.parse().unwrap()
+}
+
+fn keyed(key: &str, limit: &str) -> EnqueueOptions {
+    EnqueueOptions::new().rate_limit(key, rate(limit))
+}
+
+/// Every job's start times (µs) per rate key, sorted.
+async fn starts_by_key(db: &TestDb) -> HashMap<String, Vec<i64>> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT tag, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at) FROM test_runs \
+         WHERE event = 'start' ORDER BY at",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut out: HashMap<String, Vec<i64>> = HashMap::new();
+    for (tag, at) in rows {
+        out.entry(tag).or_default().push(at);
+    }
+    out
+}
+
+/// The first window of `period` holding more than `n` of the sorted `starts`, if any: starts
+/// `i` and `i + n` less than a period apart.
+fn excess(starts: &[i64], n: usize, period: Duration) -> Option<(usize, i64, i64)> {
+    let p = i64::try_from(period.as_micros()).unwrap();
+    (0..starts.len().saturating_sub(n))
+        .find(|&i| starts[i + n] - starts[i] < p)
+        .map(|i| (i, starts[i], starts[i + n]))
+}
+
+#[test]
+fn the_window_check_finds_an_excess() {
+    let ms = |v: &[i64]| v.iter().map(|x| x * 1000).collect::<Vec<_>>();
+    assert_eq!(
+        excess(&ms(&[0, 10, 100, 110]), 2, Duration::from_millis(100)),
+        None
+    );
+    assert_eq!(
+        excess(&ms(&[0, 10, 99, 110]), 2, Duration::from_millis(100)),
+        Some((0, 0, 99_000))
+    );
+}
+
+#[tokio::test]
+async fn a_keyed_enqueue_writes_its_limit_and_one_bucket_per_key() {
+    let db = TestDb::new().await;
+    // Three enqueuers of one new key at once, each in its own transaction.
+    let mut tasks = Vec::new();
+    for n in 0..3 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            let e = Noop { n }
+                .enqueue_with(&mut *tx, &keyed("sendgrid", "10/s"))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            e.id()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    mysqlq::enqueue_many(
+        &db.pool,
+        (0..5).map(|n| {
+            NewJob::from_job(
+                &Noop { n },
+                &keyed(if n % 2 == 0 { "a" } else { "b" }, "5/100ms"),
+            )
+            .unwrap()
+        }),
+    )
+    .await
+    .unwrap();
+    let rows: Vec<(String, u32, u64)> =
+        sqlx::query_as("SELECT rate_key, rate_limit, rate_period_us FROM job_queue ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 8);
+    assert!(
+        rows[..3]
+            .iter()
+            .all(|r| *r == ("sendgrid".into(), 10, 1_000_000))
+    );
+    assert_eq!(rows[3], ("a".into(), 5, 100_000));
+    assert_eq!(rows[4], ("b".into(), 5, 100_000));
+    let buckets: Vec<(String, String, u32, u64)> = sqlx::query_as(
+        "SELECT queue_name, rate_key, rate_limit, rate_period_us FROM mysqlq_rate_bucket ORDER BY rate_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        buckets,
+        [
+            ("test".into(), "a".into(), 5, 100_000),
+            ("test".into(), "b".into(), 5, 100_000),
+            ("test".into(), "sendgrid".into(), 10, 1_000_000),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_rate_key_without_a_limit_is_refused_and_writes_nothing() {
+    let db = TestDb::new().await;
+    let err = Noop { n: 1 }
+        .enqueue_with(&db.pool, &EnqueueOptions::new().rate_key("sendgrid"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("rate key")
+            && err.contains("declares no rate limit")
+            && err.contains("rate_limit"),
+        "{err}"
+    );
+    let err = "0/s".parse::<Rate>().unwrap_err().to_string();
+    assert!(err.contains("1 to 1000000"), "{err}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_rate_bucket").await,
+        0
+    );
+}
+
+/// Three worker processes drain two limited keys: in no window of a key's period do more
+/// handlers of the key start than its limit, every job runs once, and none loses an attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_never_start_more_than_the_limit_in_any_window() {
+    let db = TestDb::new().await;
+    let limits = [("a", "4/200ms", 60), ("b", "3/100ms", 60)];
+    let mut jobs = Vec::new();
+    for (key, limit, n) in limits {
+        for _ in 0..n {
+            jobs.push(NewJob::from_job(&Rated { tag: key.into() }, &keyed(key, limit)).unwrap());
+        }
+    }
+    // Unlimited jobs in the same queue, run beside the keys.
+    for _ in 0..200 {
+        jobs.push(NewJob::from_job(&Rated { tag: "free".into() }, &EnqueueOptions::new()).unwrap());
+    }
+    mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| {
+            Proc::start(
+                BIN,
+                &db,
+                &format!("w{i}"),
+                &["--queues", "rated", "--concurrency", "8"],
+            )
+        })
+        .collect();
+    db.wait_for(
+        "every job completed",
+        "SELECT COUNT(*) = 320 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(60),
+    )
+    .await;
+    for p in &mut procs {
+        p.terminate(Duration::from_secs(10));
+    }
+    let starts = starts_by_key(&db).await;
+    for (key, limit, n) in limits {
+        let r = rate(limit);
+        let s = &starts[key];
+        assert_eq!(s.len(), n, "key {key}: every job started once");
+        let count = usize::try_from(r.count()).unwrap();
+        assert_eq!(
+            excess(s, count, r.period()),
+            None,
+            "key {key} ({limit}): {} starts within one period",
+            count + 1
+        );
+    }
+    assert_eq!(starts["free"].len(), 200);
+    // Waiting for a limit, or a start handed back as late, costs no attempt.
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE attempts <> 1")
+            .await,
+        0
+    );
+}
+
+/// Session status counters of `conn`.
+async fn handler_reads(conn: &mut sqlx::MySqlConnection) -> i64 {
+    let rows: Vec<(String, String)> = sqlx::query_as("SHOW SESSION STATUS LIKE 'Handler_read%'")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    rows.iter().map(|(_, v)| v.parse::<i64>().unwrap()).sum()
+}
+
+/// A backlog of a key at its limit is never read: a claim finds the one unlimited job (and the
+/// idle probe finds nothing else to do) by reading a handful of index entries, not the backlog.
+#[tokio::test]
+async fn a_full_keys_backlog_is_not_read_by_claims_or_the_probe() {
+    let db = TestDb::new().await;
+    let backlog = 20_000;
+    mysqlq::enqueue_many(
+        &db.pool,
+        (0..backlog).map(|n| NewJob::from_job(&Noop { n }, &keyed("bulk", "1/1h")).unwrap()),
+    )
+    .await
+    .unwrap();
+    let mut conn = db.connect().await;
+    let token = mysqlq_tests::token();
+    let plan = RatePlan {
+        room: 4,
+        slack_floor: Duration::from_millis(5),
+        idle_recheck: Duration::from_millis(100),
+    };
+    let params = ClaimParams {
+        queue: "test",
+        limit: 8,
+        skip: 0,
+        worker_id: "w",
+        token: &token,
+        lease: Duration::from_secs(30),
+    };
+    // The first claim admits the key's one start and closes it for an hour.
+    let (jobs, _, report) = store::job_claim_rated(&mut conn, &params, &plan, &[])
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert!(jobs[0].rate_slack.is_some());
+    assert!(report.keys_seen);
+    assert!(report.next_open_in.unwrap() > Duration::from_secs(3500));
+    let free = Noop { n: 0 }.enqueue(&db.pool).await.unwrap().id();
+
+    let before = handler_reads(&mut conn).await;
+    assert_eq!(
+        store::job_ready_queues(&mut conn, &["test".to_owned()])
+            .await
+            .unwrap(),
+        ["test"]
+    );
+    let probe = handler_reads(&mut conn).await - before;
+    let before = handler_reads(&mut conn).await;
+    let (jobs, _, _) = store::job_claim_rated(&mut conn, &params, &plan, &[])
+        .await
+        .unwrap();
+    let claim = handler_reads(&mut conn).await - before;
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<JobId>>(), [free]);
+    assert!(jobs[0].rate_slack.is_none());
+    // The probe with only the full key left says the queue is idle.
+    let before = handler_reads(&mut conn).await;
+    assert!(
+        store::job_ready_queues(&mut conn, &["test".to_owned()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let idle = handler_reads(&mut conn).await - before;
+    for (what, reads) in [("probe", probe), ("claim", claim), ("idle probe", idle)] {
+        assert!(
+            reads < 100,
+            "{what} read {reads} index entries beside a backlog of {backlog}"
+        );
+    }
+}
+
+/// An `around_run` hook that holds each job's first attempt back past its rate decision's
+/// slack before the handler may start.
+struct Slow {
+    seen: Mutex<Vec<JobId>>,
+}
+
+impl Hook for Slow {
+    fn around_run<'a>(&'a self, job: &'a JobRun, next: Next<'a>) -> Next<'a> {
+        let first = {
+            let mut seen = self.seen.lock().unwrap();
+            let first = !seen.contains(&job.id());
+            seen.push(job.id());
+            first
+        };
+        Box::pin(async move {
+            if first {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            next.await
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_start_is_handed_back_without_losing_an_attempt() {
+    let db = TestDb::new().await;
+    let ids: Vec<JobId> = mysqlq::enqueue_many(
+        &db.pool,
+        (0..3)
+            .map(|_| NewJob::from_job(&Rated { tag: "k".into() }, &keyed("k", "2/100ms")).unwrap()),
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|e| e.id())
+    .collect();
+    let hook = Arc::new(Slow {
+        seen: Mutex::new(Vec::new()),
+    });
+    let worker = db
+        .worker()
+        .queues(["rated"])
+        .hooks(Hooks::new().with_arc(hook))
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.events();
+    wait_event(&mut events, "a late start", Duration::from_secs(20), |e| {
+        matches!(e, WorkerEvent::RateLateStart { .. })
+    })
+    .await;
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 3 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let m = worker.metrics();
+    worker.shutdown().await.unwrap();
+    assert!(m.counters.snapshot().rate_late_starts >= 1);
+    for id in ids {
+        let (attempts, started): (u32, i64) = sqlx::query_as(
+            "SELECT attempts, (SELECT COUNT(*) FROM test_runs r WHERE r.job_id = j.id) \
+             FROM job_queue j WHERE id = ?",
+        )
+        .bind(id.0)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            (attempts, started),
+            (1, 1),
+            "job {id:?}: one attempt, one start"
+        );
+    }
+}
+
+/// A worker whose prefetch buffer is full of a plain backlog still serves a limited key: the
+/// key's claims learn that it waits, the worker stops claiming ahead, and the key gets running
+/// slots long before the backlog is drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_key_is_served_beside_a_buffered_backlog() {
+    let db = TestDb::new().await;
+    let backlog = 6_000;
+    mysqlq::enqueue_many(
+        &db.pool,
+        (0..backlog).map(|_| {
+            NewJob::from_job(&Rated { tag: "free".into() }, &EnqueueOptions::new()).unwrap()
+        }),
+    )
+    .await
+    .unwrap();
+    let worker = db
+        .worker()
+        .queues(["rated"])
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    // The key's jobs come once the worker is busy, its buffer full of the backlog.
+    db.wait_for(
+        "the backlog being worked",
+        "SELECT COUNT(*) > 500 FROM test_runs",
+        Duration::from_secs(60),
+    )
+    .await;
+    mysqlq::enqueue_many(
+        &db.pool,
+        (0..10)
+            .map(|_| NewJob::from_job(&Rated { tag: "k".into() }, &keyed("k", "5/100ms")).unwrap()),
+    )
+    .await
+    .unwrap();
+    db.wait_for(
+        "every job completed",
+        &format!(
+            "SELECT COUNT(*) = {} FROM job_queue WHERE status = 'completed'",
+            backlog + 10
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let after: i64 = db
+        .scalar(
+            "SELECT COUNT(*) FROM test_runs WHERE tag = 'free' AND at > \
+             (SELECT MAX(at) FROM test_runs WHERE tag = 'k')",
+        )
+        .await;
+    eprintln!("plain jobs started after the key's last: {after}");
+    assert!(
+        after > backlog as i64 / 4,
+        "the key's last job started with only {after} of {backlog} plain jobs left"
+    );
+}
