@@ -415,3 +415,178 @@ async fn a_limited_key_is_served_beside_a_buffered_backlog() {
         "the key's last job started with only {after} of {backlog} plain jobs left"
     );
 }
+
+/// Records its start; on its first run, when `hold_ms` is not 0, tells the worker that the
+/// service rate-limits it for `hold_ms`.
+#[mysqlq::job(queue = "rl429", retries = 3, backoff = "100ms")]
+async fn throttled(
+    ctx: mysqlq::JobContext,
+    tag: String,
+    hold_ms: u64,
+) -> Result<(), mysqlq::JobError> {
+    let pool = ctx.pool().expect("a pool in the context");
+    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM test_runs WHERE job_id = ?")
+        .bind(ctx.id().0)
+        .fetch_one(pool)
+        .await?;
+    mysqlq_tests::jobs::record(&ctx, &tag, "start").await?;
+    if hold_ms > 0 && before == 0 {
+        return Err(mysqlq::JobError::rate_limited(Duration::from_millis(
+            hold_ms,
+        )));
+    }
+    Ok(())
+}
+
+/// When the hold of `key` (`''`: the queue) ends, µs since the epoch, once it is written.
+async fn held_until(db: &TestDb, key: &str) -> i64 {
+    db.wait_for(
+        "the hold",
+        &format!("SELECT COUNT(*) FROM mysqlq_rate_hold WHERE rate_key = '{key}'"),
+        Duration::from_secs(30),
+    )
+    .await;
+    db.scalar(&format!(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', MAX(held_until)) \
+         FROM mysqlq_rate_hold WHERE rate_key = '{key}'"
+    ))
+    .await
+}
+
+/// The start times (µs) of the runs tagged `tag`.
+async fn starts_of(db: &TestDb, tag: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at) FROM test_runs \
+         WHERE tag = ? AND event = 'start' ORDER BY at",
+    )
+    .bind(tag)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_holds_the_key_and_gives_the_attempt_back() {
+    let db = TestDb::new().await;
+    let worker = db
+        .worker()
+        .queues(["rl429"])
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    let first = Throttled {
+        tag: "first".into(),
+        hold_ms: 3_000,
+    }
+    .enqueue_with(&db.pool, &keyed("k", "100/s"))
+    .await
+    .unwrap()
+    .id();
+    let until = held_until(&db, "k").await;
+    // Past the key's idle recheck, so the claims that Z's enqueue wakes find k's bucket open.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        Throttled {
+            tag: "same-key".into(),
+            hold_ms: 0,
+        }
+        .enqueue_with(&db.pool, &keyed("k", "100/s"))
+        .await
+        .unwrap();
+    }
+    Throttled {
+        tag: "other-key".into(),
+        hold_ms: 0,
+    }
+    .enqueue_with(&db.pool, &keyed("z", "100/s"))
+    .await
+    .unwrap();
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 5 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let same = starts_of(&db, "same-key").await;
+    assert_eq!(same.len(), 3);
+    assert!(
+        same.iter().all(|&t| t >= until),
+        "a job of the held key started {} ms before the hold ended",
+        (until - same[0]) / 1000
+    );
+    let other = starts_of(&db, "other-key").await;
+    assert!(other[0] < until, "another key waited for the held one");
+    // The rate-limited attempt was given back; the history names it.
+    let (attempts, outcome): (u32, String) = sqlx::query_as(
+        "SELECT j.attempts, CAST(a.outcome AS CHAR) FROM job_queue j \
+         JOIN mysqlq_job_attempt a ON a.job_id = j.id WHERE j.id = ?",
+    )
+    .bind(first.0)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((attempts, outcome.as_str()), (1, "rate_limited"));
+    assert_eq!(starts_of(&db, "first").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_without_a_key_holds_its_queue_only() {
+    let db = TestDb::new().await;
+    let worker = db
+        .worker()
+        .queues(["rl429", "test"])
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    Throttled {
+        tag: "first".into(),
+        hold_ms: 3_000,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap();
+    let until = held_until(&db, "").await;
+    Throttled {
+        tag: "plain".into(),
+        hold_ms: 0,
+    }
+    .enqueue(&db.pool)
+    .await
+    .unwrap();
+    Throttled {
+        tag: "keyed".into(),
+        hold_ms: 0,
+    }
+    .enqueue_with(&db.pool, &keyed("k", "100/s"))
+    .await
+    .unwrap();
+    let elsewhere = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 4 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    for tag in ["plain", "keyed"] {
+        let s = starts_of(&db, tag).await;
+        assert!(
+            s[0] >= until,
+            "{tag}: started {} ms before its queue's hold ended",
+            (until - s[0]) / 1000
+        );
+    }
+    let done: i64 = db
+        .scalar(&format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', finished_at) FROM job_queue WHERE id = {}",
+            elsewhere.0
+        ))
+        .await;
+    assert!(
+        done < until,
+        "a job of another queue waited for the held queue"
+    );
+}

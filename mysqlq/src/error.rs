@@ -231,6 +231,10 @@ pub enum ErrorClass {
     Snooze(Duration),
     /// Stop for good without counting as a failure: the job moves to `cancelled`.
     Cancel,
+    /// The service the job calls said "too many requests": the job's rate key (its queue, for
+    /// a job without one) takes no new job for the given time, and the job runs again after
+    /// it without consuming an attempt.
+    RateLimited(Duration),
 }
 
 /// Lets an error type choose how the worker treats it.
@@ -288,6 +292,19 @@ impl JobError {
         Self::new(
             ErrorClass::Snooze(delay),
             format!("snoozed for {}", crate::backoff::format_duration(delay)),
+        )
+    }
+
+    /// The service the job calls is rate limiting it (an HTTP 429 with `Retry-After`): no job
+    /// of this job's rate key — of its queue, for a job without one — starts on any worker for
+    /// `retry_after`, and this job runs again after it, its attempt given back.
+    pub fn rate_limited(retry_after: Duration) -> Self {
+        Self::new(
+            ErrorClass::RateLimited(retry_after),
+            format!(
+                "rate limited by the service; held for {}",
+                crate::backoff::format_duration(retry_after)
+            ),
         )
     }
 

@@ -81,6 +81,7 @@ counters! {
     workflow_settle_deferred: "Step completions written without their settlement because a gate or dependent they settle was held by another transaction; settled by a follow-up transaction a moment later.",
     workflow_handed_off: "Released workflow steps claimed for the worker in the transaction that released them (no claim of their own).",
     rate_admitted: "Jobs admitted by their rate key's limit (claimed by a claim that decided the key).",
+    rate_limited: "Attempts whose handler said the service rate-limits it (JobError::rate_limited): key held, attempt given back.",
     rate_late_starts: "Rate-admitted jobs whose handler could not start within the decision's slack: not run, handed back with their attempt.",
 }
 

@@ -99,6 +99,8 @@ pub enum AttemptOutcome {
     Fail,
     /// The handler cancelled the job.
     Cancel,
+    /// The handler said the service rate-limits it: its key was held, its attempt given back.
+    RateLimited,
 }
 
 impl AttemptOutcome {
@@ -109,6 +111,7 @@ impl AttemptOutcome {
             Self::Snooze => "snooze",
             Self::Fail => "fail",
             Self::Cancel => "cancel",
+            Self::RateLimited => "rate_limited",
         }
     }
 }
@@ -123,15 +126,21 @@ impl FromStr for AttemptOutcome {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        [Self::Retry, Self::Snooze, Self::Fail, Self::Cancel]
-            .into_iter()
-            .find(|o| o.as_str() == s)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "attempt outcome",
-                    format!("`{s}` is unknown to this build; upgrade mysqlq"),
-                )
-            })
+        [
+            Self::Retry,
+            Self::Snooze,
+            Self::Fail,
+            Self::Cancel,
+            Self::RateLimited,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+        .ok_or_else(|| {
+            Error::invalid(
+                "attempt outcome",
+                format!("`{s}` is unknown to this build; upgrade mysqlq"),
+            )
+        })
     }
 }
 
@@ -156,6 +165,7 @@ mod tests {
             AttemptOutcome::Snooze,
             AttemptOutcome::Fail,
             AttemptOutcome::Cancel,
+            AttemptOutcome::RateLimited,
         ] {
             assert_eq!(o.as_str().parse::<AttemptOutcome>().unwrap(), o);
         }

@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
 use super::admission::{self, Candidate};
 use super::guarded::{GuardedReport, Owned, job_complete_many};
-use super::rate::{Lanes, RatePlan, RateReport};
+use super::rate::{Lanes, QUEUE_NOT_HELD, RatePlan, RateReport};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
 
@@ -84,6 +84,7 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.rate_key IS NULL \
            AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
+           AND {QUEUE_NOT_HELD} \
            AND {KEY_GATES} \
          ORDER BY j.priority, j.available_at, j.id \
          LIMIT ? OFFSET ? \
@@ -193,6 +194,8 @@ pub async fn job_ready_queues(
         sql.push_str(
             "(SELECT CAST(? AS CHAR) AS q FROM DUAL WHERE \
                NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
+               AND NOT EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = ? AND h.rate_key = '' \
+                 AND h.held_until > UTC_TIMESTAMP(6)) \
                AND (EXISTS (SELECT 1 FROM job_queue j WHERE j.queue_name = ? AND j.status = 'pending' \
                    AND j.rate_key IS NULL AND j.available_at <= UTC_TIMESTAMP(6)) \
                  OR ",
@@ -203,7 +206,7 @@ pub async fn job_ready_queues(
     let sql = AssertSqlSafe(sql);
     let mut q = sqlx::query_scalar::<_, String>(sql);
     for name in queues {
-        q = q.bind(name).bind(name).bind(name).bind(name);
+        q = q.bind(name).bind(name).bind(name).bind(name).bind(name);
     }
     Ok(q.fetch_all(&mut *conn).await?)
 }
@@ -258,6 +261,7 @@ async fn claim_in(
         let select = AssertSqlSafe(claim_select_sql(p.queue, tag));
         rows.extend(
             sqlx::query(select)
+                .bind(p.queue)
                 .bind(p.queue)
                 .bind(p.queue)
                 .bind(limit)
@@ -532,6 +536,7 @@ pub async fn job_claim_explain(
         claim_select_sql(queue, "job_claim_explain")
     ));
     let rows = sqlx::query(sql)
+        .bind(queue)
         .bind(queue)
         .bind(queue)
         .bind(100u32)

@@ -286,6 +286,12 @@ pub enum Outcome {
     Fail,
     /// To `cancelled`.
     Cancel,
+    /// Back to `pending` after `delay` without consuming the attempt, holding the job's rate
+    /// key (its queue, without one) until then: `JobError::rate_limited`.
+    RateLimited {
+        /// How long the key is held.
+        delay: Duration,
+    },
 }
 
 /// How a token-guarded write of one job went.
@@ -352,7 +358,7 @@ pub async fn job_finish_attempt_logged(
             ),
             Some(*delay),
         ),
-        Outcome::Snooze { delay } => (
+        Outcome::Snooze { delay } | Outcome::RateLimited { delay } => (
             concat!(
                 "/* mysqlq:job_snooze */ UPDATE job_queue SET status = 'pending', available_at = ",
                 at_delay!(),
@@ -379,19 +385,25 @@ pub async fn job_finish_attempt_logged(
         q = q.bind(micros(d));
     }
     let q = q.bind(error).bind(job.id.0).bind(job.token.as_str());
-    let done = match log {
-        None => q.execute(&mut *conn).await?.rows_affected(),
-        Some(log) => {
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let done = q.execute(&mut *tx).await?.rows_affected();
-            if done == 1 {
-                job_attempt_record(&mut tx, job.id, log, full_error).await?;
-                tx.commit().await?;
-            } else {
-                tx.rollback().await?;
+    // A rate-limited outcome writes its hold in the same transaction, history or not.
+    let held = matches!(outcome, Outcome::RateLimited { .. });
+    let done = if log.is_none() && !held {
+        q.execute(&mut *conn).await?.rows_affected()
+    } else {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let done = q.execute(&mut *tx).await?.rows_affected();
+        if done == 1 {
+            if let Outcome::RateLimited { delay } = outcome {
+                super::rate::hold(&mut tx, job.id, *delay).await?;
             }
-            done
+            if let Some(log) = log {
+                job_attempt_record(&mut tx, job.id, log, full_error).await?;
+            }
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
         }
+        done
     };
     if done == 1 {
         return Ok(Written::Now);

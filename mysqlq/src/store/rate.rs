@@ -63,6 +63,7 @@ pub(super) async fn lock_open_keys(
            b.rate_limit, b.rate_period_us, {NOW_US} AS now_us \
          FROM mysqlq_rate_bucket b \
          WHERE b.queue_name = ? AND b.rate_key <> '' AND b.open_at <= UTC_TIMESTAMP(6) \
+           AND {KEY_NOT_HELD} \
          ORDER BY b.open_at LIMIT ? FOR UPDATE SKIP LOCKED"
     ));
     let rows = sqlx::query(sql)
@@ -165,7 +166,14 @@ pub(super) async fn open_key_ready(tx: &mut MySqlConnection, queue: &str) -> Res
 pub(super) const OPEN_KEY_READY: &str = "EXISTS (SELECT 1 FROM mysqlq_rate_bucket b \
      JOIN job_queue k ON k.queue_name = b.queue_name AND k.status = 'pending' \
        AND k.rate_key = b.rate_key AND k.available_at <= UTC_TIMESTAMP(6) \
-     WHERE b.queue_name = ? AND b.rate_key <> '' AND b.open_at <= UTC_TIMESTAMP(6))";
+     WHERE b.queue_name = ? AND b.rate_key <> '' AND b.open_at <= UTC_TIMESTAMP(6) \
+       AND NOT EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = b.queue_name \
+         AND h.rate_key IN (b.rate_key, '') AND h.held_until > UTC_TIMESTAMP(6)))";
+
+/// No hold in force on bucket `b`'s key or on its whole queue.
+const KEY_NOT_HELD: &str = "NOT EXISTS (SELECT 1 FROM mysqlq_rate_hold h \
+     WHERE h.queue_name = b.queue_name AND h.rate_key IN (b.rate_key, '') \
+     AND h.held_until > UTC_TIMESTAMP(6))";
 
 /// `rate_next_open`: how long until the earliest bucket of `queue` that is closed now opens
 /// (`None`: none is closed). A consistent read (it sees this transaction's own writes).
@@ -408,3 +416,29 @@ fn input<'a>(
         idle_recheck: plan.idle_recheck,
     }
 }
+
+/// `rate_hold`: job `id` (locked by this transaction, which just handed it back) was rate
+/// limited by its service: its key — its queue, `''`, for a job without one — takes no new job
+/// until `delay` from now. The row is the job's own, written by no one else, so this never
+/// waits; claims read holds without locking them.
+pub(super) async fn hold(
+    tx: &mut MySqlConnection,
+    id: crate::JobId,
+    delay: Duration,
+) -> Result<(), Error> {
+    sqlx::query(
+        "/* mysqlq:rate_hold */ INSERT INTO mysqlq_rate_hold (queue_name, rate_key, job_id, held_until) \
+         SELECT queue_name, COALESCE(rate_key, ''), id, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+         FROM job_queue WHERE id = ? \
+         ON DUPLICATE KEY UPDATE held_until = GREATEST(held_until, VALUES(held_until))",
+    )
+    .bind(super::sql::micros(delay))
+    .bind(id.0)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// `NOT EXISTS` a hold of the queue bound first as a whole (`''`) in force.
+pub(super) const QUEUE_NOT_HELD: &str = "NOT EXISTS (SELECT 1 FROM mysqlq_rate_hold h \
+     WHERE h.queue_name = ? AND h.rate_key = '' AND h.held_until > UTC_TIMESTAMP(6))";

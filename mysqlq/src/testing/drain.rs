@@ -17,7 +17,8 @@ pub enum Outcome {
     Completed,
     /// It failed with attempts left: `pending` again, after its backoff.
     Retried,
-    /// The handler snoozed it: `pending` again, after the delay, its attempt given back.
+    /// The handler snoozed it (or said its service rate-limits it): `pending` again, after the
+    /// delay, its attempt given back.
     Snoozed,
     /// Out of attempts, or a permanent error: `failed`.
     Failed,
@@ -33,7 +34,7 @@ impl Outcome {
         match outcome {
             Some("completed") => Self::Completed,
             Some("retry") => Self::Retried,
-            Some("snooze") => Self::Snoozed,
+            Some("snooze" | "rate_limited") => Self::Snoozed,
             Some("fail") => Self::Failed,
             Some("cancel" | "cancelled") => Self::Cancelled,
             _ => Self::NotRecorded,

@@ -454,6 +454,7 @@ fn log_outcome(
     let (name, delay) = match outcome {
         Outcome::Retry { delay } => ("retry", Some(delay)),
         Outcome::Snooze { delay } => ("snooze", Some(delay)),
+        Outcome::RateLimited { delay } => ("rate_limited", Some(delay)),
         Outcome::Fail => ("fail", None),
         Outcome::Cancel => ("cancel", None),
     };

@@ -25,6 +25,7 @@ pub(super) fn decide(
     match class {
         ErrorClass::Snooze(delay) => Outcome::Snooze { delay },
         ErrorClass::Cancel => Outcome::Cancel,
+        ErrorClass::RateLimited(delay) => Outcome::RateLimited { delay },
         ErrorClass::Fail => Outcome::Fail,
         _ if attempt >= max_attempts => Outcome::Fail,
         _ if unknown_kind => Outcome::Retry {
@@ -51,7 +52,7 @@ pub(super) fn describe(
             "{err} (attempt {attempt} of {max_attempts}; retry in {})",
             crate::backoff::format_duration(*delay)
         ),
-        Outcome::Snooze { .. } | Outcome::Cancel => err.to_string(),
+        Outcome::Snooze { .. } | Outcome::Cancel | Outcome::RateLimited { .. } => err.to_string(),
     }
 }
 
@@ -61,6 +62,7 @@ fn outcome_name(o: &Outcome) -> &'static str {
         Outcome::Snooze { .. } => "snooze",
         Outcome::Fail => "fail",
         Outcome::Cancel => "cancel",
+        Outcome::RateLimited { .. } => "rate_limited",
     }
 }
 
@@ -139,6 +141,7 @@ pub(super) async fn record(
                 Outcome::Snooze { .. } => m.add(&m.counters.snoozes, 1),
                 Outcome::Fail => m.add(&m.counters.failures, 1),
                 Outcome::Cancel => m.add(&m.counters.cancels, 1),
+                Outcome::RateLimited { .. } => m.add(&m.counters.rate_limited, 1),
             }
             s.emit(WorkerEvent::Recorded {
                 id: key.id,
@@ -198,6 +201,11 @@ mod tests {
         assert_eq!(
             decide(ErrorClass::Cancel, 1, 3, &p, false, 0.5),
             Outcome::Cancel
+        );
+        assert_eq!(
+            decide(ErrorClass::RateLimited(d), 3, 3, &p, false, 0.5),
+            Outcome::RateLimited { delay: d },
+            "a rate-limited last attempt is not a failure"
         );
         assert_eq!(
             decide(ErrorClass::Retry, 1, 3, &p, true, 0.5),
