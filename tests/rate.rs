@@ -590,3 +590,97 @@ async fn rate_limited_without_a_key_holds_its_queue_only() {
         "a job of another queue waited for the held queue"
     );
 }
+
+/// A job declaring its limit and key with `#[job]`: 2 starts per 100 ms per provider.
+#[mysqlq::job(queue = "rl-declared", rate_limit = "2/100ms", rate_key = provider)]
+async fn send_mail(
+    ctx: mysqlq::JobContext,
+    provider: String,
+    n: u32,
+) -> Result<(), mysqlq::JobError> {
+    let _ = n;
+    let pool = ctx.pool().expect("a pool in the context");
+    let at = mysqlq_tests::jobs::now_micros();
+    sqlx::query(
+        "INSERT INTO test_runs (job_id, attempt, pid, tag, event, claim_token, at) \
+         VALUES (?, ?, 0, ?, 'start', ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))",
+    )
+    .bind(ctx.id().0)
+    .bind(ctx.attempt())
+    .bind(&provider)
+    .bind(ctx.claim_token())
+    .bind(at)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_limit_holds_per_key_and_is_refused_over_redis() {
+    let db = TestDb::new().await;
+    for n in 0..12 {
+        for provider in ["sendgrid", "mailgun"] {
+            SendMail {
+                provider: provider.into(),
+                n,
+            }
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        }
+    }
+    let keys: Vec<(String, u32, u64)> = sqlx::query_as(
+        "SELECT DISTINCT rate_key, rate_limit, rate_period_us FROM job_queue ORDER BY rate_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        keys,
+        [
+            ("mailgun".into(), 2, 100_000),
+            ("sendgrid".into(), 2, 100_000)
+        ]
+    );
+    let worker = db
+        .worker()
+        .queues(["rl-declared"])
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "all completed",
+        "SELECT COUNT(*) = 24 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let starts = starts_by_key(&db).await;
+    for key in ["sendgrid", "mailgun"] {
+        assert_eq!(starts[key].len(), 12);
+        assert_eq!(
+            excess(&starts[key], 2, Duration::from_millis(100)),
+            None,
+            "{key}"
+        );
+    }
+
+    let redis = mysqlq_tests::redis::TestRedis::shared();
+    let err = db
+        .worker()
+        .queues(["rl-declared"])
+        .redis(redis.connect().await)
+        .start()
+        .await
+        .err()
+        .expect("a worker over Redis refuses a queue of rate-limited jobs")
+        .to_string();
+    assert!(
+        err.contains("not supported over Redis Streams")
+            && err.contains("send_mail")
+            && err.contains("2/100ms")
+            && err.contains("without --redis-url"),
+        "{err}"
+    );
+}

@@ -29,6 +29,7 @@ pub struct JobRegistration {
     retry_policy: fn() -> RetryPolicy,
     timeout: fn() -> Option<Duration>,
     fields: Option<&'static [(&'static str, &'static str)]>,
+    rate_limit: Option<crate::Rate>,
 }
 
 fn run_erased<J: Job>(
@@ -58,6 +59,7 @@ impl JobRegistration {
             retry_policy: J::retry_policy,
             timeout: J::timeout,
             fields: J::FIELDS,
+            rate_limit: J::RATE_LIMIT,
         }
     }
 
@@ -105,6 +107,11 @@ impl JobRegistration {
                 .collect::<Vec<_>>()
                 .join(", ")
         })
+    }
+
+    /// The rate limit the job declares (`#[job(rate_limit = "10/s")]`), if any.
+    pub fn rate_limit(&self) -> Option<crate::Rate> {
+        self.rate_limit
     }
 
     /// The per-attempt timeout, if the job sets one.

@@ -366,6 +366,22 @@ impl WorkerBuilder {
                     .into(),
             ));
         }
+        if settled.is_some()
+            && let Some(r) = registry
+                .iter()
+                .find(|r| r.rate_limit().is_some() && config.queues.iter().any(|q| q == r.queue()))
+        {
+            return Err(Error::Config(format!(
+                "rate limits are not supported over Redis Streams: job `{}` declares \
+                 rate_limit = \"{}\" on queue `{}`, and a relayed job waits in the stream for an \
+                 unbounded time before it starts; serve `{}` from a worker without --redis-url, or \
+                 drop the limit",
+                r.kind(),
+                r.rate_limit().map(|l| l.to_string()).unwrap_or_default(),
+                r.queue(),
+                r.queue()
+            )));
+        }
         validate(&config)?;
         if let Some(id) = &self.worker_id {
             validate_worker_id(id)?;
