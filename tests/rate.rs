@@ -667,15 +667,16 @@ async fn a_declared_limit_holds_per_key_and_is_refused_over_redis() {
     }
 
     let redis = mysqlq_tests::redis::TestRedis::shared();
-    let err = db
+    let started = db
         .worker()
         .queues(["rl-declared"])
         .redis(redis.connect().await)
         .start()
-        .await
-        .err()
-        .expect("a worker over Redis refuses a queue of rate-limited jobs")
-        .to_string();
+        .await;
+    let Err(err) = started else {
+        panic!("a worker over Redis refuses a queue of rate-limited jobs");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("not supported over Redis Streams")
             && err.contains("send_mail")
