@@ -70,6 +70,7 @@ async fn migrate_is_idempotent_and_creates_the_articles_table() {
     for name in [
         "PRIMARY",
         "idx_job_claim",
+        "idx_job_rate",
         "idx_job_recover",
         "uq_job_dedupe",
     ] {
@@ -604,7 +605,7 @@ async fn claim_query_uses_the_claim_index_without_filesort() {
         .iter()
         .find(|r| r.table.as_deref() == Some("j"))
         .unwrap_or_else(|| panic!("no row for job_queue j in {plan:?}"));
-    assert_eq!(main.key.as_deref(), Some("idx_job_claim"), "plan: {plan:?}");
+    assert_eq!(main.key.as_deref(), Some("idx_job_rate"), "plan: {plan:?}");
     for row in &plan {
         let extra = row.extra.as_deref().unwrap_or("");
         assert!(!extra.contains("filesort"), "filesort in {row:?}");

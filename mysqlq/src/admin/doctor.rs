@@ -9,8 +9,9 @@ use crate::Error;
 use crate::store::{self, admin, server};
 
 /// The indexes the queries need.
-const INDEXES: [&str; 4] = [
+const INDEXES: [&str; 5] = [
     "idx_job_claim",
+    "idx_job_rate",
     "idx_job_recover",
     "uq_job_dedupe",
     "idx_job_finished",
@@ -259,7 +260,7 @@ async fn doctor(
                     .collect();
                 let uses = main
                     .iter()
-                    .any(|r| r.key.as_deref() == Some("idx_job_claim"));
+                    .any(|r| r.key.as_deref() == Some("idx_job_rate"));
                 let filesort = plan
                     .iter()
                     .any(|r| r.extra.as_deref().is_some_and(|e| e.contains("filesort")));
@@ -267,7 +268,7 @@ async fn doctor(
                     checks.push(check(
                         Level::Ok,
                         "claim plan",
-                        format!("queue `{queue}`: idx_job_claim, no filesort"),
+                        format!("queue `{queue}`: idx_job_rate, no filesort"),
                         None,
                     ));
                 } else {
@@ -297,7 +298,7 @@ async fn doctor(
                                 "queue `{queue}`: {pending} pending jobs, key {key}{}",
                                 if filesort { ", Using filesort" } else { "" }
                             ),
-                            Some("run ANALYZE TABLE job_queue and check idx_job_claim (queue_name, status, priority, available_at, id)"),
+                            Some("check idx_job_rate (queue_name, status, rate_key, priority, available_at, id): migration 9 adds it"),
                         ));
                     }
                 }

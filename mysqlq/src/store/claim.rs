@@ -80,7 +80,7 @@ fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT {CLAIM_COLUMNS} \
-         FROM job_queue j \
+         FROM job_queue j FORCE INDEX (idx_job_rate) \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.rate_key IS NULL \
            AND j.available_at <= UTC_TIMESTAMP(6) \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = ? AND pq.paused = 1) \
