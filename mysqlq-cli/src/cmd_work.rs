@@ -72,6 +72,12 @@ pub(crate) async fn work(
     for (q, n) in limits {
         builder = builder.queue_concurrency(q, n);
     }
+    for (q, rate) in &a.rate {
+        builder = builder.queue_rate(q.clone(), *rate);
+    }
+    for (q, n) in &a.global {
+        builder = builder.queue_global_limit(q.clone(), *n);
+    }
     let mut builder = Cli::configure(app.configure, builder);
     if let Some(every) = a.heartbeat {
         builder = builder.heartbeat_interval(every);

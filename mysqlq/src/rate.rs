@@ -254,6 +254,10 @@ pub(crate) fn slack(period: Duration, floor: Duration) -> Duration {
 /// At most this many entries in a bucket's log; [`decide`] merges entries beyond it.
 pub(crate) const MAX_ENTRIES: usize = 64;
 
+/// The least slack ε of a decision: the longest a local claim's jobs may take from the claim
+/// being sent to their handlers' first poll (raised per bucket for long periods, [`slack`]).
+pub(crate) const SLACK_FLOOR: Duration = Duration::from_millis(5);
+
 /// The first byte of an encoded log.
 const LOG_VERSION: u8 = 1;
 /// Bytes per encoded entry: the time (i64) and the count (u32), both big-endian.

@@ -53,7 +53,6 @@ pub enum Selection<'a> {
 }
 
 pub use crate::state::{AttemptOutcome, JobState, Timestamp};
-pub use crate::store::Attempt;
 pub use crate::store::admin::{
     ActivityStats, DedupeConflict, FailedJob, Job, KindStats, LeaseStats, QueueStats, TableStats,
     WorkerStats,
@@ -61,6 +60,7 @@ pub use crate::store::admin::{
 pub use crate::store::dashboard::{
     JobPage, JobPageParams, JobRow, MAX_PAGE, MinutePoint, SCAN_WINDOW,
 };
+pub use crate::store::{Attempt, QueueLimits};
 
 /// What [`Admin::retry_failed`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -218,6 +218,34 @@ impl Admin {
         crate::store::queue_set_paused(&mut tx, queue, paused).await?;
         let action = if paused { "pause" } else { "resume" };
         self.record_entry(&mut tx, action, Some(queue), None, None)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// `queue`'s limits that every worker obeys (`work --rate`, `--global`,
+    /// [`Admin::set_queue_limits`]); none when unset.
+    pub async fn queue_limits(&self, queue: &str) -> Result<QueueLimits, Error> {
+        let mut conn = self.pool.acquire().await?;
+        crate::store::queue_limits(&mut conn, queue).await
+    }
+
+    /// Sets `queue`'s limits (`QueueLimits::default()` clears them), for every worker from its
+    /// next claim of the queue; written to the audit trail (`limits`, with the new values).
+    pub async fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<(), Error> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        crate::store::queue_limits_set(&mut tx, queue, limits).await?;
+        let detail = format!(
+            "rate {}, global {}",
+            limits
+                .rate
+                .map_or_else(|| "none".to_owned(), |r| r.to_string()),
+            limits
+                .global
+                .map_or_else(|| "none".to_owned(), |g| g.to_string())
+        );
+        self.record_entry(&mut tx, "limits", Some(queue), None, Some(&detail))
             .await?;
         tx.commit().await?;
         Ok(())

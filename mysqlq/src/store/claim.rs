@@ -7,6 +7,7 @@ use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
 use super::admission::{self, Candidate};
 use super::guarded::{GuardedReport, Owned, job_complete_many};
+use super::limits::{QUEUE_LIMIT_COLUMNS, QueueGate, QueueLimits, limits_of};
 use super::rate::{Lanes, QUEUE_NOT_HELD, RatePlan, RateReport};
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
@@ -79,7 +80,7 @@ pub(super) const KEY_GATES: &str = "(j.ordering_key IS NULL OR NOT EXISTS ( \
 fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
-         SELECT {CLAIM_COLUMNS} \
+         SELECT {CLAIM_COLUMNS}, {QUEUE_LIMIT_COLUMNS} \
          FROM job_queue j FORCE INDEX (idx_job_rate) \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.rate_key IS NULL \
            AND j.available_at <= UTC_TIMESTAMP(6) \
@@ -230,8 +231,13 @@ pub(super) async fn claim_rows(
         Some(plan) => Lanes::read(&mut tx, p.queue, plan).await?,
         None => Lanes::default(),
     };
-    let jobs = claim_in(&mut tx, p, tag, take_attempt, &mut lanes).await?;
-    let report = lanes.write(&mut tx, p.queue).await?;
+    let timing = rate.map_or(
+        (crate::rate::SLACK_FLOOR, Duration::from_millis(100)),
+        |r| (r.slack_floor, r.idle_recheck),
+    );
+    let (jobs, queue_rated) = claim_in(&mut tx, p, (tag, take_attempt), &mut lanes, timing).await?;
+    let mut report = lanes.write(&mut tx, p.queue).await?;
+    report.queue_rated = queue_rated;
     // Completions last, after everything in the claim that can wait: while they are written
     // their rows are locked, and a heartbeat renewing them would wait behind this transaction.
     let completed = if complete.is_empty() {
@@ -249,10 +255,10 @@ pub(super) async fn claim_rows(
 async fn claim_in(
     tx: &mut MySqlConnection,
     p: &ClaimParams<'_>,
-    tag: &str,
-    take_attempt: bool,
+    (tag, take_attempt): (&str, bool),
     lanes: &mut Lanes,
-) -> Result<Vec<ClaimedJob>, ClaimFailed> {
+    timing: (Duration, Duration),
+) -> Result<(Vec<ClaimedJob>, bool), ClaimFailed> {
     let mut rows = std::mem::take(&mut lanes.rows);
     let limit = p
         .limit
@@ -264,13 +270,53 @@ async fn claim_in(
                 .bind(p.queue)
                 .bind(p.queue)
                 .bind(p.queue)
+                .bind(p.queue)
+                .bind(p.queue)
+                .bind(p.queue)
                 .bind(limit)
                 .bind(p.skip)
                 .fetch_all(&mut *tx)
                 .await?,
         );
     }
-    admit_and_mark_lanes(tx, &rows, p, (tag, take_attempt), Some(lanes)).await
+    // The queue's own limits, which every candidate carries: obeyed whatever this worker was
+    // started with.
+    let limits = match rows.first() {
+        Some(r) => limits_of(r)?,
+        None => QueueLimits::default(),
+    };
+    let mut gate = None;
+    let mut more = false;
+    if !limits.is_none() {
+        // The Redis relay does not admit under a limit: a limited queue reads as paused to it.
+        let locked = match take_attempt {
+            true => QueueGate::lock(tx, p.queue, limits, timing).await?,
+            false => None,
+        };
+        match locked {
+            None => rows.clear(),
+            Some(g) => {
+                let allowed = g.allowance(rows.len());
+                more = rows.len() > allowed;
+                rows.truncate(allowed);
+                gate = Some(g);
+            }
+        }
+    }
+    let lanes = Some(lanes);
+    let jobs = admit_and_mark_lanes(
+        tx,
+        &rows,
+        p,
+        (tag, take_attempt),
+        lanes,
+        (gate.as_mut(), more),
+    )
+    .await?;
+    if let Some(g) = &gate {
+        g.write(tx, p.queue).await?;
+    }
+    Ok((jobs, limits.rate.is_some()))
 }
 
 /// Admits ([`admission::admit`]) the jobs of rows read with [`CLAIM_COLUMNS`] and locked, and
@@ -283,7 +329,7 @@ pub(super) async fn admit_and_mark(
     tag: &str,
     take_attempt: bool,
 ) -> Result<Vec<ClaimedJob>, ClaimFailed> {
-    admit_and_mark_lanes(tx, rows, p, (tag, take_attempt), None).await
+    admit_and_mark_lanes(tx, rows, p, (tag, take_attempt), None, (None, false)).await
 }
 
 /// [`admit_and_mark`], deciding the rate keys of `lanes` after admission: a keyed candidate
@@ -294,6 +340,7 @@ async fn admit_and_mark_lanes(
     p: &ClaimParams<'_>,
     (tag, take_attempt): (&str, bool),
     lanes: Option<&mut Lanes>,
+    (gate, more): (Option<&mut QueueGate>, bool),
 ) -> Result<Vec<ClaimedJob>, ClaimFailed> {
     let mut jobs = Vec::with_capacity(rows.len());
     let mut candidates = Vec::with_capacity(rows.len());
@@ -333,6 +380,17 @@ async fn admit_and_mark_lanes(
             j.rate_slack = admitted.get(&j.id).copied();
             j.rate_slack.is_some() || !keyed.contains(&j.id)
         });
+    }
+    if let Some(g) = gate {
+        // The queue's rate counts every start of the queue: each job must start within the
+        // smaller of its key's ε and the queue's.
+        let (n, slack) = g.decide(jobs.len(), more);
+        jobs.truncate(n);
+        if let Some(s) = slack {
+            for j in &mut jobs {
+                j.rate_slack = Some(j.rate_slack.map_or(s, |k| k.min(s)));
+            }
+        }
     }
     if jobs.is_empty() {
         return Ok(jobs);
@@ -536,6 +594,9 @@ pub async fn job_claim_explain(
         claim_select_sql(queue, "job_claim_explain")
     ));
     let rows = sqlx::query(sql)
+        .bind(queue)
+        .bind(queue)
+        .bind(queue)
         .bind(queue)
         .bind(queue)
         .bind(queue)

@@ -41,6 +41,7 @@ mod errors;
 mod gauges;
 mod guarded;
 mod insert;
+mod limits;
 mod maintenance;
 mod meta;
 pub mod migrations;
@@ -82,6 +83,7 @@ pub use guarded::{
 pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{InsertRow, job_insert_many, job_insert_one};
+pub use limits::{QueueLimits, queue_limits, queue_limits_set};
 pub use maintenance::{
     PruneStatus, cron_prune, job_prunable_count, job_prune, job_reap_expired, keys_prune,
     leader_elect, leader_resign,

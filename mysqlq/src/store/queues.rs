@@ -5,21 +5,32 @@ use sqlx::MySqlConnection;
 use crate::Error;
 
 /// `queue_pause` / `queue_resume`: sets a queue's pause flag. Workers see it on their next claim.
-/// A queue without a row is not paused, so resuming deletes the row: a paused name with no job
-/// and no worker (a typo) leaves nothing behind in `stats` or the dashboard once resumed.
+/// A queue without a row is not paused, so resuming deletes the row (unless it holds the
+/// queue's limits): a paused name with no job and no worker (a typo) leaves nothing behind in
+/// `stats` or the dashboard once resumed.
 pub async fn queue_set_paused(
     conn: &mut MySqlConnection,
     queue: &str,
     paused: bool,
 ) -> Result<(), Error> {
     crate::queue::validate_queue_name(queue)?;
-    let sql = if paused {
-        "/* mysqlq:queue_pause */ INSERT INTO mysqlq_queue (queue_name, paused) VALUES (?, 1) \
-         ON DUPLICATE KEY UPDATE paused = 1"
-    } else {
-        "/* mysqlq:queue_resume */ DELETE FROM mysqlq_queue WHERE queue_name = ?"
-    };
-    sqlx::query(sql).bind(queue).execute(&mut *conn).await?;
+    if paused {
+        sqlx::query(
+            "/* mysqlq:queue_pause */ INSERT INTO mysqlq_queue (queue_name, paused) VALUES (?, 1) \
+             ON DUPLICATE KEY UPDATE paused = 1",
+        )
+        .bind(queue)
+        .execute(&mut *conn)
+        .await?;
+        return Ok(());
+    }
+    for sql in [
+        "/* mysqlq:queue_resume */ DELETE FROM mysqlq_queue WHERE queue_name = ? \
+         AND rate_limit IS NULL AND global_limit IS NULL",
+        "/* mysqlq:queue_resume */ UPDATE mysqlq_queue SET paused = 0 WHERE queue_name = ?",
+    ] {
+        sqlx::query(sql).bind(queue).execute(&mut *conn).await?;
+    }
     Ok(())
 }
 

@@ -13,6 +13,7 @@ use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 use super::claim::{CLAIM_COLUMNS, KEY_GATES};
 use super::insert::InsertRow;
+use super::limits::QUEUE_LIMIT_COLUMNS;
 use crate::Error;
 use crate::rate::{self, Entry, Rate};
 
@@ -31,6 +32,9 @@ pub struct RatePlan {
 /// What a claim's key lanes saw, for the claim loop's timing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateReport {
+    /// The queue has a queue-wide rate (`mysqlq_queue.rate_limit`): every job of it must start
+    /// right after its claim, as a keyed one.
+    pub queue_rated: bool,
     /// An open key of the queue had a ready job: the worker should keep room for keys.
     pub keys_seen: bool,
     /// Until the earliest bucket of the queue that is full now opens again.
@@ -50,7 +54,8 @@ pub(super) struct LockedKey {
 }
 
 /// The database's clock, in µs since the epoch, without a time zone in between.
-const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+pub(super) const NOW_US: &str =
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
 /// `rate_keys_lock`: the open buckets of `queue`, longest-open first, locked without waiting.
 pub(super) async fn lock_open_keys(
@@ -105,7 +110,7 @@ pub(super) async fn key_candidates(
 ) -> Result<Vec<sqlx::mysql::MySqlRow>, Error> {
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:rate_key_candidates queue={queue} */ SELECT {CLAIM_COLUMNS}, \
-           j.rate_limit, j.rate_period_us \
+           j.rate_limit, j.rate_period_us, {QUEUE_LIMIT_COLUMNS} \
          FROM job_queue j FORCE INDEX (idx_job_rate) \
          WHERE j.queue_name = ? AND j.status = 'pending' AND j.rate_key = ? \
            AND j.available_at <= UTC_TIMESTAMP(6) \
@@ -114,6 +119,9 @@ pub(super) async fn key_candidates(
          ORDER BY j.priority, j.available_at, j.id LIMIT ? FOR UPDATE SKIP LOCKED"
     ));
     Ok(sqlx::query(sql)
+        .bind(queue)
+        .bind(queue)
+        .bind(queue)
         .bind(queue)
         .bind(key)
         .bind(queue)
@@ -183,7 +191,7 @@ pub(super) async fn next_open_in(
 ) -> Result<Option<Duration>, Error> {
     let us: Option<i64> = sqlx::query_scalar(
         "/* mysqlq:rate_next_open */ SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), MIN(open_at)) \
-         FROM mysqlq_rate_bucket WHERE queue_name = ? AND rate_key <> '' AND open_at > UTC_TIMESTAMP(6)",
+         FROM mysqlq_rate_bucket WHERE queue_name = ? AND open_at > UTC_TIMESTAMP(6)",
     )
     .bind(queue)
     .fetch_one(&mut *tx)
@@ -349,7 +357,7 @@ impl Lanes {
             };
             let want = u32::try_from(survivors.len()).unwrap_or(u32::MAX);
             let d = rate::decide(&input(&lane.locked, applied, &plan, want, lane.more));
-            let slack = slack_of(&lane.locked, applied, &plan);
+            let slack = slack_of(&lane.locked, applied, plan.slack_floor);
             admitted.extend(
                 survivors
                     .iter()
@@ -377,6 +385,7 @@ impl Lanes {
         }
         let next_open_in = next_open_in(tx, queue).await?;
         Ok(RateReport {
+            queue_rated: false,
             keys_seen: self.ready_seen,
             next_open_in,
         })
@@ -390,9 +399,8 @@ fn strictness(a: Rate, b: Rate) -> std::cmp::Ordering {
 }
 
 /// ε of a decision on `k` under `applied`: never less than the bucket's (it only grows).
-fn slack_of(k: &LockedKey, applied: Rate, plan: &RatePlan) -> Duration {
-    rate::slack(applied.period(), plan.slack_floor)
-        .max(Duration::from_micros(u64::from(k.slack_us)))
+pub(super) fn slack_of(k: &LockedKey, applied: Rate, floor: Duration) -> Duration {
+    rate::slack(applied.period(), floor).max(Duration::from_micros(u64::from(k.slack_us)))
 }
 
 /// The decision's input for bucket `k` under `applied`.
@@ -406,7 +414,7 @@ fn input<'a>(
     rate::DecideInput {
         log: &k.log,
         rate: applied,
-        slack: slack_of(k, applied, plan),
+        slack: slack_of(k, applied, plan.slack_floor),
         prev_window: k
             .stored
             .map(|r| r.period() + Duration::from_micros(u64::from(k.slack_us))),

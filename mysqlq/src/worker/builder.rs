@@ -121,6 +121,20 @@ impl WorkerBuilder {
         self
     }
 
+    /// At most `rate` handler starts per period for the whole of `queue`, across every worker
+    /// ([`Config::queue_rate`]): stored at start, obeyed by every worker of the queue.
+    pub fn queue_rate(mut self, queue: impl Into<String>, rate: crate::Rate) -> Self {
+        self.config.queue_rate.insert(queue.into(), rate);
+        self
+    }
+
+    /// At most `n` jobs of `queue` running at once across every worker
+    /// ([`Config::queue_global_limit`]): stored at start, obeyed by every worker of the queue.
+    pub fn queue_global_limit(mut self, queue: impl Into<String>, n: u32) -> Self {
+        self.config.queue_global_limit.insert(queue.into(), n);
+        self
+    }
+
     /// The local prefetch buffer: at most `jobs` claimed ahead of free slots, each waiting at
     /// most `wait` for one (see [`Config::prefetch`]). `prefetch(0, …)` claims only for free
     /// slots.
@@ -346,7 +360,11 @@ impl WorkerBuilder {
         if config.queues.is_empty() {
             config.queues = registry.queues().into_iter().map(str::to_owned).collect();
         }
-        for q in config.queue_concurrency.keys() {
+        let limited = config
+            .queue_rate
+            .keys()
+            .chain(config.queue_global_limit.keys());
+        for q in config.queue_concurrency.keys().chain(limited) {
             if !config.queues.contains(q) {
                 config.queues.push(q.clone());
             }
@@ -365,6 +383,19 @@ impl WorkerBuilder {
                  run the limited queues in a worker without --redis-url, or drop the limits"
                     .into(),
             ));
+        }
+        if settled.is_some()
+            && let Some(q) = config
+                .queue_rate
+                .keys()
+                .chain(config.queue_global_limit.keys())
+                .next()
+        {
+            return Err(Error::Config(format!(
+                "queue-wide limits (`{q}`) are not supported over Redis Streams: a relayed job \
+                 waits in the stream for an unbounded time before a consumer starts it; serve \
+                 `{q}` from a worker without --redis-url, or drop the limit"
+            )));
         }
         if settled.is_some()
             && let Some(r) = registry
@@ -394,6 +425,7 @@ impl WorkerBuilder {
             let mut conn = db.acquire().await?;
             crate::store::server::detect(&mut conn).await?;
             crate::migrate::check_schema(&mut conn).await?;
+            store_queue_limits(&mut conn, &config).await?;
         }
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
         // The leader lease and every other "is this me?" question use an identity no other
@@ -484,4 +516,28 @@ fn default_worker_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".to_owned());
     format!("{host}:{}:{:04x}", std::process::id(), fastrand::u16(..))
+}
+
+/// Stores the queue-wide limits of `config` (`--rate`, `--global`), so every worker of those
+/// queues obeys them; a limit stored by an earlier start that differs is logged.
+async fn store_queue_limits(
+    conn: &mut sqlx::MySqlConnection,
+    config: &Config,
+) -> Result<(), Error> {
+    let queues: std::collections::BTreeSet<&String> = config
+        .queue_rate
+        .keys()
+        .chain(config.queue_global_limit.keys())
+        .collect();
+    for q in queues {
+        let limits = crate::store::QueueLimits {
+            rate: config.queue_rate.get(q).copied(),
+            global: config.queue_global_limit.get(q).copied(),
+        };
+        let before = crate::store::queue_limits_set(conn, q, limits).await?;
+        if !before.is_none() && before != limits {
+            tracing::warn!(queue = %q, before = ?before, now = ?limits, "queue limits changed by this worker's start");
+        }
+    }
+    Ok(())
 }

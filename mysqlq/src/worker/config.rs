@@ -30,6 +30,15 @@ pub struct Config {
     /// named share the worker's slots. Each queue here is also claimed from (added to
     /// `queues` if missing). Default: none.
     pub queue_concurrency: BTreeMap<String, usize>,
+    /// Queue-wide rates (`--rate emails=100/s`): at most this many handler starts per period
+    /// for the whole queue, across every worker. Stored in the database at start, so every
+    /// worker obeys them, started with the setting or not (the last start wins). Each queue here
+    /// is also claimed from. Default: none.
+    pub queue_rate: BTreeMap<String, crate::Rate>,
+    /// Global concurrency limits (`--global emails=20`): at most this many jobs of the queue
+    /// running at once across every worker, stored like [`queue_rate`](Self::queue_rate).
+    /// Default: none.
+    pub queue_global_limit: BTreeMap<String, u32>,
     /// Most jobs claimed ahead of free slots (the local prefetch buffer, see
     /// [`prefetch_wait`](Self::prefetch_wait)): a claim asks for a whole batch while running
     /// jobs finish, so each claim and each commit carries more jobs. How many are claimed ahead
@@ -161,6 +170,8 @@ impl Default for Config {
             batch_size: Self::DEFAULT_BATCH_SIZE,
             claimers: Self::DEFAULT_CLAIMERS,
             queue_concurrency: BTreeMap::new(),
+            queue_rate: BTreeMap::new(),
+            queue_global_limit: BTreeMap::new(),
             prefetch: Self::DEFAULT_PREFETCH,
             prefetch_wait: Self::DEFAULT_PREFETCH_WAIT,
             lease: Self::DEFAULT_LEASE,
@@ -209,6 +220,17 @@ pub(super) fn validate(c: &Config) -> Result<(), Error> {
                 c.concurrency
             ));
         }
+    }
+    for (q, &n) in &c.queue_global_limit {
+        crate::validate_queue_name(q)?;
+        if n == 0 {
+            return bad(format!(
+                "queue `{q}` global limit 0 would run nothing: give at least 1, or no limit"
+            ));
+        }
+    }
+    for q in c.queue_rate.keys() {
+        crate::validate_queue_name(q)?;
     }
     if c.prefetch > 100_000 {
         return bad(format!(

@@ -341,6 +341,7 @@ async fn supervise(
         // Its start would not have been inside its rate decision's window: not run, handed
         // back with its attempt, to be admitted again.
         s.metrics.add(&s.metrics.counters.rate_late_starts, 1);
+        s.rate.late_start();
         s.emit(WorkerEvent::RateLateStart { id: job.id });
         release_one(&s, &key).await;
         return;

@@ -21,7 +21,7 @@ use crate::store::{self, ClaimParams, ClaimedJob, Owned};
 use crate::wake::LOCAL_WAKE;
 use crate::worker::executor::Slot;
 use crate::worker::write::Held;
-use crate::worker::{Key, Shared, WorkerEvent, executor, rate, unit_random, write};
+use crate::worker::{Key, Shared, WorkerEvent, executor, unit_random, write};
 
 /// Tries of one claim on deadlock / lock wait timeout before going round the loop again.
 const CLAIM_LOCK_RETRIES: u32 = 5;
@@ -237,10 +237,13 @@ async fn claim_queue(
 ) -> Result<(usize, usize), ClaimError> {
     let batch = usize::try_from(s.config.batch_size).unwrap_or(usize::MAX);
     let mut hold = s.lanes.reserve(queue, batch, &s.config);
-    let want = u32::try_from(hold.len()).unwrap_or(u32::MAX);
+    let mut want = u32::try_from(hold.len()).unwrap_or(u32::MAX);
     if want == 0 {
         return Ok((0, 0));
     }
+    // A queue with a queue-wide rate: every job counts as a start, so the claim takes only as
+    // many as there are running slots free now.
+    let queue_rated = s.rate.queue_rated(queue);
     let token = uuid::Uuid::new_v4().to_string();
     // Rate keys take only running slots free now: their starts are what the limits count.
     let mut slots = Vec::new();
@@ -251,12 +254,19 @@ async fn claim_queue(
         {
             slots.push(a);
         }
-        slots.truncate(s.rate.keyed_room(queue, slots.len()) as usize);
+        if queue_rated {
+            want = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+            if want == 0 {
+                return Ok((0, 0));
+            }
+        } else {
+            slots.truncate(s.rate.keyed_room(queue, slots.len()) as usize);
+        }
         // Without room the claim still learns whether a key waits for some (then the
         // buffer is drained, freeing slots for it).
         plan = Some(store::RatePlan {
             room: u32::try_from(slots.len()).unwrap_or(u32::MAX),
-            slack_floor: rate::SLACK_FLOOR,
+            slack_floor: s.rate.slack_floor(),
             idle_recheck: s.config.poll_ceiling,
         });
     }
@@ -304,6 +314,10 @@ async fn claim_queue(
                 if plan.is_some() {
                     let plain = jobs.iter().filter(|j| j.rate_slack.is_none()).count();
                     s.rate.record(queue, &report, Instant::now(), plain);
+                } else if jobs.iter().any(|j| j.rate_slack.is_some()) {
+                    // Admitted by a queue-wide rate this worker did not know of (set by
+                    // another worker's start): from now on its claims take free slots only.
+                    s.rate.found_rated(queue, Instant::now());
                 }
                 // Nothing beyond the contested rows: try the head of the queue again.
                 if jobs.is_empty() && params.skip > 0 && attempt < CLAIM_LOCK_RETRIES {

@@ -16,13 +16,12 @@ use crate::store::RateReport;
 
 /// A queue whose claims saw rate buckets keeps serving its keys this long.
 const ACTIVE_FOR: Duration = Duration::from_secs(10);
-/// The least slack ε of a rate decision: the longest a local claim's jobs may take from the
-/// claim being sent to their handlers' first poll (raised per bucket for long periods).
-pub(crate) const SLACK_FLOOR: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Default)]
 struct QueueRate {
     active_until: Option<Instant>,
+    /// The queue had a queue-wide rate when last claimed from.
+    rated_until: Option<Instant>,
     checked_at: Option<Instant>,
     next_open: Option<Instant>,
     /// The plain lane came back empty in the last claim: the keys may take all the room.
@@ -33,7 +32,19 @@ struct QueueRate {
 #[derive(Debug, Default)]
 pub(crate) struct RateState {
     queues: Mutex<HashMap<String, QueueRate>>,
+    /// The least slack this worker asks of its decisions, raised by late starts (a loaded
+    /// host takes longer from claim to handler), lowered again after quiet periods.
+    slack: Mutex<Slack>,
 }
+
+#[derive(Debug, Default)]
+struct Slack {
+    floor: Option<Duration>,
+    late_at: Option<Instant>,
+}
+
+/// The longest slack a worker raises its floor to.
+const MAX_SLACK_FLOOR: Duration = Duration::from_millis(250);
 
 impl RateState {
     fn with<T>(&self, queue: &str, f: impl FnOnce(&mut QueueRate) -> T) -> T {
@@ -49,6 +60,7 @@ impl RateState {
         let now = Instant::now();
         self.with(queue, |q| {
             q.active_until.is_some_and(|t| now < t)
+                || q.rated_until.is_some_and(|t| now < t)
                 || q.next_open.is_some_and(|t| now >= t)
                 || q.checked_at.is_none_or(|t| now >= t + ceiling)
         })
@@ -57,7 +69,16 @@ impl RateState {
     /// Whether `queue` has rate keys to serve now (claims ahead are suspended meanwhile).
     pub(crate) fn active(&self, queue: &str) -> bool {
         let now = Instant::now();
-        self.with(queue, |q| q.active_until.is_some_and(|t| now < t))
+        self.with(queue, |q| {
+            q.active_until.is_some_and(|t| now < t) || q.rated_until.is_some_and(|t| now < t)
+        })
+    }
+
+    /// Whether `queue` has a queue-wide rate (as its last claims found): every job of it is
+    /// claimed only into a free running slot.
+    pub(crate) fn queue_rated(&self, queue: &str) -> bool {
+        let now = Instant::now();
+        self.with(queue, |q| q.rated_until.is_some_and(|t| now < t))
     }
 
     /// How much of `free` running slots a claim of `queue` offers its keys: half, unless the
@@ -79,7 +100,45 @@ impl RateState {
             if report.keys_seen {
                 q.active_until = Some(replied + ACTIVE_FOR);
             }
+            if report.queue_rated {
+                q.rated_until = Some(replied + ACTIVE_FOR);
+            }
         });
+    }
+
+    /// A claim without key lanes found that `queue` has a queue-wide rate.
+    pub(crate) fn found_rated(&self, queue: &str, at: Instant) {
+        self.with(queue, |q| q.rated_until = Some(at + ACTIVE_FOR));
+    }
+
+    /// The least slack ε of this worker's rate decisions now: [`crate::rate::SLACK_FLOOR`],
+    /// doubled by each late start, halved after every 10 s without one. A bucket keeps the
+    /// largest ε any decision used on it (the window property needs ε never to shrink).
+    pub(crate) fn slack_floor(&self) -> Duration {
+        let mut s = self
+            .slack
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let base = crate::rate::SLACK_FLOOR;
+        let floor = s.floor.unwrap_or(base);
+        if let Some(at) = s.late_at
+            && at.elapsed() >= ACTIVE_FOR
+        {
+            s.floor = Some((floor / 2).max(base));
+            s.late_at = Some(Instant::now());
+        }
+        s.floor.unwrap_or(base)
+    }
+
+    /// A rate-admitted job started too late: ask more slack of the next decisions.
+    pub(crate) fn late_start(&self) {
+        let mut s = self
+            .slack
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let floor = s.floor.unwrap_or(crate::rate::SLACK_FLOOR);
+        s.floor = Some((floor * 2).min(MAX_SLACK_FLOOR));
+        s.late_at = Some(Instant::now());
     }
 
     /// Until the earliest full key of any queue opens again, if one does.

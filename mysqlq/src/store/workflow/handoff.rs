@@ -88,7 +88,8 @@ pub(super) async fn take(
              FROM job_queue j FORCE INDEX (PRIMARY) \
              WHERE j.id IN ({}) AND j.status = 'waiting' AND j.available_at <= UTC_TIMESTAMP(6) \
                AND j.ordering_key IS NULL AND j.concurrency_key IS NULL AND j.rate_key IS NULL \
-               AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = j.queue_name AND pq.paused = 1) \
+               AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = j.queue_name \
+                 AND (pq.paused = 1 OR pq.rate_limit IS NOT NULL OR pq.global_limit IS NOT NULL)) \
                AND NOT EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = j.queue_name \
                  AND h.rate_key = '' AND h.held_until > UTC_TIMESTAMP(6)) \
              ORDER BY j.priority, j.id LIMIT ?",
