@@ -685,3 +685,78 @@ async fn a_declared_limit_holds_per_key_and_is_refused_over_redis() {
         "{err}"
     );
 }
+
+/// The leader's housekeeping: an expired hold and an idle key's bucket are deleted, a busy key's
+/// bucket is kept, and a keyed job written by plain SQL without its bucket gets one (and runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_prunes_holds_and_idle_buckets_and_makes_missing_ones() {
+    let db = TestDb::new().await;
+    Noop { n: 1 }
+        .enqueue_with(&db.pool, &keyed("busy", "1/1h"))
+        .await
+        .unwrap();
+    Noop { n: 2 }
+        .enqueue_with(&db.pool, &keyed("idle", "1/1h"))
+        .await
+        .unwrap();
+    db.exec("DELETE FROM job_queue WHERE rate_key = 'idle'")
+        .await;
+    // The busy key's one start this hour is spent: its job stays pending.
+    db.exec(
+        "UPDATE mysqlq_rate_bucket SET decided_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, \
+         open_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO mysqlq_rate_hold (queue_name, rate_key, job_id, held_until) VALUES \
+         ('test', 'old', 1, UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE), \
+         ('test', 'new', 2, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+    )
+    .await;
+    db.exec(
+        "INSERT INTO job_queue (queue_name, kind, payload, rate_key, rate_limit, rate_period_us, \
+           status, available_at, created_at) \
+         VALUES ('test', 'noop', '{\"n\": 3}', 'orphan', 5, 1000000, 'pending', \
+           UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .await;
+    let worker = db.worker().start().await.unwrap();
+    db.wait_for(
+        "the orphan key's job run",
+        "SELECT COUNT(*) FROM job_queue WHERE rate_key = 'orphan' AND status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    db.wait_for(
+        "the expired hold and the idle bucket pruned",
+        "SELECT (SELECT COUNT(*) FROM mysqlq_rate_hold WHERE rate_key = 'old') = 0 \
+           AND (SELECT COUNT(*) FROM mysqlq_rate_bucket WHERE rate_key = 'idle') = 0",
+        Duration::from_secs(30),
+    )
+    .await;
+    worker.shutdown().await.unwrap();
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT rate_key FROM mysqlq_rate_bucket ORDER BY rate_key")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(kept, ["busy", "orphan"]);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_rate_hold WHERE rate_key = 'new'")
+            .await,
+        1,
+        "a hold in force is kept"
+    );
+    assert_eq!(
+        db.status(
+            db.scalar("SELECT CAST(id AS SIGNED) FROM job_queue WHERE rate_key = 'busy'")
+                .await
+                .try_into()
+                .unwrap()
+        )
+        .await
+        .as_deref(),
+        Some("pending"),
+        "the busy key's job waits for its key"
+    );
+}

@@ -90,7 +90,7 @@ pub use maintenance::{
 };
 pub use meta::job_set_meta;
 pub use queues::{queue_live, queue_set_paused};
-pub use rate::{RatePlan, RateReport};
+pub use rate::{RatePlan, RateReport, rate_bucket_backstop, rate_prune};
 #[cfg(not(any(feature = "redis", feature = "__internal-store")))]
 pub(crate) use relay::RELAY_PREFIX;
 #[cfg(feature = "__internal-store")]

@@ -450,3 +450,85 @@ pub(super) async fn hold(
 /// `NOT EXISTS` a hold of the queue bound first as a whole (`''`) in force.
 pub(super) const QUEUE_NOT_HELD: &str = "NOT EXISTS (SELECT 1 FROM mysqlq_rate_hold h \
      WHERE h.queue_name = ? AND h.rate_key = '' AND h.held_until > UTC_TIMESTAMP(6))";
+
+/// `rate_prune`: the leader's housekeeping of rate limits, a batch of each per round: expired
+/// holds (a minute after they end), and the buckets of keys that no waiting or running job names
+/// and no claim decided for an hour (a key used again gets its bucket back from its next
+/// enqueue). Rows a claim or an enqueue holds are skipped. Returns the rows deleted.
+pub async fn rate_prune(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Error> {
+    let mut deleted = 0;
+    for (select, delete) in [
+        (
+            "/* mysqlq:rate_prune */ SELECT queue_name, rate_key, job_id FROM mysqlq_rate_hold \
+             WHERE held_until < UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE LIMIT ? FOR UPDATE SKIP LOCKED",
+            "/* mysqlq:rate_prune */ DELETE FROM mysqlq_rate_hold \
+             WHERE queue_name = ? AND rate_key = ? AND job_id = ?",
+        ),
+        (
+            "/* mysqlq:rate_prune */ SELECT b.queue_name, b.rate_key, CAST(0 AS UNSIGNED) FROM mysqlq_rate_bucket b \
+             WHERE b.rate_key <> '' \
+               AND (b.decided_at IS NULL OR b.decided_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR) \
+               AND NOT EXISTS (SELECT 1 FROM job_queue j WHERE j.queue_name = b.queue_name \
+                 AND j.rate_key = b.rate_key AND j.status IN ('pending', 'processing', 'waiting')) \
+             LIMIT ? FOR UPDATE SKIP LOCKED",
+            "/* mysqlq:rate_prune */ DELETE FROM mysqlq_rate_bucket \
+             WHERE queue_name = ? AND rate_key = ? AND 0 = ?",
+        ),
+    ] {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let rows: Vec<(String, String, u64)> = sqlx::query_as(select)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        for (q, k, id) in &rows {
+            deleted += sqlx::query(delete)
+                .bind(q)
+                .bind(k)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+    }
+    Ok(deleted)
+}
+
+/// `rate_bucket_backstop`: makes the missing buckets of keys of `queue` that have pending jobs
+/// (rows from a plain-SQL producer that wrote no bucket, or a bucket pruned while its key's
+/// enqueue was on the way), at most 100 per call; they take their limit from the jobs. A loose
+/// index scan of `idx_job_rate` (one entry per status and key), with `status` constrained outside
+/// the derived table on purpose: constrained inside, MariaDB read every entry. Returns the
+/// buckets made.
+pub async fn rate_bucket_backstop(conn: &mut MySqlConnection, queue: &str) -> Result<u64, Error> {
+    let keys: Vec<String> = sqlx::query_scalar(
+        "/* mysqlq:rate_bucket_backstop */ SELECT g.rate_key FROM ( \
+           SELECT j.status, j.rate_key FROM job_queue j \
+           WHERE j.queue_name = ? AND j.rate_key IS NOT NULL \
+           GROUP BY j.queue_name, j.status, j.rate_key) g \
+         LEFT JOIN mysqlq_rate_bucket b ON b.queue_name = ? AND b.rate_key = g.rate_key \
+         WHERE g.status = 'pending' AND b.rate_key IS NULL LIMIT 100",
+    )
+    .bind(queue)
+    .bind(queue)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut made = 0;
+    for key in keys {
+        made += sqlx::query(
+            "/* mysqlq:rate_bucket_create */ INSERT IGNORE INTO mysqlq_rate_bucket \
+             (queue_name, rate_key) VALUES (?, ?)",
+        )
+        .bind(queue)
+        .bind(&key)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        tracing::warn!(
+            queue,
+            key,
+            "rate key with pending jobs had no bucket; made one"
+        );
+    }
+    Ok(made)
+}

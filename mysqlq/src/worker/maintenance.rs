@@ -197,6 +197,12 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     let ticks = store::cron_prune(conn, CRON_KEEP, BATCH).await?;
     // The operators' audit trail is kept as long as the failed jobs it may explain.
     let audit = store::admin::audit_prune(conn, s.config.failed_retention, BATCH).await?;
+    // Rate limits: expired holds, idle buckets, and the buckets keyed jobs lack.
+    let rate = store::rate_prune(conn, BATCH).await?;
+    for q in &s.config.queues {
+        store::rate_bucket_backstop(conn, q).await?;
+    }
+    backlog |= rate >= u64::from(BATCH);
     backlog |= keys >= u64::from(BATCH) || ticks >= u64::from(BATCH) || audit >= u64::from(BATCH);
     Ok((pruned, backlog))
 }
