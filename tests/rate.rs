@@ -760,3 +760,52 @@ async fn the_leader_prunes_holds_and_idle_buckets_and_makes_missing_ones() {
         "the busy key's job waits for its key"
     );
 }
+
+/// Jobs waiting for a limit are told apart from jobs waiting for a worker: in `Admin::queues`
+/// (`stats`, the dashboard) and in the leader's `mysqlq_rate_limited_jobs` gauge.
+#[tokio::test]
+async fn jobs_waiting_for_a_limit_are_counted_as_rate_limited() {
+    let db = TestDb::new().await;
+    mysqlq::enqueue_many(
+        &db.pool,
+        (0..5).map(|n| NewJob::from_job(&Noop { n }, &keyed("full", "1/1h")).unwrap()),
+    )
+    .await
+    .unwrap();
+    for n in 0..3 {
+        Noop { n }.enqueue(&db.pool).await.unwrap();
+    }
+    // One claim admits the key's one start this hour and closes it.
+    let mut conn = db.connect().await;
+    let token = mysqlq_tests::token();
+    let params = ClaimParams {
+        queue: "test",
+        limit: 1,
+        skip: 0,
+        worker_id: "w",
+        token: &token,
+        lease: Duration::from_secs(30),
+    };
+    let plan = RatePlan {
+        room: 1,
+        slack_floor: Duration::from_millis(5),
+        idle_recheck: Duration::from_millis(100),
+    };
+    let (jobs, _, _) = store::job_claim_rated(&mut conn, &params, &plan, &[])
+        .await
+        .unwrap();
+    assert!(jobs[0].rate_slack.is_some());
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    let q = admin.queues().await.unwrap();
+    assert_eq!((q[0].ready, q[0].rate_limited), (7, 4), "{q:?}");
+    let gauges = store::queue_gauges(&mut conn).await.unwrap();
+    assert_eq!((gauges[0].ready, gauges[0].rate_limited), (7, 4));
+    // A 429 on the queue holds all of its ready jobs.
+    db.exec(
+        "INSERT INTO mysqlq_rate_hold (queue_name, rate_key, job_id, held_until) \
+         VALUES ('test', '', 0, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+    )
+    .await;
+    let q = admin.queues().await.unwrap();
+    assert_eq!((q[0].ready, q[0].rate_limited), (7, 7));
+}

@@ -113,6 +113,7 @@ fn render(s: &Snapshot) -> String {
         ">PROCESSING",
         ">EXPIRED",
         ">FAILED",
+        ">RATE-LIMITED",
         "PAUSED",
     ]);
     for r in &s.queues {
@@ -124,6 +125,7 @@ fn render(s: &Snapshot) -> String {
             r.processing.to_string(),
             r.expired_leases.to_string(),
             r.failed.to_string(),
+            r.rate_limited.to_string(),
             if r.paused { "yes".into() } else { "no".into() },
         ]);
     }

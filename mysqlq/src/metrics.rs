@@ -113,6 +113,9 @@ pub struct QueueGauges {
     pub scheduled: u64,
     /// Jobs `processing` (claimed by a worker).
     pub running: u64,
+    /// Of the ready jobs, those that wait for a rate limit, a global limit or a 429 hold, not
+    /// for a worker (`docs/rate-limits.md`).
+    pub rate_limited: u64,
     /// Jobs `failed` (kept until pruned).
     pub failed: u64,
     /// How long the oldest ready job has been ready (since its `available_at`); `None` when
@@ -382,7 +385,12 @@ type Labels = Vec<(String, String)>;
 
 fn register_queue_gauges(registry: &mut Registry, queues: &[QueueGauges]) {
     type Read = fn(&QueueGauges) -> u64;
-    let counts: [(&str, &str, Read); 5] = [
+    let counts: [(&str, &str, Read); 6] = [
+        (
+            "mysqlq_rate_limited_jobs",
+            "Ready jobs waiting for a rate limit, a global limit or a 429 hold (not for a worker).",
+            |g| g.rate_limited,
+        ),
         (
             "mysqlq_queue_waiting",
             "Workflow steps waiting for their dependencies.",
@@ -491,6 +499,7 @@ mod tests {
             ready: 3,
             scheduled: 2,
             running: 1,
+            rate_limited: 2,
             failed: 4,
             oldest_ready_age: Some(Duration::from_millis(2500)),
         };
@@ -507,6 +516,7 @@ mod tests {
             "mysqlq_queue_scheduled{queue=\"alpha\"} 2",
             "mysqlq_queue_running{queue=\"alpha\"} 1",
             "mysqlq_queue_failed{queue=\"alpha\"} 4",
+            "mysqlq_rate_limited_jobs{queue=\"alpha\"} 2",
             "mysqlq_queue_oldest_ready_age_seconds{queue=\"alpha\"} 2.5",
             "mysqlq_leader{worker=\"w\"} 1",
         ] {

@@ -120,6 +120,7 @@ pub(super) async fn api_overview(State(state): State<Shared>) -> Res {
             serde_json::json!({
                 "queue": q.queue, "ready": q.ready, "processing": q.processing,
                 "scheduled": q.scheduled, "failed": q.failed, "paused": q.paused,
+                "rate_limited": q.rate_limited,
                 "oldest_ready_age_seconds": q.oldest_ready_age_seconds,
                 "oldest": age(q.oldest_ready_age_seconds),
             })

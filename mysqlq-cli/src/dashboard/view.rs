@@ -68,11 +68,13 @@ pub(super) fn queue_table(state: &State, queues: &[QueueStats], actions: bool) -
         table #queues {
             thead { tr {
                 th { "queue" } th.num { "ready" } th.num { "running" } th.num { "scheduled" }
-                th.num { "failed" } th.num { "oldest ready" } th { "state" }
+                th.num { "failed" } th.num { "oldest ready" }
+                th.num title="ready, but waiting for a rate limit, a global limit or a 429 hold" { "rate-limited" }
+                th { "state" }
                 @if actions { th { "action" } }
             } }
             tbody {
-                @if queues.is_empty() { tr { td colspan="8" .muted { "no queues yet" } } }
+                @if queues.is_empty() { tr { td colspan="9" .muted { "no queues yet" } } }
                 @for q in queues {
                     tr data-queue=(q.queue) {
                         td { a href=(format!("{}?queue={}", state.url("/jobs"), enc(&q.queue))) { (q.queue) } }
@@ -81,6 +83,7 @@ pub(super) fn queue_table(state: &State, queues: &[QueueStats], actions: bool) -
                         td.num data-q=(q.queue) data-f="scheduled" { (q.scheduled) }
                         td.num data-q=(q.queue) data-f="failed" { (q.failed) }
                         td.num data-q=(q.queue) data-f="oldest" { (age(q.oldest_ready_age_seconds)) }
+                        td.num data-q=(q.queue) data-f="rate_limited" { (q.rate_limited) }
                         td data-q=(q.queue) data-f="paused" { (if q.paused { "paused" } else { "running" }) }
                         @if actions {
                             td {

@@ -66,6 +66,8 @@ pub async fn queue_gauges(conn: &mut MySqlConnection) -> Result<Vec<QueueGauges>
                 _ => g.failed = n,
             }
         }
+        g.rate_limited =
+            super::limits::queue_rate_limited(conn, &g.queue, g.ready, g.running).await?;
         out.push(g);
     }
     Ok(out)

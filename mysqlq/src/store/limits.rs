@@ -218,3 +218,43 @@ impl QueueGate {
         }
     }
 }
+
+/// `queue_rate_limited`: how many of `queue`'s `ready` jobs wait for a limit rather than for a
+/// worker: all of them while the queue is held by a 429, at its global limit (`running` of
+/// them), or at its rate (its bucket closed); otherwise the ready jobs of its keys that are
+/// full or held. Consistent reads; each closed key one range of `idx_job_rate`. A key or queue
+/// whose last decision found nothing ready also reads as closed, for up to one poll ceiling.
+pub async fn queue_rate_limited(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    ready: u64,
+    running: u64,
+) -> Result<u64, Error> {
+    let (held, full, global, keyed): (i64, i64, Option<u32>, i64) = sqlx::query_as(
+        "/* mysqlq:queue_rate_limited */ SELECT \
+           EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = ? AND h.rate_key = '' \
+             AND h.held_until > UTC_TIMESTAMP(6)), \
+           EXISTS (SELECT 1 FROM mysqlq_queue q JOIN mysqlq_rate_bucket b \
+             ON b.queue_name = q.queue_name AND b.rate_key = '' \
+             WHERE q.queue_name = ? AND q.rate_limit IS NOT NULL AND b.open_at > UTC_TIMESTAMP(6)), \
+           (SELECT q.global_limit FROM mysqlq_queue q WHERE q.queue_name = ?), \
+           (SELECT COUNT(*) FROM mysqlq_rate_bucket b JOIN job_queue j \
+              ON j.queue_name = b.queue_name AND j.status = 'pending' AND j.rate_key = b.rate_key \
+              AND j.available_at <= UTC_TIMESTAMP(6) \
+            WHERE b.queue_name = ? AND b.rate_key <> '' AND (b.open_at > UTC_TIMESTAMP(6) \
+              OR EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = b.queue_name \
+                AND h.rate_key = b.rate_key AND h.held_until > UTC_TIMESTAMP(6))))",
+    )
+    .bind(queue)
+    .bind(queue)
+    .bind(queue)
+    .bind(queue)
+    .fetch_one(&mut *conn)
+    .await?;
+    let at_global = global.is_some_and(|g| running >= u64::from(g));
+    Ok(if held != 0 || full != 0 || at_global {
+        ready
+    } else {
+        u64::try_from(keyed).unwrap_or(0).min(ready)
+    })
+}

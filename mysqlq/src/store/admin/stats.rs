@@ -118,6 +118,8 @@ pub struct QueueStats {
     pub expired_leases: u64,
     /// Jobs in `failed`.
     pub failed: u64,
+    /// Of the ready jobs, those waiting for a rate limit, a global limit or a 429 hold.
+    pub rate_limited: u64,
     /// The queue's pause flag (`mysqlq_queue`).
     pub paused: bool,
 }
@@ -138,8 +140,13 @@ pub async fn stats_queues(conn: &mut MySqlConnection) -> Result<Vec<QueueStats>,
             expired_leases: non_negative(r.try_get("expired")?),
             failed: non_negative(r.try_get("failed")?),
             paused: r.try_get::<i64, _>("paused")? != 0,
+            rate_limited: 0,
         };
         out.push(q);
+    }
+    for q in &mut out {
+        q.rate_limited =
+            super::super::limits::queue_rate_limited(conn, &q.queue, q.ready, q.processing).await?;
     }
     Ok(out)
 }
