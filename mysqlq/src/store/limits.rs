@@ -224,7 +224,7 @@ impl QueueGate {
 /// them), or at its rate (its bucket closed); otherwise the ready jobs of its keys that are
 /// full or held. Consistent reads; each closed key one range of `idx_job_rate`. A key or queue
 /// whose last decision found nothing ready also reads as closed, for up to one poll ceiling.
-pub async fn queue_rate_limited(
+pub(super) async fn queue_rate_limited(
     conn: &mut MySqlConnection,
     queue: &str,
     ready: u64,
