@@ -775,3 +775,85 @@ async fn worker_processes_ride_out_a_node_loss_a_rejoin_and_a_dead_leader() {
     }
     app.close().await;
 }
+
+/// A key's rate limit holds across a writer loss: three worker processes on the multi-host URL
+/// drain a 5/500ms key while the writer is SIGKILLed mid-run; the survivors decide from the logs
+/// the lost writer committed, and no window of 500 ms holds more than 5 handler starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_hold_across_a_writer_loss() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut cluster = start_cluster().await;
+    let db = TestDb::on(&cluster.node_url(0)).await;
+    let url = on_db(&cluster.url(), &db);
+    let app = pool_on(&url, 4).await;
+    let n = 60;
+    let rate: mysqlq::Rate = "5/500ms".parse().unwrap();
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|_| {
+            let opts = EnqueueOptions::new().rate_limit("g", rate);
+            NewJob::from_job(&mysqlq_tests::jobs::Rated { tag: "g".into() }, &opts).unwrap()
+        })
+        .collect();
+    mysqlq::enqueue_many(&app, jobs).await.unwrap();
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| {
+            Proc::spawn(
+                BIN,
+                &url,
+                &format!("{}-r{i}", db.name),
+                &format!("r{i}"),
+                &[
+                    "--queues",
+                    "rated",
+                    "--concurrency",
+                    "8",
+                    "--lease",
+                    "12s",
+                    "--heartbeat",
+                    "500ms",
+                    "--poll-ceiling",
+                    "100ms",
+                ],
+            )
+        })
+        .collect();
+    let started = "SELECT COUNT(DISTINCT job_id) FROM test_runs WHERE event = 'start'";
+    wait_count(
+        &app,
+        "the first starts",
+        started,
+        15,
+        Duration::from_secs(60),
+    )
+    .await;
+    tokio::task::block_in_place(|| cluster.kill(0));
+    wait_count(
+        &app,
+        "every job started",
+        started,
+        n,
+        Duration::from_secs(120),
+    )
+    .await;
+    for p in &mut procs {
+        p.terminate(Duration::from_secs(20));
+    }
+    let starts: Vec<i64> = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at) FROM test_runs \
+         WHERE event = 'start' ORDER BY at",
+    )
+    .fetch_all(&app)
+    .await
+    .unwrap();
+    let p = i64::try_from(rate.period().as_micros()).unwrap();
+    let count = rate.count() as usize;
+    let over = (0..starts.len().saturating_sub(count)).find(|&i| starts[i + count] - starts[i] < p);
+    println!(
+        "rate limit across a writer loss: {} starts of {n} jobs, first window over the limit: {over:?}",
+        starts.len()
+    );
+    assert_eq!(
+        over, None,
+        "6 starts of a 5/500ms key within 500 ms across the writer loss"
+    );
+}
