@@ -33,10 +33,11 @@ const PURGE: Sample = ("docs/cli.md", "$ mysqlq-cli purge");
 const DOCTOR: Sample = ("docs/cli.md", "$ worker doctor");
 const PAUSE: Sample = ("docs/cli.md", "$ mysqlq-cli pause");
 const ENQUEUE: Sample = ("docs/cli.md", "$ worker enqueue");
+const LIMITS: Sample = ("docs/cli.md", "$ mysqlq-cli limits");
 
 /// The sessions this file runs, one test each.
-const SESSIONS: [Sample; 9] = [
-    WORK, MIGRATE, STATS, FAILED, CANCEL, PURGE, DOCTOR, PAUSE, ENQUEUE,
+const SESSIONS: [Sample; 10] = [
+    WORK, MIGRATE, STATS, FAILED, CANCEL, PURGE, DOCTOR, PAUSE, ENQUEUE, LIMITS,
 ];
 
 /// Samples of output checked by other test files.
@@ -445,6 +446,12 @@ async fn the_pause_sample_is_what_pause_and_resume_print() {
     )
     .await;
     session(&db.url(), PAUSE, same);
+}
+
+#[tokio::test]
+async fn the_limits_sample_is_what_limits_prints() {
+    let db = TestDb::new().await;
+    session(&db.url(), LIMITS, same);
 }
 
 #[tokio::test]

@@ -281,3 +281,50 @@ async fn three_workers_at_concurrency_256_meet_no_deadlock_or_lock_timeout() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_limits_command_shows_sets_and_clears_a_queues_limits() {
+    let db = TestDb::new().await;
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let shown = |s: &str| (Some(0), format!("queue emails: {s}"), String::new());
+    assert_eq!(run(&["limits", "emails"]), shown("rate none, global none"));
+    assert_eq!(
+        run(&[
+            "limits", "emails", "--rate", "600/min", "--global", "5", "--by", "ops"
+        ]),
+        shown("rate 600/min, global 5")
+    );
+    assert_eq!(
+        run(&["limits", "emails", "--global", "none"]),
+        shown("rate 600/min, global none")
+    );
+    assert_eq!(
+        run(&["limits", "emails", "--clear"]),
+        shown("rate none, global none")
+    );
+    let (code, _, err) = run(&["limits", "emails", "--rate", "0/s"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--rate") && err.contains("1 to 1000000"),
+        "{err}"
+    );
+    let by: Vec<String> =
+        sqlx::query_scalar("SELECT actor FROM mysqlq_audit WHERE action = 'limits' ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(by.len(), 3, "one audit entry per change: {by:?}");
+    assert_eq!(by[0], "ops");
+}

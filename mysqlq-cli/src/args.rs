@@ -62,6 +62,8 @@ pub(crate) enum Command {
     Pause(QueueArg),
     /// Resume a paused queue.
     Resume(QueueArg),
+    /// Show a queue's limits every worker obeys (rate, global), or change them.
+    Limits(crate::cmd_limits::LimitsArgs),
     /// Enqueue one job by kind name and JSON payload; prints its id.
     Enqueue(EnqueueArgs),
     /// Cancel waiting (ready, scheduled, retrying) and running jobs, by id or by queue and kind.
@@ -95,12 +97,12 @@ pub(crate) struct WorkArgs {
     /// Queue-wide rates across every worker, comma-separated (`emails=100/s,reports=5/min`):
     /// at most that many job starts of the queue per period, whatever the other workers were
     /// started with (stored in the database; the last start wins)
-    #[arg(long, value_delimiter = ',', value_parser = parse_queue_rate, value_name = "QUEUE=N/PERIOD")]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cmd_limits::parse_queue_rate, value_name = "QUEUE=N/PERIOD")]
     pub(crate) rate: Vec<(String, mysqlq::Rate)>,
     /// Global concurrency limits across every worker, comma-separated (`emails=20`): at most
     /// that many jobs of the queue running at once, however many workers run (stored like
     /// --rate)
-    #[arg(long, value_delimiter = ',', value_parser = parse_queue_global, value_name = "QUEUE=N")]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cmd_limits::parse_queue_global, value_name = "QUEUE=N")]
     pub(crate) global: Vec<(String, u32)>,
     /// Jobs run at once [default: 16, or the sum of the per-queue limits when every queue
     /// has one]
@@ -497,28 +499,6 @@ fn parse_queue_spec(s: &str) -> Result<(String, Option<usize>), String> {
         }
     };
     Ok((parse_queue(name.trim())?, limit))
-}
-
-/// `QUEUE=N/PERIOD` of `work --rate`.
-fn parse_queue_rate(s: &str) -> Result<(String, mysqlq::Rate), String> {
-    let (name, rate) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}`: write QUEUE=N/PERIOD, e.g. emails=100/s"))?;
-    let rate = rate
-        .parse::<mysqlq::Rate>()
-        .map_err(|e| format!("`{s}`: {e}"))?;
-    Ok((parse_queue(name.trim())?, rate))
-}
-
-/// `QUEUE=N` of `work --global`.
-fn parse_queue_global(s: &str) -> Result<(String, u32), String> {
-    let (name, n) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}`: write QUEUE=N, e.g. emails=20"))?;
-    let n: u32 = n.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-        format!("`{s}`: the limit after `=` must be a whole number of jobs above 0, e.g. {name}=20")
-    })?;
-    Ok((parse_queue(name.trim())?, n))
 }
 
 fn parse_queue(s: &str) -> Result<String, String> {

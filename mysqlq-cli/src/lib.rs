@@ -56,6 +56,8 @@ mod cmd_doctor;
 #[cfg(feature = "cli")]
 mod cmd_failed;
 #[cfg(feature = "cli")]
+mod cmd_limits;
+#[cfg(feature = "cli")]
 mod cmd_misc;
 #[cfg(feature = "cli")]
 mod cmd_stats;
@@ -273,6 +275,7 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
             .await
             .map(|()| 0),
         Command::Audit(a) => cmd_audit::audit(&target?, &a).await.map(|()| 0),
+        Command::Limits(a) => cmd_limits::limits(&target?, &a).await.map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
