@@ -105,6 +105,20 @@ async fn a_keyed_enqueue_writes_its_limit_and_one_bucket_per_key() {
     );
     assert_eq!(rows[3], ("a".into(), 5, 100_000));
     assert_eq!(rows[4], ("b".into(), 5, 100_000));
+    // An operator sees the key and its limit (`failed show`, the dashboard's job page).
+    let first = sqlx::query_scalar::<_, u64>("SELECT MIN(id) FROM job_queue")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let job = mysqlq::admin::Admin::new(db.pool.clone())
+        .job(JobId(first))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (job.rate_key.as_deref(), job.rate_limit.as_deref()),
+        (Some("sendgrid"), Some("10/s"))
+    );
     let buckets: Vec<(String, String, u32, u64)> = sqlx::query_as(
         "SELECT queue_name, rate_key, rate_limit, rate_period_us FROM mysqlq_rate_bucket ORDER BY rate_key",
     )

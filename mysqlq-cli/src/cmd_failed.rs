@@ -91,6 +91,13 @@ pub(crate) async fn failed(target: &Target, c: FailedCommand) -> Result<u8, CliE
                 ),
                 ("dedupe key", opt(&job.dedupe_key)),
                 ("ordering key", opt(&job.ordering_key)),
+                (
+                    "rate key",
+                    job.rate_key.as_ref().map_or_else(
+                        || "-".to_owned(),
+                        |k| format!("{k} ({})", job.rate_limit.as_deref().unwrap_or("no limit")),
+                    ),
+                ),
                 ("created at", micros(&job.created_at)),
                 ("available at", micros(&job.available_at)),
                 ("updated at", micros(&job.updated_at)),

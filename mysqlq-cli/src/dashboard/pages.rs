@@ -298,6 +298,7 @@ pub(super) async fn job(
             @if let Some(k) = &j.dedupe_key { dt { "dedupe key" } dd { (k) } }
             @if let Some(k) = &j.ordering_key { dt { "ordering key" } dd { (k) } }
             @if let Some(k) = &j.concurrency_key { dt { "concurrency key" } dd { (k) } }
+            @if let Some(k) = &j.rate_key { dt { "rate key" } dd { (k) " (" (j.rate_limit.as_deref().unwrap_or("no limit")) ")" } }
             (cancel_facts(&j))
         }
         h2 { "Timeline (UTC; now " (micros(&j.read_at)) ")" }

@@ -26,7 +26,8 @@ macro_rules! job_select {
             j.created_at, j.first_claimed_at, j.available_at, j.lease_expires_at, j.finished_at, \
             j.updated_at, j.cancelled_at, \
             CAST(j.cancelled_by AS CHAR) AS cancelled_by, CAST(j.cancel_reason AS CHAR) AS cancel_reason, \
-            UTC_TIMESTAMP(6) AS now, CAST(j.meta AS CHAR) AS meta \
+            UTC_TIMESTAMP(6) AS now, CAST(j.meta AS CHAR) AS meta, \
+            CAST(j.rate_key AS CHAR) AS rate_key, j.rate_limit, j.rate_period_us \
             FROM job_queue j"
     };
 }

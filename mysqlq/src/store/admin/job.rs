@@ -36,6 +36,10 @@ pub struct Job {
     pub ordering_key: Option<String>,
     /// Concurrency key.
     pub concurrency_key: Option<String>,
+    /// Rate key (`docs/rate-limits.md`).
+    pub rate_key: Option<String>,
+    /// The rate key's limit, as written (`"10/s"`).
+    pub rate_limit: Option<String>,
     /// The worker holding the job, or that ran its last attempt.
     pub locked_by: Option<String>,
     /// When it was enqueued.
@@ -93,6 +97,12 @@ pub(crate) fn job_from_row(r: &sqlx::mysql::MySqlRow) -> Result<Job, Error> {
         dedupe_key: r.try_get("dedupe_key")?,
         ordering_key: r.try_get("ordering_key")?,
         concurrency_key: r.try_get("concurrency_key")?,
+        rate_key: r.try_get("rate_key")?,
+        rate_limit: super::super::rate::stored_rate(
+            r.try_get("rate_limit")?,
+            r.try_get("rate_period_us")?,
+        )
+        .map(|r| r.to_string()),
         locked_by: r.try_get("locked_by")?,
         created_at: r.try_get("created_at")?,
         first_claimed_at: r.try_get("first_claimed_at")?,
