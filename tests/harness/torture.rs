@@ -8,6 +8,8 @@
 //!   worker, attempts, `last_error`, time). Heartbeats, which only move the lease, are not logged.
 //! - **Faults**: every fault the test injected, with the worker it hit (none: all of them) and
 //!   its window ([`Fault`]).
+//! - **Jobs**: each job's row as the run left it ([`JobEnd`]): status, attempts, its keys and
+//!   its rate limit (`rate_key`, `rate_limit`, `rate_period_us`).
 //!
 //! All times are microseconds since the Unix epoch on this machine's clock (the server's
 //! `UTC_TIMESTAMP(6)` reads the same clock).
@@ -495,6 +497,20 @@ pub struct JobEnd {
     pub concurrency: Option<(String, u16)>,
     /// `cancelled_by` (`mysqlq:upstream`: a workflow step cancelled by its upstream rule).
     pub cancelled_by: Option<String>,
+    /// `rate_key`, `rate_limit` and `rate_period_us`: the rate limit the row carries.
+    pub rate: Option<RateLimit>,
+}
+
+/// A job row's rate limit: at most `limit` handler starts of key `key` in any window of
+/// `period_us` (`job_queue.rate_key`, `rate_limit`, `rate_period_us`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RateLimit {
+    /// The rate key (its bucket is the queue's and the key's).
+    pub key: String,
+    /// Starts per period.
+    pub limit: u32,
+    /// The period, in µs.
+    pub period_us: i64,
 }
 
 /// Everything the checker reads.
@@ -525,6 +541,9 @@ pub struct History {
     pub unsettled: Vec<(u64, u64)>,
     /// Workflows still `running` at the end with no step left to run.
     pub unfinished: Vec<u64>,
+    /// The slack ε (µs) of each rate key's bucket at the end (`mysqlq_rate_bucket.slack_us`),
+    /// for the summary only: the invariants read the limits from the job rows.
+    pub rate_slack: HashMap<String, i64>,
 }
 
 /// One operator action of the audit trail, with the jobs it says it changed.
@@ -550,7 +569,8 @@ impl History {
         let jobs = sqlx::query(
             "SELECT id, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, CAST(status AS CHAR) AS status, \
              attempts, max_attempts, last_error, ordering_key, concurrency_key, concurrency_limit, \
-             CAST(cancelled_by AS CHAR) AS cancelled_by \
+             CAST(cancelled_by AS CHAR) AS cancelled_by, rate_key, CAST(rate_limit AS UNSIGNED) AS rate_limit, \
+             CAST(rate_period_us AS SIGNED) AS rate_period_us \
              FROM job_queue WHERE queue_name = 'torture' ORDER BY id",
         )
         .fetch_all(pool)
@@ -559,6 +579,17 @@ impl History {
         .map(|r| {
             let key: Option<String> = r.try_get("concurrency_key")?;
             let limit: Option<u16> = r.try_get("concurrency_limit")?;
+            let rate_key: Option<String> = r.try_get("rate_key")?;
+            let rate_limit: Option<u64> = r.try_get("rate_limit")?;
+            let rate_period: Option<i64> = r.try_get("rate_period_us")?;
+            let rate = match (rate_key, rate_limit, rate_period) {
+                (Some(key), Some(limit), Some(period_us)) => Some(RateLimit {
+                    key,
+                    limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                    period_us,
+                }),
+                _ => None,
+            };
             Ok(JobEnd {
                 id: r.try_get("id")?,
                 act: r.try_get::<Option<String>, _>("act")?.unwrap_or_default(),
@@ -569,6 +600,7 @@ impl History {
                 ordering_key: r.try_get("ordering_key")?,
                 concurrency: key.zip(limit),
                 cancelled_by: r.try_get("cancelled_by")?,
+                rate,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -679,6 +711,14 @@ impl History {
         .fetch_one(pool)
         .await?;
         let (unsettled, unfinished) = unsettled(pool).await?;
+        let rate_slack: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+            "SELECT rate_key, CAST(slack_us AS SIGNED) FROM mysqlq_rate_bucket \
+             WHERE queue_name = 'torture' AND rate_key <> ''",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .collect();
         Ok(Self {
             jobs,
             writes,
@@ -692,6 +732,7 @@ impl History {
             orphans,
             unsettled,
             unfinished,
+            rate_slack,
         })
     }
 

@@ -176,6 +176,12 @@ pub mod inv {
     /// Every ended dependency's edges are settled in the end (a deferred settlement lands), and
     /// a workflow with no step left to run is marked finished.
     pub const WF_SETTLED: &str = "workflow: every settlement lands, every workflow ends";
+    /// No window of a rate key's period holds more handler starts of the key's jobs than its
+    /// limit; no fault excuses it (`check_rate.rs`).
+    pub const RATE: &str = "rate key: at most N starts in any window of P";
+    /// A start handed back as too late for its rate decision gives its attempt back, whatever
+    /// the faults (`check_rate.rs`; an attempt consumed without a start is [`NO_RUN`]'s).
+    pub const RATE_ATTEMPT: &str = "rate key: no attempt consumed while limited";
 }
 
 /// Builds the claims from the state writes and the runs.
@@ -472,7 +478,8 @@ pub fn check(h: &History) -> Report {
     concurrency(&cl, &sp, &h.faults, &jobs, &mut v);
     operator_actions(h, &jobs, &mut v);
     workflow::check(h, &jobs, &mut v);
-    let text = super::report::render(h, &cl, &v, reaped, excused, sp.len());
+    let notes = rate::check(h, &cl, &jobs, &mut v);
+    let text = super::report::render(h, &cl, &v, (reaped, excused, sp.len()), &notes);
     Report {
         violations: v,
         claims: cl.len(),
@@ -614,6 +621,9 @@ mod tests;
 
 #[path = "check_workflow.rs"]
 mod workflow;
+
+#[path = "check_rate.rs"]
+mod rate;
 
 /// Operator actions racing the workers: per job, the history's operator changes (`failed` →
 /// `pending` is only ever an operator's retry; `pending`/`processing` → `cancelled` only a

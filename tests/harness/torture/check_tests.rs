@@ -3,9 +3,9 @@
 use super::*;
 use crate::torture::{Fault, FaultKind, History, JobEnd, RunEvent, StateWrite};
 
-const MS: i64 = 1000;
+pub(super) const MS: i64 = 1000;
 
-fn job(id: u64, act: &str, status: &str) -> JobEnd {
+pub(super) fn job(id: u64, act: &str, status: &str) -> JobEnd {
     JobEnd {
         id,
         act: act.to_owned(),
@@ -16,11 +16,12 @@ fn job(id: u64, act: &str, status: &str) -> JobEnd {
         ordering_key: None,
         concurrency: None,
         cancelled_by: None,
+        rate: None,
     }
 }
 
 /// A state write of `job` at `at` ms.
-fn write(
+pub(super) fn write(
     job: u64,
     at: i64,
     (old_status, new_status): (&str, &str),
@@ -48,7 +49,7 @@ fn write(
     }
 }
 
-fn run(job: u64, token: &str, event: &str, at: i64) -> RunEvent {
+pub(super) fn run(job: u64, token: &str, event: &str, at: i64) -> RunEvent {
     RunEvent {
         job,
         attempt: 1,
@@ -60,7 +61,11 @@ fn run(job: u64, token: &str, event: &str, at: i64) -> RunEvent {
     }
 }
 
-fn history(jobs: Vec<JobEnd>, mut writes: Vec<StateWrite>, runs: Vec<RunEvent>) -> History {
+pub(super) fn history(
+    jobs: Vec<JobEnd>,
+    mut writes: Vec<StateWrite>,
+    runs: Vec<RunEvent>,
+) -> History {
     writes.sort_by_key(|w| w.at);
     for (i, w) in writes.iter_mut().enumerate() {
         w.seq = i as u64;

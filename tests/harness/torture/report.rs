@@ -5,29 +5,34 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::check::{Claim, Violation, short, window_us};
+use super::check::{Claim, Violation, ms, short, window_us};
 use super::{FaultKind, History};
 
 /// Most violations shown in full per invariant.
 const SHOWN: usize = 5;
 
-pub(crate) fn render(
-    h: &History,
-    cl: &[Claim],
-    v: &[Violation],
-    reaped: usize,
-    excused: usize,
-    runs: usize,
-) -> String {
-    let t0 = h
-        .writes
+/// The run's first event (state write, handler event or fault): what report times are
+/// relative to.
+pub(crate) fn run_start(h: &History) -> i64 {
+    h.writes
         .first()
         .map(|w| w.at)
         .into_iter()
         .chain(h.runs.first().map(|r| r.at))
         .chain(h.faults.iter().map(|f| f.start))
         .min()
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// `notes`: summary lines of particular invariants (shown after the counts).
+pub(crate) fn render(
+    h: &History,
+    cl: &[Claim],
+    v: &[Violation],
+    (reaped, excused, runs): (usize, usize, usize),
+    notes: &[String],
+) -> String {
+    let t0 = run_start(h);
     let rel = |t: i64| format!("+{:>9.1}ms", (t - t0) as f64 / 1000.0);
     let mut out = String::new();
     let _ = writeln!(
@@ -48,6 +53,9 @@ pub(crate) fn render(
     }
     let _ = writeln!(out, "claims by end: {ends:?}");
     let _ = writeln!(out, "outcomes (act, status): {:?}", h.outcome_counts());
+    for n in notes {
+        let _ = writeln!(out, "{n}");
+    }
     if v.is_empty() {
         let _ = writeln!(out, "every invariant held");
         return out;
@@ -83,7 +91,7 @@ fn timeline(out: &mut String, h: &History, cl: &[Claim], job: u64, rel: &dyn Fn(
     };
     let _ = writeln!(
         out,
-        "  job {} act `{}` status `{}` attempts {}/{} ordering {:?} concurrency {:?} last_error {:?}",
+        "  job {} act `{}` status `{}` attempts {}/{} ordering {:?} concurrency {:?} rate {} last_error {:?}",
         j.id,
         j.act,
         j.status,
@@ -91,6 +99,10 @@ fn timeline(out: &mut String, h: &History, cl: &[Claim], job: u64, rel: &dyn Fn(
         j.max_attempts,
         j.ordering_key,
         j.concurrency,
+        j.rate.as_ref().map_or_else(
+            || "None".to_owned(),
+            |r| format!("`{}` {}/{}", r.key, r.limit, ms(r.period_us))
+        ),
         j.last_error
     );
     let mut lines: Vec<(i64, String)> = Vec::new();
