@@ -823,3 +823,69 @@ async fn jobs_waiting_for_a_limit_are_counted_as_rate_limited() {
     let q = admin.queues().await.unwrap();
     assert_eq!((q[0].ready, q[0].rate_limited), (7, 7));
 }
+
+/// A bucket's slack ε never shrinks while a start it counted is inside the widest window used so
+/// far, and falls back once every recorded start is older: a loaded moment does not slow the
+/// key for good.
+#[tokio::test]
+async fn a_buckets_slack_falls_back_once_its_starts_are_all_past_the_window() {
+    let db = TestDb::new().await;
+    mysqlq::enqueue_many(
+        &db.pool,
+        (0..10).map(|n| NewJob::from_job(&Noop { n }, &keyed("k", "5/100ms")).unwrap()),
+    )
+    .await
+    .unwrap();
+    let mut conn = db.connect().await;
+    let token = mysqlq_tests::token();
+    let params = ClaimParams {
+        queue: "test",
+        limit: 1,
+        skip: 0,
+        worker_id: "w",
+        token: &token,
+        lease: Duration::from_secs(30),
+    };
+    let plan = RatePlan {
+        room: 1,
+        slack_floor: Duration::from_millis(5),
+        idle_recheck: Duration::from_millis(100),
+    };
+    let slack = |db: &TestDb| {
+        let db = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, u32>(
+                "SELECT slack_us FROM mysqlq_rate_bucket WHERE rate_key = 'k'",
+            )
+            .fetch_one(&db)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(claim_k(&mut conn, &params, &plan).await.len(), 1);
+    assert_eq!(slack(&db).await, 5_000, "P/20 = the 5 ms floor");
+    // A loaded moment raised it (as a worker's late starts do).
+    db.exec("UPDATE mysqlq_rate_bucket SET slack_us = 250000, open_at = UTC_TIMESTAMP(6)")
+        .await;
+    let jobs = claim_k(&mut conn, &params, &plan).await;
+    assert_eq!(jobs[0].rate_slack, Some(Duration::from_millis(250)));
+    assert_eq!(slack(&db).await, 250_000, "kept while its starts are live");
+    // Past the widest window (100 ms + 250 ms) no start it counted is live any more.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    db.exec("UPDATE mysqlq_rate_bucket SET open_at = UTC_TIMESTAMP(6)")
+        .await;
+    let jobs = claim_k(&mut conn, &params, &plan).await;
+    assert_eq!(jobs[0].rate_slack, Some(Duration::from_millis(5)));
+    assert_eq!(slack(&db).await, 5_000);
+}
+
+async fn claim_k(
+    conn: &mut sqlx::MySqlConnection,
+    params: &ClaimParams<'_>,
+    plan: &RatePlan,
+) -> Vec<store::ClaimedJob> {
+    store::job_claim_rated(conn, params, plan, &[])
+        .await
+        .unwrap()
+        .0
+}

@@ -137,7 +137,8 @@ impl QueueGate {
             stored: stored_rate(r.try_get("rate_limit")?, r.try_get("rate_period_us")?),
             slack_us: r.try_get("slack_us")?,
             now_us: r.try_get("now_us")?,
-        };
+        }
+        .settled();
         let running = match limits.global {
             None => 0,
             Some(_) => {

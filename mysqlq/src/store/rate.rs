@@ -84,15 +84,40 @@ pub(super) async fn lock_open_keys(
         if log.is_empty() && !bytes.is_empty() {
             tracing::warn!(queue, key, "rate bucket log unreadable; counted from empty");
         }
-        out.push(LockedKey {
-            key,
-            log,
-            stored: stored_rate(r.try_get("rate_limit")?, r.try_get("rate_period_us")?),
-            slack_us: r.try_get("slack_us")?,
-            now_us: r.try_get("now_us")?,
-        });
+        out.push(
+            LockedKey {
+                key,
+                log,
+                stored: stored_rate(r.try_get("rate_limit")?, r.try_get("rate_period_us")?),
+                slack_us: r.try_get("slack_us")?,
+                now_us: r.try_get("now_us")?,
+            }
+            .settled(),
+        );
     }
     Ok(out)
+}
+
+impl LockedKey {
+    /// The bucket as a decision sees it: its slack ε only ever grows while starts it counted
+    /// are inside the widest window used so far (the window property needs that), but once
+    /// every recorded start is older than that window, no earlier decision constrains the next
+    /// one and ε falls back to what the decision asks (a loaded moment does not slow the key
+    /// for good).
+    pub(super) fn settled(mut self) -> Self {
+        let widest = self
+            .stored
+            .map(|r| r.period() + Duration::from_micros(u64::from(self.slack_us)));
+        let widest_us = widest.map_or(0, |w| i64::try_from(w.as_micros()).unwrap_or(i64::MAX));
+        if self
+            .log
+            .iter()
+            .all(|e| e.t_us <= self.now_us.saturating_sub(widest_us))
+        {
+            self.slack_us = 0;
+        }
+        self
+    }
 }
 
 /// A limit read back from `(rate_limit, rate_period_us)`.
@@ -142,7 +167,7 @@ pub(super) async fn write_bucket(
     sqlx::query(
         "/* mysqlq:rate_bucket_write */ UPDATE mysqlq_rate_bucket SET starts = ?, \
            open_at = '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND, rate_limit = ?, \
-           rate_period_us = ?, slack_us = GREATEST(slack_us, ?), decided_at = UTC_TIMESTAMP(6), \
+           rate_period_us = ?, slack_us = ?, decided_at = UTC_TIMESTAMP(6), \
            decisions = decisions + 1 \
          WHERE queue_name = ? AND rate_key = ?",
     )
@@ -398,7 +423,8 @@ fn strictness(a: Rate, b: Rate) -> std::cmp::Ordering {
     per(a, b).cmp(&per(b, a))
 }
 
-/// ε of a decision on `k` under `applied`: never less than the bucket's (it only grows).
+/// ε of a decision on `k` under `applied`: never less than the bucket's while its recorded
+/// starts are live ([`LockedKey::settled`]). Written back as the bucket's `slack_us`.
 pub(super) fn slack_of(k: &LockedKey, applied: Rate, floor: Duration) -> Duration {
     rate::slack(applied.period(), floor).max(Duration::from_micros(u64::from(k.slack_us)))
 }
