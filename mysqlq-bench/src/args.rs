@@ -3,8 +3,9 @@
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
 /// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, idle statements, pickup
-/// latency), how late periodic jobs are enqueued, and workflows against the same jobs unlinked,
-/// in a scratch database on the same server, dropped afterwards.
+/// latency), how late periodic jobs are enqueued, workflows against the same jobs unlinked, and
+/// per-key rate limits across worker processes, in a scratch database on the same server,
+/// dropped afterwards.
 ///
 /// The worker runs with its default settings (WorkerConfig::default()) except what
 /// --concurrency or --batch change. The drain baseline is the best raw loop: the article's
@@ -57,6 +58,21 @@ pub(crate) struct BenchArgs {
     /// Seconds the periodic scenario runs its workers on a schedule ticking every second
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(3..=3600))]
     pub(crate) periodic_seconds: u32,
+    /// Seconds the rate scenario runs its three worker processes on the limited keys beside the
+    /// unlimited backlog (its key backlogs follow: 20/s and 50/s for 5/3 of this time)
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(3..=3600))]
+    pub(crate) rate_secs: u32,
+    /// Seconds of each of the rate scenario's two runs on unlimited jobs only (before and after
+    /// the keyed run), for the unlimited rate without keys
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=3600))]
+    pub(crate) rate_plain_secs: u32,
+    /// Unlimited no-op jobs enqueued beside the rate scenario's limited keys (enough for three
+    /// worker processes for 60 s on a 2-core machine)
+    #[arg(long, default_value_t = 400_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub(crate) rate_plain_jobs: u32,
+    /// Jobs of the full key queued for the rate scenario's head-of-line pickups
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub(crate) rate_hol_jobs: u32,
     /// Print one JSON object
     #[arg(long)]
     pub(crate) json: bool,
@@ -104,6 +120,11 @@ pub(crate) enum Scenario {
     /// beside the same jobs unlinked, on three workers (sizes follow --jobs: the fan-out is
     /// --jobs wide, the diamonds are --jobs / 10)
     Workflow,
+    /// Per-key rate limits: three worker processes on two limited keys (20/s, 50/s) beside a
+    /// backlog of unlimited jobs for --rate-secs: the most starts in any window, the limits'
+    /// utilisation, the unlimited jobs' rate against a run without the keys
+    /// (--rate-plain-secs), and the pickup of an unlimited job beside a full key's backlog
+    Rate,
     /// The framework's drain and pickup over Redis Streams (needs --redis-url)
     Redis,
     /// All of them
@@ -116,6 +137,20 @@ pub(crate) enum Internal {
     /// (internal) The other process of the cross-process pickup measurement.
     #[command(name = "bench-enqueue", hide = true)]
     BenchEnqueue(EnqueueArgs),
+    /// (internal) One worker process of the rate scenario.
+    #[command(name = "bench-worker", hide = true)]
+    BenchWorker(WorkerArgs),
+}
+
+/// `bench-worker` (internal).
+#[derive(Debug, ClapArgs)]
+pub(crate) struct WorkerArgs {
+    /// This process's number (its worker id is `mysqlq-bench-rate-<index>`)
+    #[arg(long)]
+    pub(crate) index: u16,
+    /// Jobs run at once
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub(crate) concurrency: u16,
 }
 
 /// `bench-enqueue` (internal).

@@ -15,6 +15,7 @@ use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
 use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer};
+use crate::scenario::rate::{RATE_CONCURRENCY, RateSettings};
 use crate::scenario::workflow::{WORKFLOW_CONCURRENCY, WORKFLOW_ROUNDS};
 use crate::scratch::{Scratch, interrupted};
 use crate::{db, sql};
@@ -255,6 +256,8 @@ pub(crate) struct Finished {
     pub(crate) periodic: Option<crate::scenario::periodic::PeriodicRun>,
     /// The workflow scenario (`None`: not run).
     pub(crate) workflow: Option<crate::scenario::workflow::WorkflowRun>,
+    /// The rate scenario (`None`: not run).
+    pub(crate) rate: Option<crate::scenario::rate::RateRun>,
 }
 
 pub(crate) async fn run(
@@ -358,6 +361,20 @@ pub(crate) async fn run(
     } else {
         None
     };
+    let rate = if wants(Scenario::Rate) {
+        Some(
+            b.rate(RateSettings {
+                secs: a.rate_secs,
+                plain_secs: a.rate_plain_secs,
+                plain_jobs: a.rate_plain_jobs,
+                hol_jobs: a.rate_hol_jobs,
+                concurrency: a.concurrency.unwrap_or(RATE_CONCURRENCY),
+            })
+            .await?,
+        )
+    } else {
+        None
+    };
     let over_redis = match (&a.redis_url, a.scenario) {
         (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds()).await?,
         (None, Scenario::Redis) => {
@@ -387,6 +404,7 @@ pub(crate) async fn run(
             redis: over_redis,
             periodic,
             workflow,
+            rate,
         },
     ))
 }

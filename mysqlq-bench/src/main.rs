@@ -46,6 +46,13 @@
 //!   long after its last dependency finished a dependent was first claimed (database clock), the
 //!   workers' lock waits and deferred settlements and the server's row lock counters, and the
 //!   check that every dependent was claimed after all its dependencies finished.
+//! - [`scenario::rate`]: per-key rate limits. Three worker processes (this binary's hidden
+//!   `bench-worker`, concurrency 32 by default) on keys `a` (20/s) and `b` (50/s) beside
+//!   `--rate-plain-jobs` unlimited no-ops for `--rate-secs`; per key the most handler starts in
+//!   any window of the period and the utilisation of the limit, the workers' late starts, the
+//!   unlimited rate against the same processes without the keys (`--rate-plain-secs`, run before
+//!   and after), an unlimited job's pickup beside `--rate-hol-jobs` jobs of a full key, lock
+//!   waits.
 //!
 //! Every run checks that each job ran exactly once and that its row is `completed` (or, for
 //! enqueue runs, that every row was written). Exit codes: 0 success, 1 error or a failed
@@ -122,6 +129,9 @@ async fn dispatch(args: Args) -> Result<u8, BenchError> {
         Some(Internal::BenchEnqueue(a)) => {
             scenario::pickup::child_enqueue(url, &a).await.map(|()| 0)
         }
+        Some(Internal::BenchWorker(a)) => scenario::rate_worker::child_worker(url, &a)
+            .await
+            .map(|()| 0),
         None => bench::bench(url, &args.bench).await,
     }
 }

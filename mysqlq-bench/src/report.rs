@@ -7,6 +7,7 @@ use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
+use crate::scenario::rate::RateRun;
 use crate::scenario::workflow::WorkflowRun;
 use crate::sql;
 use crate::table::Table;
@@ -226,6 +227,7 @@ impl Report<'_> {
             "redis": if b.redis.server.is_some() { b.redis.json() } else { Value::Null },
             "periodic": b.periodic.as_ref().map_or(Value::Null, PeriodicRun::json),
             "workflow": b.workflow.as_ref().map_or(Value::Null, WorkflowRun::json),
+            "rate": b.rate.as_ref().map_or(Value::Null, RateRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -339,6 +341,9 @@ impl Report<'_> {
         }
         if let Some(w) = &b.workflow {
             text.push_str(&w.human());
+        }
+        if let Some(r) = &b.rate {
+            text.push_str(&r.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(

@@ -499,6 +499,176 @@ pub(crate) async fn bench_dep_gaps(
         .collect()
 }
 
+/// `bench_rate_setup`: the rate scenario's start log, written by its worker processes.
+pub(crate) async fn bench_rate_setup(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "/* mysqlq:bench_rate_setup */ CREATE TABLE IF NOT EXISTS bench_starts ( \
+           seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+           job_id BIGINT UNSIGNED NOT NULL, \
+           tag VARCHAR(32) NOT NULL, \
+           us BIGINT NOT NULL, \
+           worker SMALLINT UNSIGNED NOT NULL, \
+           KEY idx_bench_starts_job (job_id) \
+         ) ENGINE = InnoDB",
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `bench_rate_reset`: empties the start log and the rate buckets (scratch database only; the
+/// caller empties `job_queue`).
+pub(crate) async fn bench_rate_reset(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    for statement in [
+        "/* mysqlq:bench_rate_reset */ TRUNCATE TABLE bench_starts",
+        "/* mysqlq:bench_rate_reset */ DELETE FROM mysqlq_rate_bucket",
+    ] {
+        sqlx::query(statement).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// `bench_rate_insert_starts`: handler starts `(job id, tag, µs)` of worker process `worker`.
+pub(crate) async fn bench_rate_insert_starts(
+    conn: &mut MySqlConnection,
+    worker: u16,
+    rows: &[(u64, &str, i64)],
+) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut sql = String::from(
+        "/* mysqlq:bench_rate_insert_starts */ INSERT INTO bench_starts (job_id, tag, us, worker) VALUES ",
+    );
+    for i in 0..rows.len() {
+        sql.push_str(if i == 0 {
+            "(?, ?, ?, ?)"
+        } else {
+            ", (?, ?, ?, ?)"
+        });
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for (id, tag, us) in rows {
+        q = q.bind(id).bind(*tag).bind(us).bind(worker);
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// `bench_rate_starts`: every recorded start `(job id, tag, µs)`, in time order.
+pub(crate) async fn bench_rate_starts(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(u64, String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "/* mysqlq:bench_rate_starts */ SELECT job_id, tag, us FROM bench_starts ORDER BY us, seq",
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// `bench_rate_start_of`: when job `id`'s handler started (µs; `None`: not recorded yet).
+pub(crate) async fn bench_rate_start_of(
+    conn: &mut MySqlConnection,
+    id: u64,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "/* mysqlq:bench_rate_start_of */ SELECT MIN(us) FROM bench_starts WHERE job_id = ?",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// `bench_rate_claim_gaps`: per start of a job with a rate key, its tag and the time from its
+/// first claim's UPDATE (`first_claimed_at`, database clock) to its handler's start (host
+/// clock; the same clock when both run on one host), in µs.
+pub(crate) async fn bench_rate_claim_gaps(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "/* mysqlq:bench_rate_claim_gaps */ SELECT s.tag, \
+         CAST(s.us - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', j.first_claimed_at) AS SIGNED) \
+         FROM bench_starts s JOIN job_queue j ON j.id = s.job_id \
+         WHERE j.rate_key IS NOT NULL AND j.first_claimed_at IS NOT NULL",
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// One rate bucket as the rate scenario reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BenchBucket {
+    pub(crate) key: String,
+    /// ε of its decisions (µs).
+    pub(crate) slack_us: i64,
+    /// Decisions written.
+    pub(crate) decisions: i64,
+    /// Until it opens again (µs; ≤ 0: open now).
+    pub(crate) open_in_us: i64,
+}
+
+/// `bench_rate_buckets`: the key buckets of `queue`.
+pub(crate) async fn bench_rate_buckets(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<Vec<BenchBucket>, sqlx::Error> {
+    let rows = sqlx::query(
+        "/* mysqlq:bench_rate_buckets */ SELECT rate_key, CAST(slack_us AS SIGNED) AS slack_us, \
+         CAST(decisions AS SIGNED) AS decisions, \
+         CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), open_at) AS SIGNED) AS open_in_us \
+         FROM mysqlq_rate_bucket WHERE queue_name = ? AND rate_key <> '' ORDER BY rate_key",
+    )
+    .bind(queue)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(BenchBucket {
+                key: r.try_get("rate_key")?,
+                slack_us: r.try_get("slack_us")?,
+                decisions: r.try_get("decisions")?,
+                open_in_us: r.try_get("open_in_us")?,
+            })
+        })
+        .collect()
+}
+
+/// What is left in the rate scenario's queue after a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BenchRateRows {
+    pub(crate) completed: i64,
+    /// Completed rows whose `attempts` is not 1 (a wait for a limit must cost no attempt).
+    pub(crate) completed_not_one_attempt: i64,
+    /// Unlimited rows still `pending`.
+    pub(crate) pending_plain: i64,
+    /// Rows of any other status than `completed` and `pending`.
+    pub(crate) other: i64,
+}
+
+/// `bench_rate_rows`: the statuses of `queue`'s rows.
+pub(crate) async fn bench_rate_rows(
+    conn: &mut MySqlConnection,
+    queue: &str,
+) -> Result<BenchRateRows, sqlx::Error> {
+    let row = sqlx::query(
+        "/* mysqlq:bench_rate_rows */ SELECT \
+         CAST(IFNULL(SUM(status = 'completed'), 0) AS SIGNED) AS completed, \
+         CAST(IFNULL(SUM(status = 'completed' AND attempts <> 1), 0) AS SIGNED) AS not_one, \
+         CAST(IFNULL(SUM(status = 'pending' AND rate_key IS NULL), 0) AS SIGNED) AS pending_plain, \
+         CAST(IFNULL(SUM(status NOT IN ('completed', 'pending')), 0) AS SIGNED) AS other \
+         FROM job_queue WHERE queue_name = ?",
+    )
+    .bind(queue)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(BenchRateRows {
+        completed: row.try_get("completed")?,
+        completed_not_one_attempt: row.try_get("not_one")?,
+        pending_plain: row.try_get("pending_plain")?,
+        other: row.try_get("other")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,6 +39,14 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
             "8",
             "--periodic-seconds",
             "3",
+            "--rate-secs",
+            "3",
+            "--rate-plain-secs",
+            "2",
+            "--rate-plain-jobs",
+            "3000",
+            "--rate-hol-jobs",
+            "2000",
         ])
         .env("DATABASE_URL", db.url())
         .env_remove("RUST_LOG")
@@ -179,6 +187,82 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         assert!(w["targets"][key].is_boolean(), "targets.{key}: {w:#}");
     }
 
+    // Rate limits: three worker processes on keys a (20/s) and b (50/s) beside unlimited jobs,
+    // then on unlimited jobs alone, then one process picking up unlimited jobs beside a full
+    // key; figures and targets, no timing threshold (the limits themselves are checked).
+    let r = &v["rate"];
+    assert_eq!(r["workers"], 3, "{r:#}");
+    assert_eq!(r["concurrency"], 8, "{r:#}");
+    assert_eq!(r["seconds"], 3, "{r:#}");
+    assert_eq!(r["plain_seconds"], 2, "{r:#}");
+    for (key, n) in [("a", 20), ("b", 50)] {
+        let k = &r["keys"][key];
+        assert_eq!(k["n"], n, "{r:#}");
+        assert_eq!(k["period_ms"], 1000, "{r:#}");
+        assert!(positive(&k["starts"], "starts") > 0.0, "{key}: {r:#}");
+        let most = positive(&k["max_per_window"], "max_per_window");
+        assert!(most > 0.0 && most <= f64::from(n), "{key}: {r:#}");
+        for field in [
+            "utilisation",
+            "window_s",
+            "starts_measured",
+            "starts_allowed",
+            "slack_ms",
+            "claim_to_start_p50_ms",
+            "claim_to_start_p99_ms",
+            "claim_to_start_over_slack",
+        ] {
+            positive(&k[field], &format!("rate.keys.{key}.{field}"));
+        }
+    }
+    assert!(r["late_starts"].as_u64().is_some(), "{r:#}");
+    for key in [
+        "unlimited_per_s",
+        "unlimited_alone_per_s",
+        "unlimited_ratio",
+    ] {
+        assert!(positive(&r[key], key) > 0.0, "rate.{key}: {r:#}");
+    }
+    assert_eq!(
+        r["unlimited_alone_runs"].as_array().map(Vec::len),
+        Some(2),
+        "{r:#}"
+    );
+    let h = &r["hol"];
+    assert_eq!(h["backlog"], 2000, "{r:#}");
+    assert_eq!(h["key_started"], 1, "{r:#}");
+    assert_eq!(h["tries"], 20, "{r:#}");
+    let p50 = positive(&h["pickup_p50_ms"], "hol.pickup_p50_ms");
+    let p99 = positive(&h["pickup_p99_ms"], "hol.pickup_p99_ms");
+    assert!(p50 <= p99, "{h}");
+    positive(&h["empty_queue_p99_ms"], "hol.empty_queue_p99_ms");
+    positive(&h["target_ms"], "hol.target_ms");
+    assert_eq!(r["lock_wait_timeouts"], 0, "{r:#}");
+    assert!(r["deadlocks"].as_u64().is_some(), "{r:#}");
+    for (phase, processes) in [
+        ("plain_only_before", 3),
+        ("keyed", 3),
+        ("plain_only_after", 3),
+        ("head_of_line", 1),
+    ] {
+        let w = &r["phases"][phase]["workers"];
+        assert_eq!(w["processes"], processes, "{phase}: {r:#}");
+        assert!(
+            positive(&w["completions"], "completions") > 0.0,
+            "{phase}: {r:#}"
+        );
+        assert!(w["rate_late_starts"].as_u64().is_some(), "{phase}: {r:#}");
+    }
+    for key in [
+        "max_per_window_met",
+        "utilisation_met",
+        "hol_pickup_met",
+        "no_lock_wait_timeout_met",
+    ] {
+        assert!(r["targets"][key].is_boolean(), "rate.targets.{key}: {r:#}");
+    }
+    assert_eq!(r["targets"]["max_per_window_met"], true, "{r:#}");
+
     // The exactly-once verification ran for every run and passed.
     assert_eq!(v["verification"]["passed"], true, "{v:#}");
     let checks = v["verification"]["checks"].as_array().expect("checks");
@@ -198,6 +282,14 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         "workflow small_workflows round 2: dependents after their dependencies",
         "workflow unlinked round 3: handlers",
         "workflow framework: lock waits",
+        "rate keyed: handlers",
+        "rate keyed: key a within its limit",
+        "rate keyed: key b within its limit",
+        "rate plain only before: handlers",
+        "rate plain only after: handlers",
+        "rate head of line: handlers",
+        "rate head of line: key hol within its limit",
+        "rate framework: lock waits",
     ] {
         assert!(
             checks

@@ -8,5 +8,7 @@ pub(crate) mod idle;
 pub(crate) mod memory;
 pub(crate) mod periodic;
 pub(crate) mod pickup;
+pub(crate) mod rate;
+pub(crate) mod rate_worker;
 pub(crate) mod redis;
 pub(crate) mod workflow;

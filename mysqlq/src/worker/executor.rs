@@ -287,7 +287,7 @@ async fn supervise(
     {
         f.run = run.clone();
     }
-    let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let late = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     s.metrics.job_started();
     // Pickup latency: ready → started, including any wait in the prefetch buffer.
@@ -337,11 +337,14 @@ async fn supervise(
     s.emit(WorkerEvent::Returned { id: job.id });
     drop(permit);
     s.slot_freed.notify_waiters();
-    if late.load(Ordering::SeqCst) {
+    let late_by = late.load(Ordering::SeqCst);
+    if late_by > 0 {
         // Its start would not have been inside its rate decision's window: not run, handed
         // back with its attempt, to be admitted again.
         s.metrics.add(&s.metrics.counters.rate_late_starts, 1);
-        s.rate.late_start();
+        let slack = job.rate_slack.unwrap_or_default();
+        s.rate
+            .late_start(slack + Duration::from_micros(late_by - 1));
         s.emit(WorkerEvent::RateLateStart { id: job.id });
         release_one(&s, &key).await;
         return;
@@ -424,11 +427,11 @@ async fn supervise(
 }
 
 /// The handler of a rate-admitted job, checked at its first poll: later than `deadline`, it
-/// is not polled at all and `late` is set (see [`LATE_START`]).
+/// is not polled at all and `late` is set to how late it was, in µs plus 1 (see [`LATE_START`]).
 fn start_guard(
     handler: BoxFuture<'static, Result<(), JobError>>,
     deadline: Option<tokio::time::Instant>,
-    late: &Arc<std::sync::atomic::AtomicBool>,
+    late: &Arc<std::sync::atomic::AtomicU64>,
 ) -> BoxFuture<'static, Result<(), JobError>> {
     let Some(deadline) = deadline else {
         return handler;
@@ -436,7 +439,9 @@ fn start_guard(
     let late = late.clone();
     Box::pin(async move {
         if tokio::time::Instant::now() > deadline {
-            late.store(true, Ordering::SeqCst);
+            let by = tokio::time::Instant::now().saturating_duration_since(deadline);
+            let us = u64::try_from(by.as_micros()).unwrap_or(u64::MAX - 1);
+            late.store(us + 1, Ordering::SeqCst);
             return Err(JobError::retry(LATE_START));
         }
         handler.await

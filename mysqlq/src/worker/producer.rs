@@ -284,12 +284,15 @@ async fn claim_queue(
     let mut attempt = 0;
     let (jobs, sent) = loop {
         attempt += 1;
-        let sent = Instant::now();
         let owned: Vec<Owned> = carried
             .as_ref()
             .map(|c| c.keys().iter().map(Key::owned).collect())
             .unwrap_or_default();
-        let result = match (conn.get(s).await, &plan) {
+        let got = conn.get(s).await;
+        // After the connection is at hand, before anything is sent: the start guard counts from
+        // here, and a rate decision's time (its locking statement's) comes after it.
+        let sent = Instant::now();
+        let result = match (got, &plan) {
             (Ok(c), Some(plan)) => store::job_claim_rated(c, &params, plan, &owned).await,
             (Ok(c), None) => store::job_claim_completing(c, &params, &owned)
                 .await

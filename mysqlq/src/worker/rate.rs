@@ -112,7 +112,8 @@ impl RateState {
     }
 
     /// The least slack ε of this worker's rate decisions now: [`crate::rate::SLACK_FLOOR`],
-    /// doubled by each late start, halved after every 10 s without one. A bucket keeps the
+    /// raised by late starts to a quarter more than they needed, halved after every 10 s
+    /// without one. A bucket keeps the
     /// largest ε any decision used on it (the window property needs ε never to shrink).
     pub(crate) fn slack_floor(&self) -> Duration {
         let mut s = self
@@ -130,14 +131,16 @@ impl RateState {
         s.floor.unwrap_or(base)
     }
 
-    /// A rate-admitted job started too late: ask more slack of the next decisions.
-    pub(crate) fn late_start(&self) {
+    /// A rate-admitted job would have started `needed` after its claim was sent (more than its
+    /// decision's slack): the next decisions ask for a quarter more than that. Several late
+    /// jobs of one claim raise the floor once, to what the latest of them needed.
+    pub(crate) fn late_start(&self, needed: Duration) {
         let mut s = self
             .slack
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let floor = s.floor.unwrap_or(crate::rate::SLACK_FLOOR);
-        s.floor = Some((floor * 2).min(MAX_SLACK_FLOOR));
+        s.floor = Some(floor.max(needed.mul_f64(1.25)).min(MAX_SLACK_FLOOR));
         s.late_at = Some(Instant::now());
     }
 
