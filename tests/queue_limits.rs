@@ -44,6 +44,30 @@ async fn wait_limits(db: &TestDb, queue: &str) {
     .await;
 }
 
+/// Starts a worker with `flag` (`["--rate", "q=…"]`), waits until it stored the queue's
+/// limits, then two workers without it; returns once `jobs` jobs completed.
+async fn three_workers(
+    db: &TestDb,
+    queue: &str,
+    args: &[&str],
+    flag: &[&str],
+    ids: [&str; 3],
+    jobs: usize,
+) -> Vec<Proc> {
+    let mut procs = vec![Proc::start(BIN, db, ids[0], &[args, flag].concat())];
+    wait_limits(db, queue).await;
+    for id in &ids[1..] {
+        procs.push(Proc::start(BIN, db, id, args));
+    }
+    db.wait_for(
+        "every job completed",
+        &format!("SELECT COUNT(*) = {jobs} FROM job_queue WHERE status = 'completed'"),
+        Duration::from_secs(120),
+    )
+    .await;
+    procs
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_rate_holds_for_workers_started_without_the_flag() {
     let db = TestDb::new().await;
@@ -55,21 +79,13 @@ async fn a_queue_rate_holds_for_workers_started_without_the_flag() {
     )
     .await
     .unwrap();
-    let args = ["--queues", "rated", "--concurrency", "8"];
-    let mut procs = vec![Proc::start(
-        BIN,
+    let mut procs = three_workers(
         &db,
-        "flagged",
-        &[&args[..], &["--rate", "rated=4/200ms"]].concat(),
-    )];
-    wait_limits(&db, "rated").await;
-    for id in ["plain-a", "plain-b"] {
-        procs.push(Proc::start(BIN, &db, id, &args));
-    }
-    db.wait_for(
-        "every job completed",
-        &format!("SELECT COUNT(*) = {jobs} FROM job_queue WHERE status = 'completed'"),
-        Duration::from_secs(60),
+        "rated",
+        &["--queues", "rated", "--concurrency", "8"],
+        &["--rate", "rated=4/200ms"],
+        ["flagged", "plain-a", "plain-b"],
+        jobs,
     )
     .await;
     let by_worker: Vec<(String, i64)> = sqlx::query_as(
@@ -119,21 +135,13 @@ async fn a_global_limit_holds_across_three_workers() {
     )
     .await
     .unwrap();
-    let args = ["--queues", "limited", "--concurrency", "4"];
-    let mut procs = vec![Proc::start(
-        BIN,
+    let mut procs = three_workers(
         &db,
-        "flagged",
-        &[&args[..], &["--global", "limited=3"]].concat(),
-    )];
-    wait_limits(&db, "limited").await;
-    for id in ["plain-a", "plain-b"] {
-        procs.push(Proc::start(BIN, &db, id, &args));
-    }
-    db.wait_for(
-        "every job completed",
-        &format!("SELECT COUNT(*) = {jobs} FROM job_queue WHERE status = 'completed'"),
-        Duration::from_secs(60),
+        "limited",
+        &["--queues", "limited", "--concurrency", "4"],
+        &["--global", "limited=3"],
+        ["flagged", "plain-a", "plain-b"],
+        jobs,
     )
     .await;
     for p in &mut procs {
@@ -240,21 +248,13 @@ async fn three_workers_at_concurrency_256_meet_no_deadlock_or_lock_timeout() {
     }
     let total = jobs.len();
     mysqlq::enqueue_many(&db.pool, jobs).await.unwrap();
-    let args = ["--queues", "rated", "--concurrency", "256"];
-    let mut procs = vec![Proc::start(
-        BIN,
+    let mut procs = three_workers(
         &db,
-        "w0",
-        &[&args[..], &["--global", "rated=300"]].concat(),
-    )];
-    wait_limits(&db, "rated").await;
-    for id in ["w1", "w2"] {
-        procs.push(Proc::start(BIN, &db, id, &args));
-    }
-    db.wait_for(
-        "every job completed",
-        &format!("SELECT COUNT(*) = {total} FROM job_queue WHERE status = 'completed'"),
-        Duration::from_secs(120),
+        "rated",
+        &["--queues", "rated", "--concurrency", "256"],
+        &["--global", "rated=300"],
+        ["w0", "w1", "w2"],
+        total,
     )
     .await;
     for p in &mut procs {

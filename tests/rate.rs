@@ -239,19 +239,8 @@ async fn a_full_keys_backlog_is_not_read_by_claims_or_the_probe() {
     .unwrap();
     let mut conn = db.connect().await;
     let token = mysqlq_tests::token();
-    let plan = RatePlan {
-        room: 4,
-        slack_floor: Duration::from_millis(5),
-        idle_recheck: Duration::from_millis(100),
-    };
-    let params = ClaimParams {
-        queue: "test",
-        limit: 8,
-        skip: 0,
-        worker_id: "w",
-        token: &token,
-        lease: Duration::from_secs(30),
-    };
+    let plan = plan(4);
+    let params = claim_params(&token, 8);
     // The first claim admits the key's one start and closes it for an hour.
     let (jobs, _, report) = store::job_claim_rated(&mut conn, &params, &plan, &[])
         .await
@@ -792,19 +781,8 @@ async fn jobs_waiting_for_a_limit_are_counted_as_rate_limited() {
     // One claim admits the key's one start this hour and closes it.
     let mut conn = db.connect().await;
     let token = mysqlq_tests::token();
-    let params = ClaimParams {
-        queue: "test",
-        limit: 1,
-        skip: 0,
-        worker_id: "w",
-        token: &token,
-        lease: Duration::from_secs(30),
-    };
-    let plan = RatePlan {
-        room: 1,
-        slack_floor: Duration::from_millis(5),
-        idle_recheck: Duration::from_millis(100),
-    };
+    let params = claim_params(&token, 1);
+    let plan = plan(1);
     let (jobs, _, _) = store::job_claim_rated(&mut conn, &params, &plan, &[])
         .await
         .unwrap();
@@ -838,19 +816,8 @@ async fn a_buckets_slack_falls_back_once_its_starts_are_all_past_the_window() {
     .unwrap();
     let mut conn = db.connect().await;
     let token = mysqlq_tests::token();
-    let params = ClaimParams {
-        queue: "test",
-        limit: 1,
-        skip: 0,
-        worker_id: "w",
-        token: &token,
-        lease: Duration::from_secs(30),
-    };
-    let plan = RatePlan {
-        room: 1,
-        slack_floor: Duration::from_millis(5),
-        idle_recheck: Duration::from_millis(100),
-    };
+    let params = claim_params(&token, 1);
+    let plan = plan(1);
     let slack = |db: &TestDb| {
         let db = db.pool.clone();
         async move {
@@ -888,4 +855,25 @@ async fn claim_k(
         .await
         .unwrap()
         .0
+}
+
+/// A claim of queue `test` by worker `w` under `token`, for the store-level tests.
+fn claim_params(token: &str, limit: u32) -> ClaimParams<'_> {
+    ClaimParams {
+        queue: "test",
+        limit,
+        skip: 0,
+        worker_id: "w",
+        token,
+        lease: Duration::from_secs(30),
+    }
+}
+
+/// Key lanes with `room` free slots, the default slack floor and poll ceiling.
+fn plan(room: u32) -> RatePlan {
+    RatePlan {
+        room,
+        slack_floor: Duration::from_millis(5),
+        idle_recheck: Duration::from_millis(100),
+    }
 }
