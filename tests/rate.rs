@@ -687,6 +687,22 @@ async fn a_declared_limit_holds_per_key_and_is_refused_over_redis() {
             && err.contains("without --redis-url"),
         "{err}"
     );
+    // Queue-wide limits too, naming the queue.
+    let started = db
+        .worker()
+        .queues(["test"])
+        .queue_global_limit("test", 2)
+        .redis(redis.connect().await)
+        .start()
+        .await;
+    let Err(err) = started else {
+        panic!("a worker over Redis refuses queue-wide limits");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("queue-wide limits (`test`) are not supported over Redis Streams"),
+        "{err}"
+    );
 }
 
 /// The leader's housekeeping: an expired hold and an idle key's bucket are deleted, a busy key's
