@@ -848,13 +848,17 @@ async fn a_buckets_slack_falls_back_once_its_starts_are_all_past_the_window() {
     assert_eq!(claim_k(&mut conn, &params, &plan).await.len(), 1);
     assert_eq!(slack(&db).await, 5_000, "P/20 = the 5 ms floor");
     // A loaded moment raised it (as a worker's late starts do).
-    db.exec("UPDATE mysqlq_rate_bucket SET slack_us = 250000, open_at = UTC_TIMESTAMP(6)")
+    db.exec("UPDATE mysqlq_rate_bucket SET slack_us = 1000000, open_at = UTC_TIMESTAMP(6)")
         .await;
     let jobs = claim_k(&mut conn, &params, &plan).await;
-    assert_eq!(jobs[0].rate_slack, Some(Duration::from_millis(250)));
-    assert_eq!(slack(&db).await, 250_000, "kept while its starts are live");
-    // Past the widest window (100 ms + 250 ms) no start it counted is live any more.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(jobs[0].rate_slack, Some(Duration::from_secs(1)));
+    assert_eq!(
+        slack(&db).await,
+        1_000_000,
+        "kept while its starts are live"
+    );
+    // Past the widest window (100 ms + 1 s; a wide one, so that a stalled test host cannot end it early) no start it counted is live any more.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     db.exec("UPDATE mysqlq_rate_bucket SET open_at = UTC_TIMESTAMP(6)")
         .await;
     let jobs = claim_k(&mut conn, &params, &plan).await;
