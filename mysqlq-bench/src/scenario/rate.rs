@@ -124,7 +124,7 @@ pub(crate) struct KeyRun {
     pub(crate) utilisation: Option<f64>,
     /// The most starts in any window of P.
     pub(crate) max_per_window: usize,
-    /// Over i: s[i + N] − s[i], the time N + 1 consecutive starts took (ms): min and median.
+    /// Over every i: `s[i + N] − s[i]`, the time N + 1 consecutive starts took (ms): min and median.
     pub(crate) span_min_ms: Option<f64>,
     pub(crate) span_p50_ms: Option<f64>,
     /// ε and the decisions written, from the key's bucket after the run.

@@ -227,7 +227,7 @@ async fn stop_signal() {
     }
 }
 
-/// The counters one `bench-worker` printed at exit (summed over several with [`add`]).
+/// The counters one `bench-worker` printed at exit (summed over several with `add`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChildCounters {
     pub(crate) workers: u32,
