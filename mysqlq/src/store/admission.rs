@@ -18,6 +18,21 @@ use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 use super::sql::{padded_len, placeholders};
 use crate::{Error, JobId};
 
+/// The columns a claim reads (decoded by the claim's `claimed_job`, keys for [`admit`]).
+pub(super) const CLAIM_COLUMNS: &str = "j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
+                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, j.workflow_id, \
+                TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us";
+
+/// What keeps a `pending` job `j` from being claimed beside its queue being paused: an earlier
+/// unfinished job of its ordering key (or one running), or its concurrency key at its limit.
+/// Decided again, strictly, by [`admit`].
+pub(super) const KEY_GATES: &str = "(j.ordering_key IS NULL OR NOT EXISTS ( \
+                 SELECT 1 FROM job_queue o WHERE o.ordering_key = j.ordering_key AND o.id <> j.id \
+                 AND (o.status = 'processing' OR (o.status = 'pending' AND o.id < j.id)))) \
+           AND (j.concurrency_key IS NULL OR ( \
+                 SELECT COUNT(*) FROM job_queue c \
+                 WHERE c.concurrency_key = j.concurrency_key AND c.status = 'processing') < j.concurrency_limit)";
+
 /// A candidate of the claim, in claim order, with its keys.
 #[derive(Debug, Clone)]
 pub(super) struct Candidate {

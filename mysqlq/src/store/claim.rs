@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
-use super::admission::{self, Candidate};
+use super::admission::{self, CLAIM_COLUMNS, Candidate, KEY_GATES};
 use super::guarded::{GuardedReport, Owned, job_complete_many};
+use super::lanes::{Lanes, RatePlan, RateReport};
 use super::limits::{QUEUE_LIMIT_COLUMNS, QueueGate, QueueLimits, limits_of};
-use super::rate::{Lanes, QUEUE_NOT_HELD, RatePlan, RateReport};
+use super::rate::QUEUE_NOT_HELD;
 use super::sql::{bind_ids, micros, padded_len, placeholders};
 use crate::{Error, JobId};
 
@@ -60,24 +61,9 @@ pub struct ClaimParams<'a> {
     pub lease: Duration,
 }
 
-/// The columns a claim reads (decoded by [`claimed_job`], keys for [`admission::admit`]).
-pub(super) const CLAIM_COLUMNS: &str = "j.id, j.kind, CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, \
-                j.concurrency_key, j.concurrency_limit, j.ordering_key, CAST(j.meta AS CHAR) AS meta, j.workflow_id, \
-                TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us";
-
-/// What keeps a `pending` job `j` from being claimed beside its queue being paused: an earlier
-/// unfinished job of its ordering key (or one running), or its concurrency key at its limit.
-/// Decided again, strictly, by [`admission::admit`].
-pub(super) const KEY_GATES: &str = "(j.ordering_key IS NULL OR NOT EXISTS ( \
-                 SELECT 1 FROM job_queue o WHERE o.ordering_key = j.ordering_key AND o.id <> j.id \
-                 AND (o.status = 'processing' OR (o.status = 'pending' AND o.id < j.id)))) \
-           AND (j.concurrency_key IS NULL OR ( \
-                 SELECT COUNT(*) FROM job_queue c \
-                 WHERE c.concurrency_key = j.concurrency_key AND c.status = 'processing') < j.concurrency_limit)";
-
 /// The claim SELECT. The queue name (validated: letters, digits, `_-.:`) appears in the tag so a
 /// DBA can attribute load per queue; every value is bound.
-fn claim_select_sql(queue: &str, tag: &str) -> String {
+pub(super) fn claim_select_sql(queue: &str, tag: &str) -> String {
     format!(
         "/* mysqlq:{tag} queue={queue} */ \
          SELECT {CLAIM_COLUMNS}, {QUEUE_LIMIT_COLUMNS} \
@@ -580,53 +566,4 @@ pub async fn job_claim_resolve(
         .filter(|j| owned.contains(&j.id.0))
         .cloned()
         .collect())
-}
-
-/// The claim SELECT of [`job_claim`] for `EXPLAIN` (doctor, tests): same text, so the plan shown
-/// is the plan used.
-pub async fn job_claim_explain(
-    conn: &mut MySqlConnection,
-    queue: &str,
-) -> Result<Vec<ExplainRow>, Error> {
-    crate::queue::validate_queue_name(queue)?;
-    let sql = AssertSqlSafe(format!(
-        "EXPLAIN {}",
-        claim_select_sql(queue, "job_claim_explain")
-    ));
-    let rows = sqlx::query(sql)
-        .bind(queue)
-        .bind(queue)
-        .bind(queue)
-        .bind(queue)
-        .bind(queue)
-        .bind(queue)
-        .bind(100u32)
-        .bind(0u32)
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut out = Vec::new();
-    for r in rows {
-        out.push(ExplainRow {
-            table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
-            key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
-            extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-            select_type: r
-                .try_get::<Option<String>, _>("select_type")
-                .unwrap_or_default(),
-        });
-    }
-    Ok(out)
-}
-
-/// One row of `EXPLAIN`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExplainRow {
-    /// `select_type`.
-    pub select_type: Option<String>,
-    /// `table`.
-    pub table: Option<String>,
-    /// `key`: the index used.
-    pub key: Option<String>,
-    /// `Extra` (look for `Using filesort`).
-    pub extra: Option<String>,
 }

@@ -175,6 +175,16 @@ fn bind_rate_row<'q>(
         .bind(rate.map(|(_, _, p)| *p))
 }
 
+/// The `(queue, rate key, limit, period µs)` of the rows that have a rate key.
+fn rate_pairs(rows: &[InsertRow]) -> Vec<(&str, &str, u32, u64)> {
+    rows.iter()
+        .filter_map(|r| {
+            let (key, n, p) = r.rate.as_ref()?;
+            Some((r.queue.as_str(), key.as_str(), *n, *p))
+        })
+        .collect()
+}
+
 impl InsertRow {
     /// About how many bytes the row adds to a multi-row INSERT (values and overhead).
     fn statement_bytes(&self) -> usize {
@@ -227,9 +237,7 @@ pub async fn job_insert_one(
     conn: &mut MySqlConnection,
     row: &InsertRow,
 ) -> Result<Enqueued, Error> {
-    if row.rate.is_some() {
-        super::rate::buckets_ensure(conn, &[row]).await?;
-    }
+    super::rate::buckets_ensure(conn, rate_pairs(std::slice::from_ref(row))).await?;
     if let Some(key) = row.dedupe_key.as_deref()
         && conn.is_in_transaction()
         && let Some(id) = job_dedupe_holder_current(conn, key).await?
@@ -503,8 +511,7 @@ pub async fn job_insert_many(
         .unwrap_or(usize::MAX)
         .max(MIN_STATEMENT_BYTES);
     let mut out = vec![Enqueued::Inserted(JobId(0)); rows.len()];
-    let keyed: Vec<&InsertRow> = rows.iter().filter(|r| r.rate.is_some()).collect();
-    super::rate::buckets_ensure(conn, &keyed).await?;
+    super::rate::buckets_ensure(conn, rate_pairs(rows)).await?;
     let plain: Vec<usize> = (0..rows.len())
         .filter(|&i| rows[i].dedupe_key.is_none())
         .collect();

@@ -39,9 +39,11 @@ mod claim;
 mod cron;
 pub mod dashboard;
 mod errors;
+mod explain;
 mod gauges;
 mod guarded;
 mod insert;
+mod lanes;
 mod limits;
 mod maintenance;
 mod meta;
@@ -63,12 +65,13 @@ pub use attempts::{
 #[cfg(feature = "__internal-store")]
 pub use claim::job_claim;
 pub use claim::{
-    ClaimFailed, ClaimParams, ClaimedJob, job_claim_completing, job_claim_explain, job_claim_rated,
-    job_claim_resolve, job_ready_queues,
+    ClaimFailed, ClaimParams, ClaimedJob, job_claim_completing, job_claim_rated, job_claim_resolve,
+    job_ready_queues,
 };
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
 pub use errors::is_lock_error;
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
+pub use explain::job_claim_explain;
 #[cfg(feature = "__internal-store")]
 pub use gauges::gauges_explain;
 pub use gauges::{queue_gauges, workflow_gauges};
@@ -84,6 +87,7 @@ pub use guarded::{
 pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{InsertRow, job_insert_many, job_insert_one};
+pub use lanes::{RatePlan, RateReport};
 pub use limits::{QueueLimits, queue_limits, queue_limits_set};
 pub use maintenance::{
     PruneStatus, cron_prune, job_prunable_count, job_prune, job_reap_expired, keys_prune,
@@ -91,7 +95,7 @@ pub use maintenance::{
 };
 pub use meta::job_set_meta;
 pub use queues::{queue_live, queue_set_paused};
-pub use rate::{RatePlan, RateReport, rate_bucket_backstop, rate_prune};
+pub use rate::{rate_bucket_backstop, rate_prune};
 #[cfg(not(any(feature = "redis", feature = "__internal-store")))]
 pub(crate) use relay::RELAY_PREFIX;
 #[cfg(feature = "__internal-store")]

@@ -7,7 +7,8 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
 use super::admin::{Job, job_from_row};
-use super::claim::{CLAIM_COLUMNS, ClaimFailed, ClaimParams, ClaimedJob, KEY_GATES};
+use super::admission::{CLAIM_COLUMNS, KEY_GATES};
+use super::claim::{ClaimFailed, ClaimParams, ClaimedJob};
 use super::claim::{admit_and_mark, commit};
 use super::guarded::GuardedReport;
 use super::sql::placeholders;

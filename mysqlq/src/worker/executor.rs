@@ -342,9 +342,8 @@ async fn supervise(
         // Its start would not have been inside its rate decision's window: not run, handed
         // back with its attempt, to be admitted again.
         s.metrics.add(&s.metrics.counters.rate_late_starts, 1);
-        let slack = job.rate_slack.unwrap_or_default();
-        s.rate
-            .late_start(slack + Duration::from_micros(late_by - 1));
+        let needed = job.rate_slack.unwrap_or_default() + Duration::from_micros(late_by - 1);
+        s.rate.late_start(needed);
         s.emit(WorkerEvent::RateLateStart { id: job.id });
         release_one(&s, &key).await;
         return;

@@ -52,7 +52,11 @@ impl RateState {
             .queues
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(map.entry(queue.to_owned()).or_default())
+        // Looked up by `&str` first: the claim loop asks on every claim.
+        match map.get_mut(queue) {
+            Some(q) => f(q),
+            None => f(map.entry(queue.to_owned()).or_default()),
+        }
     }
 
     /// Whether the next claim of `queue` serves its rate keys.

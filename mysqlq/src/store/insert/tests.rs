@@ -1,5 +1,5 @@
 //! Unit tests of the multi-row INSERT's chunking.
-use super::*;
+use super::{InsertRow, chunks_by_size};
 
 fn row(payload_bytes: usize) -> InsertRow {
     InsertRow {

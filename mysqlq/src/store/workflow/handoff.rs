@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AssertSqlSafe, MySqlConnection, Row as _};
 
+use crate::store::admission::CLAIM_COLUMNS;
 use crate::store::claim::{
-    CLAIM_COLUMNS, ClaimParams, Claimable, ClaimedJob, claimed_job, mark_claimed_from,
-    restamp_if_slow,
+    ClaimParams, Claimable, ClaimedJob, claimed_job, mark_claimed_from, restamp_if_slow,
 };
 use crate::store::sql::{bind_ids, padded_len, placeholders};
 use crate::{Error, JobId};
