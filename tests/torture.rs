@@ -6,7 +6,10 @@
 //! through a fault proxy link of its own; 2 s leases, heartbeats every 150 ms; jobs that
 //! succeed, fail, `snooze(0)`, panic, hang, block their thread and hold pool connections, some
 //! with ordering keys and concurrency keys, some with a rate limit (key `rl-0` at 4/300ms or
-//! `rl-1` at 3/1s), enqueued throughout. Faults are injected at random points, all drawn from
+//! `rl-1` at 3/1s), some in a second queue (`torture_g`) with queue-wide limits (3 starts per
+//! 500 ms and 3 running at once across every worker, set by two workers of the four and stored
+//! for all), some answering "429" once (`JobError::rate_limited`, holding their key or queue),
+//! enqueued throughout. Faults are injected at random points, all drawn from
 //! one seeded RNG: `KILL CONNECTION` of a worker's connection, lost `COMMIT` replies, all of a
 //! worker's connections cut, a server stall (SIGSTOP/SIGCONT), a worker process stopped longer
 //! than its lease, a worker process SIGKILLed (and replaced).
@@ -30,8 +33,8 @@ use mysqlq_tests::jobs::{Sleepy, Torture, act, now_micros};
 use mysqlq_tests::torture::check::{self, inv};
 use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent};
 use mysqlq_tests::torture::{
-    Fault, FaultKind, History, LagWatch, STALL_LOG_ENV, ServerWatch, StallWatch, install_history,
-    logged_lags, recorded_stalls,
+    Fault, FaultKind, History, LIMITED_QUEUE, LagWatch, QUEUE, STALL_LOG_ENV, ServerWatch,
+    StallWatch, install_history, logged_lags, recorded_stalls,
 };
 use mysqlq_tests::{PrivateServer, Proc, TestDb, signal};
 use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
@@ -102,8 +105,14 @@ async fn in_process(db: &TestDb, upstream: &str, id: &str) -> Member {
         .connect_with(options)
         .await
         .expect("connect an in-process worker through its proxy link");
-    let handle = mysqlq::Worker::builder(pool)
-        .queues(["torture"])
+    let mut builder = mysqlq::Worker::builder(pool);
+    if sets_queue_limits(id) {
+        builder = builder
+            .queue_rate(LIMITED_QUEUE, QUEUE_RATE.parse().expect("a valid rate"))
+            .queue_global_limit(LIMITED_QUEUE, GLOBAL_LIMIT);
+    }
+    let handle = builder
+        .queues([QUEUE, LIMITED_QUEUE])
         .worker_id(id)
         .concurrency(CONCURRENCY)
         .lease(LEASE)
@@ -126,8 +135,20 @@ async fn process(db: &TestDb, upstream: &str, id: &str) -> Member {
     let link = Link::start(upstream).await;
     let log = std::env::temp_dir().join(format!("{}-{id}.log", db.name));
     let ms = |d: Duration| format!("{}ms", d.as_millis());
+    let limits = if sets_queue_limits(id) {
+        vec![
+            "--rate".to_owned(),
+            format!("{LIMITED_QUEUE}={QUEUE_RATE}"),
+            "--global".to_owned(),
+            format!("{LIMITED_QUEUE}={GLOBAL_LIMIT}"),
+        ]
+    } else {
+        Vec::new()
+    };
     let child = Command::new(BIN)
-        .args(["work", "--worker-id", id, "--queues", "torture"])
+        .args(["work", "--worker-id", id, "--queues"])
+        .arg(format!("{QUEUE},{LIMITED_QUEUE}"))
+        .args(limits)
         .args(["--concurrency", &CONCURRENCY.to_string()])
         .args(["--lease", &ms(LEASE), "--heartbeat", &ms(HEARTBEAT)])
         .args(["--maintenance-interval", "200ms", "--leader-ttl", "1s"])
@@ -164,6 +185,23 @@ fn stall_log(db: &TestDb, id: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("{}-{id}.stalls", db.name))
 }
 
+/// The queue-wide rate of [`LIMITED_QUEUE`].
+const QUEUE_RATE: &str = "3/500ms";
+/// The global limit of [`LIMITED_QUEUE`]: its jobs run 0.2–1 s, some 3 a second are enqueued,
+/// so the limit is often reached.
+const GLOBAL_LIMIT: u32 = 3;
+/// Per mille of the enqueuer's jobs that go to [`LIMITED_QUEUE`].
+const LIMITED_QUEUE_SHARE: u32 = 60;
+/// One in this many of the enqueuer's jobs with a rate key or of [`LIMITED_QUEUE`] answers
+/// "429" on its first run, holding its key (or its queue) for 300–900 ms.
+const ANSWERS_429: u32 = 8;
+
+/// Whether worker `id` starts with the queue-wide limits (`in0`, `p0` and `p0`'s replacements);
+/// the others obey what the database holds.
+fn sets_queue_limits(id: &str) -> bool {
+    id == "in0" || id.split('-').next() == Some("p0")
+}
+
 /// The rate limits of the mix (`docs/design/rate-limits.md` §12): keys and their limits.
 const RATE_LIMITS: [(&str, &str); 2] = [("rl-0", "4/300ms"), ("rl-1", "3/1s")];
 /// Per mille of the random jobs that carry a rate limit, and of those (the same draw) the ones
@@ -176,12 +214,33 @@ const RATE_SHARE: (u32, u32) = (100, 20);
 
 /// One random torture job: its act, duration, and sometimes an ordering or concurrency key.
 fn random_job(rng: &mut fastrand::Rng) -> NewJob {
-    let (job, opts) = random_torture(rng);
+    let (job, opts, _) = random_torture(rng);
     NewJob::from_job(&job, &opts).expect("a valid torture job")
 }
 
-/// A random act and duration, and the options of its job (sometimes a key).
-fn random_torture(rng: &mut fastrand::Rng) -> (Torture, EnqueueOptions) {
+/// One job of the enqueuer: a [`random_job`], or one of [`LIMITED_QUEUE`] (no key, running
+/// 0.2–1 s when its act sleeps); some of them, and some with a rate key, answer "429".
+fn random_enqueued_job(rng: &mut fastrand::Rng) -> NewJob {
+    let (mut job, mut opts, rated) = random_torture(rng);
+    let limited_queue = rng.u32(..1000) < LIMITED_QUEUE_SHARE;
+    if limited_queue {
+        opts = EnqueueOptions::new().queue(LIMITED_QUEUE);
+        if job.act == act::OK {
+            job.ms = rng.u64(200..1000);
+        }
+    }
+    if (rated || limited_queue) && rng.u32(..ANSWERS_429) == 0 {
+        job = Torture {
+            act: act::LIMITED.to_owned(),
+            ms: rng.u64(300..900),
+        };
+    }
+    NewJob::from_job(&job, &opts).expect("a valid torture job")
+}
+
+/// A random act and duration, and the options of its job (sometimes a key); whether it has a
+/// rate key.
+fn random_torture(rng: &mut fastrand::Rng) -> (Torture, EnqueueOptions, bool) {
     let weights = [
         (act::OK, 30),
         (act::FAIL, 4),
@@ -214,7 +273,8 @@ fn random_torture(rng: &mut fastrand::Rng) -> (Torture, EnqueueOptions) {
     }
     // A rate limit, drawn apart from those keys (a job may have both): RATE counts its starts.
     let draw = rng.u32(..1000);
-    if draw < RATE_SHARE.0 {
+    let rated = draw < RATE_SHARE.0;
+    if rated {
         let (key, limit) = RATE_LIMITS[usize::from(draw < RATE_SHARE.1)];
         opts = opts.rate_limit(key, limit.parse().expect("a valid rate"));
     }
@@ -222,7 +282,7 @@ fn random_torture(rng: &mut fastrand::Rng) -> (Torture, EnqueueOptions) {
         act: chosen.to_owned(),
         ms,
     };
-    (job, opts)
+    (job, opts, rated)
 }
 
 /// A random workflow of torture steps: a diamond, a fan-in of 2 to 70 leaves (past one gate
@@ -343,7 +403,7 @@ async fn enqueue_until(db_pool: sqlx::MySqlPool, seed: u64, stop: Arc<AtomicBool
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
         let batch: Vec<NewJob> = (0..rng.usize(3..10))
-            .map(|_| random_job(&mut rng))
+            .map(|_| random_enqueued_job(&mut rng))
             .collect();
         // The enqueuer talks to the server directly; it waits out a stall like an application.
         loop {
@@ -469,7 +529,7 @@ async fn drained(db: &TestDb, patience: Duration) -> bool {
     let end = Instant::now() + Duration::from_secs(20 * 60);
     while since.elapsed() < patience && Instant::now() < end {
         let open: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM job_queue WHERE queue_name = 'torture' \
+            "SELECT COUNT(*) FROM job_queue WHERE queue_name IN ('torture', 'torture_g') \
              AND status IN ('waiting', 'pending', 'processing')",
         )
         .fetch_one(&db.pool)
@@ -519,7 +579,7 @@ async fn stuck_state(db: &TestDb) -> String {
              CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) DIV 1000 AS SIGNED), \
              CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), available_at) DIV 1000 AS SIGNED), \
              ordering_key, concurrency_key, CAST(concurrency_limit AS SIGNED), last_error \
-             FROM job_queue WHERE queue_name = 'torture' AND status IN ('pending', 'processing') \
+             FROM job_queue WHERE queue_name IN ('torture', 'torture_g') AND status IN ('pending', 'processing') \
              ORDER BY id LIMIT 50",
         ),
         (

@@ -273,8 +273,11 @@ pub mod act {
     /// A workflow step that grafts two steps (`ok`, a fan-out named `grafted`) onto its
     /// workflow, then sleeps `ms` and succeeds; a job of no workflow just succeeds.
     pub const GRAFT: &str = "graft";
+    /// On its first run, the service said "429": `JobError::rate_limited(ms)` holds its rate
+    /// key (its queue when it has none) for `ms` and gives its attempt back; then succeeds.
+    pub const LIMITED: &str = "limited";
     /// Every act.
-    pub const ALL: [&str; 8] = [OK, FAIL, SNOOZE0, PANIC, HANG, BLOCK, HOLD, GRAFT];
+    pub const ALL: [&str; 9] = [OK, FAIL, SNOOZE0, PANIC, HANG, BLOCK, HOLD, GRAFT, LIMITED];
 }
 
 /// The torture test's job (`tests/torture.rs`): behaves as its `act` says (see [`act`]) and
@@ -286,17 +289,17 @@ pub async fn torture(ctx: JobContext, act: String, ms: u64) -> Result<(), JobErr
     let result = match act.as_str() {
         act::FAIL => Err(JobError::fail("torture: deliberate permanent failure")),
         act::SNOOZE0 => {
-            let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool"))?;
-            let snoozed: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM test_runs WHERE job_id = ? AND event = 'snooze'",
-            )
-            .bind(ctx.id().0)
-            .fetch_one(pool)
-            .await?;
-            if snoozed == 0 {
-                Err(JobError::snooze(Duration::ZERO))
-            } else {
+            if ended_before(&ctx, "snooze").await? {
                 Ok(())
+            } else {
+                Err(JobError::snooze(Duration::ZERO))
+            }
+        }
+        act::LIMITED => {
+            if ended_before(&ctx, "limited").await? {
+                Ok(())
+            } else {
+                Err(JobError::rate_limited(Duration::from_millis(ms)))
             }
         }
         act::PANIC if first => {
@@ -351,8 +354,21 @@ pub async fn torture(ctx: JobContext, act: String, ms: u64) -> Result<(), JobErr
     let event = match &result {
         Ok(()) => "ok",
         Err(e) if matches!(e.class(), mysqlq::ErrorClass::Snooze(_)) => "snooze",
+        Err(e) if matches!(e.class(), mysqlq::ErrorClass::RateLimited(_)) => "limited",
         Err(_) => "error",
     };
     run.finish(event).await?;
     result
+}
+
+/// Whether an earlier run of this job recorded `event` as its end.
+async fn ended_before(ctx: &JobContext, event: &str) -> Result<bool, JobError> {
+    let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool"))?;
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM test_runs WHERE job_id = ? AND event = ?")
+            .bind(ctx.id().0)
+            .bind(event)
+            .fetch_one(pool)
+            .await?;
+    Ok(n > 0)
 }

@@ -45,6 +45,18 @@ pub async fn install_history(pool: &MySqlPool) {
          SELECT UUID_SHORT(), NEW.id, OLD.status, NEW.status, OLD.claim_token, NEW.claim_token, OLD.locked_by, \
            NEW.locked_by, OLD.attempts, NEW.attempts, LEFT(NEW.last_error, 255), UTC_TIMESTAMP(6) FROM DUAL \
          WHERE NOT (OLD.status <=> NEW.status) OR NOT (OLD.claim_token <=> NEW.claim_token)",
+        // Every hold a "429" wrote (`JobError::rate_limited`), with the statement's time: the
+        // row commits with the hold or not at all. `UUID_SHORT()` for the reason above.
+        "CREATE TABLE torture_holds (seq BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
+         queue_name VARCHAR(64) NOT NULL, rate_key VARCHAR(191) NOT NULL, job_id BIGINT UNSIGNED NOT NULL, \
+         held_until DATETIME(6) NOT NULL, at DATETIME(6) NOT NULL)",
+        "CREATE TRIGGER torture_holds_insert AFTER INSERT ON mysqlq_rate_hold FOR EACH ROW \
+         INSERT INTO torture_holds (seq, queue_name, rate_key, job_id, held_until, at) \
+         VALUES (UUID_SHORT(), NEW.queue_name, NEW.rate_key, NEW.job_id, NEW.held_until, UTC_TIMESTAMP(6))",
+        "CREATE TRIGGER torture_holds_update AFTER UPDATE ON mysqlq_rate_hold FOR EACH ROW \
+         INSERT INTO torture_holds (seq, queue_name, rate_key, job_id, held_until, at) \
+         SELECT UUID_SHORT(), NEW.queue_name, NEW.rate_key, NEW.job_id, NEW.held_until, UTC_TIMESTAMP(6) \
+         FROM DUAL WHERE NEW.held_until > OLD.held_until",
     ] {
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .execute(pool)
@@ -481,6 +493,8 @@ pub struct RunEvent {
 pub struct JobEnd {
     /// `id`.
     pub id: u64,
+    /// `queue_name`: [`QUEUE`] or [`LIMITED_QUEUE`].
+    pub queue: String,
     /// Its act (`payload.act`).
     pub act: String,
     /// `status`.
@@ -513,10 +527,42 @@ pub struct RateLimit {
     pub period_us: i64,
 }
 
+/// The torture test's main queue.
+pub const QUEUE: &str = "torture";
+/// The torture test's queue with queue-wide limits (a rate and a global limit, stored in
+/// `mysqlq_queue`), set by some workers only and obeyed by all.
+pub const LIMITED_QUEUE: &str = "torture_g";
+
+/// A queue's limits as `mysqlq_queue` holds them at the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// The queue.
+    pub queue: String,
+    /// At most this many starts per period (µs) across every worker.
+    pub rate: Option<(u32, i64)>,
+    /// At most this many running across every worker.
+    pub global: Option<u32>,
+}
+
+/// A hold a handler's "429" wrote (`mysqlq_rate_hold`, logged by a trigger).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The held queue.
+    pub queue: String,
+    /// The held key (`''`: the whole queue).
+    pub key: String,
+    /// The job whose handler said "429".
+    pub job: u64,
+    /// When the hold was written (the statement's time; it committed at or after it).
+    pub at: i64,
+    /// Until when the key takes no new job.
+    pub until: i64,
+}
+
 /// Everything the checker reads.
 #[derive(Debug, Clone, Default)]
 pub struct History {
-    /// The jobs of queue `torture`.
+    /// The jobs of queues [`QUEUE`] and [`LIMITED_QUEUE`].
     pub jobs: Vec<JobEnd>,
     /// State writes, in order.
     pub writes: Vec<StateWrite>,
@@ -542,8 +588,13 @@ pub struct History {
     /// Workflows still `running` at the end with no step left to run.
     pub unfinished: Vec<u64>,
     /// The slack ε (µs) of each rate key's bucket at the end (`mysqlq_rate_bucket.slack_us`),
-    /// for the summary only: the invariants read the limits from the job rows.
+    /// for the summary only: the invariants read the limits from the job rows. A queue's own
+    /// bucket is named `queue <name>`.
     pub rate_slack: HashMap<String, i64>,
+    /// The queue-wide limits of the torture queues.
+    pub queue_limits: Vec<QueueLimits>,
+    /// Every hold written, oldest first.
+    pub holds: Vec<Hold>,
 }
 
 /// One operator action of the audit trail, with the jobs it says it changed.
@@ -564,14 +615,14 @@ pub struct Action {
 const MICROS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at)";
 
 impl History {
-    /// Reads the history of the `torture` queue's jobs from the test database.
+    /// Reads the history of the torture queues' jobs from the test database.
     pub async fn load(pool: &MySqlPool, faults: Vec<Fault>) -> Result<Self, sqlx::Error> {
         let jobs = sqlx::query(
-            "SELECT id, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, CAST(status AS CHAR) AS status, \
+            "SELECT id, CAST(queue_name AS CHAR) AS queue_name, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, CAST(status AS CHAR) AS status, \
              attempts, max_attempts, last_error, ordering_key, concurrency_key, concurrency_limit, \
              CAST(cancelled_by AS CHAR) AS cancelled_by, rate_key, CAST(rate_limit AS UNSIGNED) AS rate_limit, \
              CAST(rate_period_us AS SIGNED) AS rate_period_us \
-             FROM job_queue WHERE queue_name = 'torture' ORDER BY id",
+             FROM job_queue WHERE queue_name IN ('torture', 'torture_g') ORDER BY id",
         )
         .fetch_all(pool)
         .await?
@@ -592,6 +643,7 @@ impl History {
             };
             Ok(JobEnd {
                 id: r.try_get("id")?,
+                queue: r.try_get("queue_name")?,
                 act: r.try_get::<Option<String>, _>("act")?.unwrap_or_default(),
                 status: r.try_get("status")?,
                 attempts: r.try_get("attempts")?,
@@ -712,12 +764,43 @@ impl History {
         .await?;
         let (unsettled, unfinished) = unsettled(pool).await?;
         let rate_slack: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-            "SELECT rate_key, CAST(slack_us AS SIGNED) FROM mysqlq_rate_bucket \
-             WHERE queue_name = 'torture' AND rate_key <> ''",
+            "SELECT CAST(IF(rate_key = '', CONCAT('queue ', queue_name), rate_key) AS CHAR), \
+             CAST(slack_us AS SIGNED) FROM mysqlq_rate_bucket \
+             WHERE queue_name IN ('torture', 'torture_g')",
         )
         .fetch_all(pool)
         .await?
         .into_iter()
+        .collect();
+        let queue_limits = sqlx::query_as::<_, (String, Option<u32>, Option<i64>, Option<u32>)>(
+            "SELECT CAST(queue_name AS CHAR), rate_limit, CAST(rate_period_us AS SIGNED), global_limit \
+             FROM mysqlq_queue WHERE queue_name IN ('torture', 'torture_g') ORDER BY queue_name",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(queue, n, p, global)| QueueLimits {
+            queue,
+            rate: n.zip(p),
+            global,
+        })
+        .collect();
+        let holds = sqlx::query_as::<_, (String, String, u64, i64, i64)>(
+            "SELECT queue_name, rate_key, job_id, \
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at), \
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', held_until) \
+             FROM torture_holds ORDER BY at, seq",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(queue, key, job, at, until)| Hold {
+            queue,
+            key,
+            job,
+            at,
+            until,
+        })
         .collect();
         Ok(Self {
             jobs,
@@ -733,6 +816,8 @@ impl History {
             unsettled,
             unfinished,
             rate_slack,
+            queue_limits,
+            holds,
         })
     }
 

@@ -181,7 +181,14 @@ pub mod inv {
     pub const RATE: &str = "rate key: at most N starts in any window of P";
     /// A start handed back as too late for its rate decision gives its attempt back, whatever
     /// the faults (`check_rate.rs`; an attempt consumed without a start is [`NO_RUN`]'s).
-    pub const RATE_ATTEMPT: &str = "rate key: no attempt consumed while limited";
+    pub const RATE_ATTEMPT: &str = "rate limits: no attempt consumed while limited";
+    /// A queue's global limit holds across every worker, but for runs within a fault's window
+    /// (`check_limits.rs`).
+    pub const GLOBAL: &str = "global limit: at most N of the queue running at once";
+    /// After a handler's "429" (`JobError::rate_limited`), its key (its queue, for a job without
+    /// one) takes no new claim until the hold ends, and the hold is written
+    /// (`check_limits.rs`).
+    pub const HELD: &str = "429: a held key or queue takes no new job until its hold ends";
 }
 
 /// Builds the claims from the state writes and the runs.
@@ -475,10 +482,29 @@ pub fn check(h: &History) -> Report {
         inv::ORDERING,
         &mut v,
     );
-    concurrency(&cl, &sp, &h.faults, &jobs, &mut v);
+    at_most(
+        &cl,
+        &sp,
+        &h.faults,
+        |c| {
+            let (key, n) = jobs.get(&c.job)?.concurrency.clone()?;
+            Some((format!("concurrency key `{key}`"), u32::from(n)))
+        },
+        inv::CONCURRENCY,
+        &mut v,
+    );
+    at_most(
+        &cl,
+        &sp,
+        &h.faults,
+        |c| limits::global_of(h, jobs.get(&c.job)?),
+        inv::GLOBAL,
+        &mut v,
+    );
     operator_actions(h, &jobs, &mut v);
     workflow::check(h, &jobs, &mut v);
-    let notes = rate::check(h, &cl, &jobs, &mut v);
+    let mut notes = rate::check(h, &cl, &jobs, &mut v);
+    notes.extend(limits::check(h, &cl, &jobs, &mut v));
     let text = super::report::render(h, &cl, &v, (reaped, excused, sp.len()), &notes);
     Report {
         violations: v,
@@ -560,25 +586,24 @@ fn overlaps(
     }
 }
 
-/// At no time do more runs of a concurrency key run than its limit, not counting runs within
-/// their worker's excuse windows.
-fn concurrency(
+/// At no time do more runs of a group (from `group_of`: a name and its limit) run than its
+/// limit, not counting runs within their worker's excuse windows: concurrency keys, and queues
+/// with a global limit. One violation per group.
+fn at_most(
     cl: &[Claim],
     sp: &[Span],
     faults: &[Fault],
-    jobs: &BTreeMap<u64, &JobEnd>,
+    group_of: impl Fn(&Claim) -> Option<(String, u32)>,
+    invariant: &'static str,
     v: &mut Vec<Violation>,
 ) {
-    let mut groups: BTreeMap<(String, u16), Vec<Span>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, u32), Vec<Span>> = BTreeMap::new();
     for s in sp {
-        if let Some(k) = jobs
-            .get(&cl[s.claim].job)
-            .and_then(|j| j.concurrency.clone())
-        {
+        if let Some(k) = group_of(&cl[s.claim]) {
             groups.entry(k).or_default().push(*s);
         }
     }
-    for ((key, limit), g) in groups {
+    for ((name, limit), g) in groups {
         let windows: Vec<Vec<(i64, i64)>> = g
             .iter()
             .map(|s| excuse_windows(faults, &cl[s.claim].worker, window_us()))
@@ -592,16 +617,24 @@ fn concurrency(
                 .filter(|&i| g[i].start <= t && t < g[i].end)
                 .filter(|&i| !windows[i].iter().any(|&(s, e)| s <= t && t < e))
                 .collect();
-            if active.len() > usize::from(limit) {
+            if active.len() > usize::try_from(limit).unwrap_or(usize::MAX) {
+                let named: Vec<String> = active
+                    .iter()
+                    .map(|&i| {
+                        let c = &cl[g[i].claim];
+                        format!("job {} (claim {} by {})", c.job, short(&c.token), c.worker)
+                    })
+                    .collect();
                 v.push(Violation {
-                    invariant: inv::CONCURRENCY,
+                    invariant,
                     jobs: active.iter().map(|&i| cl[g[i].claim].job).collect(),
                     why: format!(
-                        "concurrency key `{key}` (limit {limit}): {} runs at once outside any fault window",
-                        active.len()
+                        "{name} (limit {limit}): {} runs at once outside any fault window: {}",
+                        active.len(),
+                        named.join(", ")
                     ),
                 });
-                break; // one report per key
+                break; // one report per group
             }
         }
     }
@@ -624,6 +657,9 @@ mod workflow;
 
 #[path = "check_rate.rs"]
 mod rate;
+
+#[path = "check_limits.rs"]
+mod limits;
 
 /// Operator actions racing the workers: per job, the history's operator changes (`failed` →
 /// `pending` is only ever an operator's retry; `pending`/`processing` → `cancelled` only a

@@ -30,7 +30,7 @@ use crate::torture::{History, JobEnd, RunEvent};
 pub(crate) const LATE_START: &str = "started too late after its rate-limit admission";
 
 /// One handler start of a rate-limited job.
-struct Start<'a> {
+pub(super) struct Start<'a> {
     run: &'a RunEvent,
     /// The worker of its claim (`?`: no claim on record).
     worker: &'a str,
@@ -46,8 +46,6 @@ pub(super) fn check(
     v: &mut Vec<Violation>,
 ) -> Vec<String> {
     let t0 = run_start(h);
-    let claim_of: HashMap<(u64, &str), &Claim> =
-        cl.iter().map(|c| ((c.job, c.token.as_str()), c)).collect();
     let mut limits: BTreeMap<&str, BTreeSet<(u32, i64)>> = BTreeMap::new();
     for j in jobs.values() {
         if let Some(r) = &j.rate {
@@ -57,38 +55,76 @@ pub(super) fn check(
                 .insert((r.limit, r.period_us));
         }
     }
-    let mut by_key: BTreeMap<&str, Vec<Start>> = BTreeMap::new();
-    let mut seen = HashSet::new();
-    for r in h.runs.iter().filter(|r| r.event == "start") {
-        let Some(rate) = jobs.get(&r.job).and_then(|j| j.rate.as_ref()) else {
-            continue;
-        };
-        if !seen.insert((r.job, r.token.as_str(), r.at)) {
-            continue;
-        }
-        let claim = claim_of.get(&(r.job, r.token.as_str()));
-        by_key.entry(rate.key.as_str()).or_default().push(Start {
-            run: r,
-            worker: claim.map_or("?", |c| c.worker.as_str()),
-            claimed: claim.map(|c| c.at),
-        });
-    }
     let mut notes = Vec::new();
     for (key, limits) in &limits {
-        let mut starts = by_key.remove(key).unwrap_or_default();
-        starts.sort_by_key(|s| (s.run.at, s.run.job));
+        let label = format!("rate key `{key}`");
+        let keyed = |job: u64| {
+            jobs.get(&job)
+                .and_then(|j| j.rate.as_ref())
+                .is_some_and(|r| r.key == *key)
+        };
+        let starts = starts_of(h, cl, &keyed);
         for &(n, p) in limits {
-            windows(key, (n, p), &starts, t0, v);
-            notes.push(summary(h, cl, jobs, key, (n, p), &starts));
+            let limit = Limit {
+                label: &label,
+                source: "as its job rows say",
+                slack: key,
+                n,
+                p,
+            };
+            windows(&limit, &starts, t0, v);
+            notes.push(summary(h, cl, &limit, &keyed, &starts));
         }
     }
     attempts(h, v);
     notes
 }
 
-/// RATE for the sorted `starts` of `key` under N starts per P µs.
-fn windows(key: &str, (n, p): (u32, i64), s: &[Start], t0: i64, v: &mut Vec<Violation>) {
-    let n = usize::try_from(n).unwrap_or(usize::MAX);
+/// A rate limit as the checker names it.
+pub(super) struct Limit<'a> {
+    /// What is limited: "rate key `rl-0`", "queue `torture_g`".
+    pub(super) label: &'a str,
+    /// Where the limit was read.
+    pub(super) source: &'a str,
+    /// Its bucket's name in [`History::rate_slack`].
+    pub(super) slack: &'a str,
+    /// N starts…
+    pub(super) n: u32,
+    /// …per P µs.
+    pub(super) p: i64,
+}
+
+/// The handler starts of the jobs `member` selects, each once, in order of time.
+pub(super) fn starts_of<'a>(
+    h: &'a History,
+    cl: &'a [Claim],
+    member: &dyn Fn(u64) -> bool,
+) -> Vec<Start<'a>> {
+    let claim_of: HashMap<(u64, &str), &Claim> =
+        cl.iter().map(|c| ((c.job, c.token.as_str()), c)).collect();
+    let mut seen = HashSet::new();
+    let mut out: Vec<Start> = h
+        .runs
+        .iter()
+        .filter(|r| r.event == "start" && member(r.job))
+        .filter(|r| seen.insert((r.job, r.token.as_str(), r.at)))
+        .map(|r| {
+            let claim = claim_of.get(&(r.job, r.token.as_str()));
+            Start {
+                run: r,
+                worker: claim.map_or("?", |c| c.worker.as_str()),
+                claimed: claim.map(|c| c.at),
+            }
+        })
+        .collect();
+    out.sort_by_key(|s| (s.run.at, s.run.job));
+    out
+}
+
+/// RATE for the sorted starts `s` of one limit.
+pub(super) fn windows(l: &Limit, s: &[Start], t0: i64, v: &mut Vec<Violation>) {
+    let (key, source, p) = (l.label, l.source, l.p);
+    let n = usize::try_from(l.n).unwrap_or(usize::MAX);
     let span = |i: usize| s[i + n].run.at - s[i].run.at;
     let over = |i: usize| i.checked_add(n).is_some_and(|e| e < s.len()) && span(i) < p;
     let rel = |t: i64| format!("+{}", ms(t - t0));
@@ -143,7 +179,7 @@ fn windows(key: &str, (n, p): (u32, i64), s: &[Start], t0: i64, v: &mut Vec<Viol
             invariant: inv::RATE,
             jobs: ids,
             why: format!(
-                "rate key `{key}` (at most {n} starts per {}, as its job rows say): {} starts within {}{burst}:\n    {}",
+                "{key} (at most {n} starts per {}, {source}): {} starts within {}{burst}:\n    {}",
                 ms(p),
                 n + 1,
                 ms(span(densest)),
@@ -153,16 +189,16 @@ fn windows(key: &str, (n, p): (u32, i64), s: &[Start], t0: i64, v: &mut Vec<Viol
     }
 }
 
-/// The summary line of `key` under N per P: how full its windows got and how its starts
-/// followed their claims (a key never full tests little).
-fn summary(
+/// The summary line of a limit over the starts `s` of the jobs `member` selects: how full its
+/// windows got and how its starts followed their claims (a limit never reached tests little).
+pub(super) fn summary(
     h: &History,
     cl: &[Claim],
-    jobs: &BTreeMap<u64, &JobEnd>,
-    key: &str,
-    (n, p): (u32, i64),
+    l: &Limit,
+    member: &dyn Fn(u64) -> bool,
     s: &[Start],
 ) -> String {
+    let (n, p) = (l.n, l.p);
     let mut fullest = 0;
     let mut j = 0;
     for i in 0..s.len() {
@@ -171,27 +207,23 @@ fn summary(
         }
         fullest = fullest.max(j - i);
     }
-    let keyed = |job: u64| {
-        jobs.get(&job)
-            .and_then(|j| j.rate.as_ref())
-            .is_some_and(|r| r.key == key)
-    };
     let handed_back = cl
         .iter()
-        .filter(|c| keyed(c.job) && c.end == ClaimEnd::GivenBack && c.run_start.is_none())
+        .filter(|c| member(c.job) && c.end == ClaimEnd::GivenBack && c.run_start.is_none())
         .count();
     let delays: Vec<i64> = s
         .iter()
         .filter_map(|x| x.claimed.map(|c| x.run.at - c))
         .collect();
-    let slack = h.rate_slack.get(key).copied();
+    let slack = h.rate_slack.get(l.slack).copied();
     let late = slack.map_or(0, |e| delays.iter().filter(|&&d| d > e).count());
     let distinct: HashSet<u64> = s.iter().map(|x| x.run.job).collect();
     let last = s.last().map_or(0, |x| x.run.at - run_start(h));
     format!(
-        "rate key `{key}` ({n} per {}): {} starts of {} jobs (the last at +{}), at most {fullest} \
+        "{} ({n} per {}): {} starts of {} jobs (the last at +{}), at most {fullest} \
          in one window; {handed_back} claims given back without a start; a start at most {} \
          after its claim (bucket slack {}, {late} starts later than it)",
+        l.label,
         ms(p),
         s.len(),
         distinct.len(),

@@ -8,6 +8,7 @@ pub(super) const MS: i64 = 1000;
 pub(super) fn job(id: u64, act: &str, status: &str) -> JobEnd {
     JobEnd {
         id,
+        queue: crate::torture::QUEUE.to_owned(),
         act: act.to_owned(),
         status: status.to_owned(),
         attempts: 1,
