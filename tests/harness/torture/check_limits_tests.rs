@@ -189,24 +189,24 @@ fn a_held_queue(claim_at: i64) -> History {
 
 #[test]
 fn held_a_claim_of_a_held_queue_before_the_hold_ends_is_reported() {
-    let r = check(&a_held_queue(1500));
+    let r = check(&a_held_queue(1700));
     assert_eq!(r.count(inv::HELD), 1, "{r}");
     assert_eq!(r.violations.len(), 1, "{r}");
     assert_eq!(r.violations[0].jobs, [1, 2], "{r}");
     assert!(
         r.violations[0].why.contains(
-            "queue `torture_g` was held by job 1's 429 (written at +102.0ms by a, until +1100.0ms), yet job 2 was claimed at +600.0ms (claim t2 by b)"
+            "queue `torture_g` was held by job 1's 429 (written at +102.0ms by a, until +1100.0ms), yet job 2 was claimed at +800.0ms (claim t2 by b)"
         ),
         "{r}"
     );
     // Within the margin after the hold's statement (its commit may follow), or from its end on,
     // a claim is allowed.
-    assert!(check(&a_held_queue(1200)).ok());
+    assert!(check(&a_held_queue(1550)).ok());
     assert!(check(&a_held_queue(2000)).ok());
     // A stop of the claimer between the hold and the claim excuses it (its read may predate
     // the hold), as does one of the holder (its commit may have waited).
     for worker in ["a", "b"] {
-        let mut h = a_held_queue(1500);
+        let mut h = a_held_queue(1700);
         h.faults.push(Fault {
             kind: FaultKind::Stop,
             worker: Some(worker.to_owned()),
@@ -220,7 +220,7 @@ fn held_a_claim_of_a_held_queue_before_the_hold_ends_is_reported() {
 
 #[test]
 fn held_a_keys_hold_covers_that_key_only() {
-    let mut h = a_held_queue(1500);
+    let mut h = a_held_queue(1700);
     let key = |k: &str| {
         Some(RateLimit {
             key: k.to_owned(),
