@@ -276,6 +276,12 @@ fn excuse_windows(faults: &[Fault], worker: &str, extend: i64) -> Vec<(i64, i64)
         .collect()
 }
 
+/// Whether an excusing fault of its worker overlaps the claim's lifetime.
+fn touched(faults: &[Fault], c: &Claim) -> bool {
+    let w = excuse_windows(faults, &c.worker, 0);
+    intersects(&w, c.at, c.ended_at.unwrap_or(i64::MAX))
+}
+
 fn intersects(windows: &[(i64, i64)], a: i64, b: i64) -> bool {
     windows.iter().any(|&(s, e)| s <= b && a <= e)
 }
@@ -334,10 +340,7 @@ pub fn check(h: &History) -> Report {
     let cl = claims(h);
     let jobs: BTreeMap<u64, &JobEnd> = h.jobs.iter().map(|j| (j.id, j)).collect();
     let mut v: Vec<Violation> = Vec::new();
-    let touched = |c: &Claim| {
-        let w = excuse_windows(&h.faults, &c.worker, 0);
-        intersects(&w, c.at, c.ended_at.unwrap_or(i64::MAX))
-    };
+    let touched = |c: &Claim| touched(&h.faults, c);
     // Per job: final state, completions.
     for j in jobs.values() {
         let mine: Vec<&Claim> = cl.iter().filter(|c| c.job == j.id).collect();

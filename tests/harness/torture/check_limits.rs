@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use super::rate::{Limit, starts_of, summary, windows};
-use super::{Claim, ClaimEnd, Violation, excuse_windows, intersects, inv, ms, short};
+use super::{Claim, ClaimEnd, Violation, excuse_windows, intersects, inv, ms, short, touched};
 use crate::torture::report::run_start;
 use crate::torture::{History, Hold, JobEnd, LIMITED_QUEUE};
 
@@ -186,9 +186,7 @@ fn answered(h: &History, cl: &[Claim], v: &mut Vec<Violation>) -> usize {
             continue;
         };
         n += 1;
-        let w = excuse_windows(&h.faults, &c.worker, 0);
-        let touched = intersects(&w, c.at, c.ended_at.unwrap_or(i64::MAX));
-        if c.end.consumes_attempt() && !touched {
+        if c.end.consumes_attempt() && !touched(&h.faults, c) {
             v.push(Violation {
                 invariant: inv::RATE_ATTEMPT,
                 jobs: vec![c.job],
