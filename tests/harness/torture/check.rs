@@ -507,7 +507,7 @@ pub fn check(h: &History) -> Report {
     operator_actions(h, &jobs, &mut v);
     workflow::check(h, &jobs, &mut v);
     let mut notes = rate::check(h, &cl, &jobs, &mut v);
-    notes.extend(limits::check(h, &cl, &jobs, &mut v));
+    notes.extend(limits::check(h, (&cl, &sp), &jobs, &mut v));
     let text = super::report::render(h, &cl, &v, (reaped, excused, sp.len()), &notes);
     Report {
         violations: v,

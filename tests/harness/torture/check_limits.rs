@@ -23,7 +23,9 @@
 use std::collections::BTreeMap;
 
 use super::rate::{Limit, starts_of, summary, windows};
-use super::{Claim, ClaimEnd, Violation, excuse_windows, intersects, inv, ms, short, touched};
+use super::{
+    Claim, ClaimEnd, Span, Violation, excuse_windows, intersects, inv, ms, short, touched,
+};
 use crate::torture::report::run_start;
 use crate::torture::{History, Hold, JobEnd, LIMITED_QUEUE};
 
@@ -39,31 +41,38 @@ pub(super) fn global_of(h: &History, j: &JobEnd) -> Option<(String, u32)> {
     Some((format!("queue `{}`", q.queue), q.global?))
 }
 
-/// Checks the queues' rates, HELD and the 429's attempts; returns summary lines.
+/// Checks the queues' rates, HELD and the 429's attempts over the claims `cl` and their runs
+/// `sp`; returns summary lines.
 pub(super) fn check(
     h: &History,
-    cl: &[Claim],
+    (cl, sp): (&[Claim], &[Span]),
     jobs: &BTreeMap<u64, &JobEnd>,
     v: &mut Vec<Violation>,
 ) -> Vec<String> {
     let t0 = run_start(h);
     let mut notes = Vec::new();
     for q in &h.queue_limits {
-        let Some((n, p)) = q.rate else {
-            continue;
-        };
         let member = |job: u64| jobs.get(&job).is_some_and(|j| j.queue == q.queue);
-        let starts = starts_of(h, cl, &member);
-        let (label, slack) = (format!("queue `{}`", q.queue), format!("queue {}", q.queue));
-        let limit = Limit {
-            label: &label,
-            source: "as mysqlq_queue says",
-            slack: &slack,
-            n,
-            p,
-        };
-        windows(&limit, &starts, t0, v);
-        notes.push(summary(h, cl, &limit, &member, &starts));
+        if let Some((n, p)) = q.rate {
+            let starts = starts_of(h, cl, &member);
+            let (label, slack) = (format!("queue `{}`", q.queue), format!("queue {}", q.queue));
+            let limit = Limit {
+                label: &label,
+                source: "as mysqlq_queue says",
+                slack: &slack,
+                n,
+                p,
+            };
+            windows(&limit, &starts, t0, v);
+            notes.push(summary(h, cl, &limit, &member, &starts));
+        }
+        if let Some(g) = q.global {
+            notes.push(format!(
+                "queue `{}` (global limit {g}): at most {} runs at once",
+                q.queue,
+                most_at_once(cl, sp, &member)
+            ));
+        }
     }
     if jobs.values().any(|j| j.queue == LIMITED_QUEUE)
         && !h.queue_limits.iter().any(|q| q.queue == LIMITED_QUEUE)
@@ -75,16 +84,6 @@ pub(super) fn check(
                 "queue `{LIMITED_QUEUE}` has jobs but no limits in mysqlq_queue: the workers started with them did not store them"
             ),
         });
-    }
-    for q in &h.queue_limits {
-        if let Some(g) = q.global {
-            let member = |job: u64| jobs.get(&job).is_some_and(|j| j.queue == q.queue);
-            notes.push(format!(
-                "queue `{}` (global limit {g}): at most {} runs at once",
-                q.queue,
-                most_at_once(h, cl, &member)
-            ));
-        }
     }
     held(h, cl, jobs, t0, v);
     let limited = answered(h, cl, v);
@@ -103,8 +102,8 @@ pub(super) fn check(
 
 /// The most runs of the jobs `member` selects at any instant, excused or not: how close the
 /// run came to a global limit (a limit never reached tests little).
-fn most_at_once(h: &History, cl: &[Claim], member: &dyn Fn(u64) -> bool) -> usize {
-    let mut edges: Vec<(i64, i32)> = super::spans(cl, &h.faults)
+fn most_at_once(cl: &[Claim], sp: &[Span], member: &dyn Fn(u64) -> bool) -> usize {
+    let mut edges: Vec<(i64, i32)> = sp
         .iter()
         .filter(|s| member(cl[s.claim].job))
         .flat_map(|s| [(s.start, 1), (s.end, -1)])
