@@ -1,5 +1,6 @@
-//! What the database stores about a job's life, as types: its [`JobState`], how an attempt
-//! ended ([`AttemptOutcome`]), and [`Timestamp`]s (every time column is UTC).
+//! What the database stores about a job's life, as types: its [`JobState`], the [`OpState`]
+//! an operator reads it as, how an attempt ended ([`AttemptOutcome`]), and [`Timestamp`]s
+//! (every time column is UTC).
 
 use std::fmt;
 use std::str::FromStr;
@@ -144,6 +145,167 @@ impl FromStr for AttemptOutcome {
     }
 }
 
+/// A job's state as an operator reads it: [`JobState`] refined by when the job may run, why
+/// it waits and whether a worker really holds it. Derived, never stored: [`OpState::classify`]
+/// is the definition, and the SQL counts (`Admin::state_counts`) mirror it line for line.
+///
+/// | state | condition (the first that matches wins) |
+/// |---|---|
+/// | `waiting` | a workflow step waiting on its dependencies (`status = 'waiting'`) |
+/// | `running` | `processing`, held by a worker (not by a Redis relay) |
+/// | `ready` | `processing` but relayed into a Redis stream and not yet taken; or `pending`, due, and not held back by a limit |
+/// | `completed`, `failed`, `cancelled` | their `status` |
+/// | `rate-limited` | `pending` and held back by a limit: due but its key or queue is at its rate or global limit or held by a 429, or the job itself answered 429 and waits out its hold |
+/// | `retrying` | `pending`, due later, after a failed attempt (`attempts > 0`) |
+/// | `scheduled` | `pending`, due later, no attempt counted (delayed, snoozed, or due in 7027) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum OpState {
+    /// A workflow step waiting on its dependencies.
+    Waiting,
+    /// Due now; a worker may claim it (or relayed to a Redis stream, not yet taken).
+    Ready,
+    /// Due, but its key or queue is at a rate or global limit or held by a 429.
+    RateLimited,
+    /// Due later, no failed attempt counted.
+    Scheduled,
+    /// Due later, after a failed attempt.
+    Retrying,
+    /// A worker runs it.
+    Running,
+    /// Finished: the handler returned `Ok`.
+    Completed,
+    /// Finished: attempts exhausted or a permanent error.
+    Failed,
+    /// Finished: cancelled.
+    Cancelled,
+}
+
+/// What [`OpState::classify`] needs to know of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowFacts {
+    /// `status`.
+    pub status: JobState,
+    /// `available_at`.
+    pub available_at: Timestamp,
+    /// `attempts`.
+    pub attempts: u32,
+    /// `locked_by` names a Redis relay (`redis-relay:…`): the row is in a stream, not running.
+    pub relayed: bool,
+    /// A limit holds it back: a live 429 hold names this job, or its key or queue is at its
+    /// rate or global limit or held (a claim would pass it over).
+    pub limited: bool,
+}
+
+impl OpState {
+    /// Every state, in the order lists and counts show them.
+    pub const ALL: [Self; 9] = [
+        Self::Waiting,
+        Self::Ready,
+        Self::RateLimited,
+        Self::Scheduled,
+        Self::Retrying,
+        Self::Running,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The state's name in lists, filters (`state:rate-limited`), `stats` and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Ready => "ready",
+            Self::RateLimited => "rate-limited",
+            Self::Scheduled => "scheduled",
+            Self::Retrying => "retrying",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// The stored status of the jobs of this state (a relayed `processing` row reads as
+    /// ready, the one exception).
+    pub fn status(self) -> JobState {
+        match self {
+            Self::Waiting => JobState::Waiting,
+            Self::Ready | Self::RateLimited | Self::Scheduled | Self::Retrying => {
+                JobState::Pending
+            }
+            Self::Running => JobState::Processing,
+            Self::Completed => JobState::Completed,
+            Self::Failed => JobState::Failed,
+            Self::Cancelled => JobState::Cancelled,
+        }
+    }
+
+    /// `true` for completed, failed and cancelled.
+    pub fn is_final(self) -> bool {
+        self.status().is_final()
+    }
+
+    /// A row's state at `now` (the database's clock). The definition of the states: see the
+    /// table on [`OpState`].
+    pub fn classify(row: &RowFacts, now: Timestamp) -> Self {
+        match row.status {
+            JobState::Waiting => Self::Waiting,
+            JobState::Processing if row.relayed => Self::Ready,
+            JobState::Processing => Self::Running,
+            JobState::Completed => Self::Completed,
+            JobState::Failed => Self::Failed,
+            JobState::Cancelled => Self::Cancelled,
+            JobState::Pending if row.limited => Self::RateLimited,
+            JobState::Pending if row.available_at <= now => Self::Ready,
+            JobState::Pending if row.attempts > 0 => Self::Retrying,
+            JobState::Pending => Self::Scheduled,
+        }
+    }
+
+    /// The states a filter name stands for: a state's own name, or the aliases `pending`
+    /// (ready, rate-limited, scheduled, retrying) and `processing` (running).
+    pub fn named(name: &str) -> Result<Vec<Self>, Error> {
+        match name {
+            "pending" => Ok(vec![
+                Self::Ready,
+                Self::RateLimited,
+                Self::Scheduled,
+                Self::Retrying,
+            ]),
+            "processing" => Ok(vec![Self::Running]),
+            _ => name.parse().map(|s| vec![s]),
+        }
+    }
+}
+
+impl fmt::Display for OpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OpState {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "state",
+                    format!(
+                        "unknown state `{s}`; states: ready, scheduled, retrying, running, \
+                         waiting, rate-limited, completed, failed, cancelled (aliases: pending, \
+                         processing)"
+                    ),
+                )
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +336,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("upgrade mysqlq"), "{err}");
+    }
+
+    #[test]
+    fn classify_table() {
+        use chrono::TimeZone;
+        let now = Utc.with_ymd_and_hms(2026, 12, 5, 10, 0, 0).unwrap();
+        let past = now - chrono::Duration::seconds(1);
+        let future = now + chrono::Duration::seconds(1);
+        let far = Utc.with_ymd_and_hms(7027, 1, 1, 0, 0, 0).unwrap();
+        let row = |status, available_at, attempts, relayed, limited| RowFacts {
+            status,
+            available_at,
+            attempts,
+            relayed,
+            limited,
+        };
+        use JobState as J;
+        use OpState as O;
+        let table = [
+            (row(J::Waiting, past, 0, false, false), O::Waiting),
+            (row(J::Waiting, future, 0, false, true), O::Waiting),
+            (row(J::Processing, past, 1, false, false), O::Running),
+            (row(J::Processing, past, 1, true, false), O::Ready),
+            (row(J::Completed, future, 1, false, true), O::Completed),
+            (row(J::Failed, past, 5, false, false), O::Failed),
+            (row(J::Cancelled, future, 0, false, false), O::Cancelled),
+            (row(J::Pending, past, 0, false, false), O::Ready),
+            (row(J::Pending, now, 3, false, false), O::Ready),
+            (row(J::Pending, past, 0, false, true), O::RateLimited),
+            (row(J::Pending, future, 2, false, true), O::RateLimited),
+            (row(J::Pending, future, 1, false, false), O::Retrying),
+            (row(J::Pending, future, 0, false, false), O::Scheduled),
+            (row(J::Pending, far, 0, false, false), O::Scheduled),
+        ];
+        for (facts, want) in table {
+            assert_eq!(OpState::classify(&facts, now), want, "{facts:?}");
+            if !facts.relayed {
+                assert_eq!(want.status(), facts.status, "{want} is a {}", facts.status);
+            }
+        }
+    }
+
+    #[test]
+    fn op_states_round_trip_and_aliases_expand() {
+        for st in OpState::ALL {
+            assert_eq!(st.as_str().parse::<OpState>().unwrap(), st);
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        }
+        assert_eq!(OpState::named("pending").unwrap().len(), 4);
+        assert_eq!(OpState::named("processing").unwrap(), [OpState::Running]);
+        let err = OpState::named("done").unwrap_err().to_string();
+        assert!(err.contains("unknown state `done`") && err.contains("aliases"), "{err}");
     }
 }

@@ -52,7 +52,7 @@ pub enum Selection<'a> {
     },
 }
 
-pub use crate::state::{AttemptOutcome, JobState, Timestamp};
+pub use crate::state::{AttemptOutcome, JobState, OpState, RowFacts, Timestamp};
 pub use crate::store::admin::{
     ActivityStats, DedupeConflict, FailedJob, Job, KindStats, LeaseStats, QueueStats, TableStats,
     WorkerStats,
