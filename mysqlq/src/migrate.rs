@@ -61,10 +61,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0009_rate_limits",
         sql: include_str!("../migrations/0009_rate_limits.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_dashboard",
+        sql: include_str!("../migrations/0010_dashboard.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.
