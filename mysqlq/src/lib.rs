@@ -83,6 +83,7 @@ mod context;
 mod enqueue;
 mod error;
 mod error_chain;
+pub mod filter;
 pub mod hooks;
 mod job;
 mod job_id;
