@@ -232,9 +232,7 @@ impl OpState {
     pub fn status(self) -> JobState {
         match self {
             Self::Waiting => JobState::Waiting,
-            Self::Ready | Self::RateLimited | Self::Scheduled | Self::Retrying => {
-                JobState::Pending
-            }
+            Self::Ready | Self::RateLimited | Self::Scheduled | Self::Retrying => JobState::Pending,
             Self::Running => JobState::Processing,
             Self::Completed => JobState::Completed,
             Self::Failed => JobState::Failed,
@@ -387,6 +385,9 @@ mod tests {
         assert_eq!(OpState::named("pending").unwrap().len(), 4);
         assert_eq!(OpState::named("processing").unwrap(), [OpState::Running]);
         let err = OpState::named("done").unwrap_err().to_string();
-        assert!(err.contains("unknown state `done`") && err.contains("aliases"), "{err}");
+        assert!(
+            err.contains("unknown state `done`") && err.contains("aliases"),
+            "{err}"
+        );
     }
 }

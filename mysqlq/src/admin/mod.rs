@@ -29,15 +29,18 @@ mod causal;
 mod check;
 mod doctor;
 mod doctor_galera;
+mod search;
 mod stats;
 mod workflow;
 
 pub use crate::store::admin::{AuditQuery, AuditRecord};
+pub use crate::store::search::{Cursor, SearchPage, SearchRow, Walk, Window};
 pub use crate::store::workflow::admin::{
     StepCounts, WorkflowDetail, WorkflowQuery, WorkflowStep, WorkflowSummary,
 };
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
+pub use search::{COUNT_TIMEOUT_SECONDS, Counted};
 pub use stats::{PerMinute, Stats};
 
 /// Which failed jobs a bulk operation touches.
@@ -57,9 +60,7 @@ pub use crate::store::admin::{
     ActivityStats, DedupeConflict, FailedJob, Job, KindStats, LeaseStats, QueueStats, TableStats,
     WorkerStats,
 };
-pub use crate::store::dashboard::{
-    JobPage, JobPageParams, JobRow, MAX_PAGE, MinutePoint, SCAN_WINDOW,
-};
+pub use crate::store::dashboard::MinutePoint;
 pub use crate::store::{Attempt, QueueLimits};
 
 /// What [`Admin::retry_failed`] did.
@@ -127,16 +128,6 @@ impl Admin {
         let points = crate::store::dashboard::dashboard_chart(&mut conn).await?;
         conn.done().await;
         Ok(points)
-    }
-
-    /// One page of jobs, newest id first, filtered by state, queue and kind (keyset on the id:
-    /// pass [`JobPage::next`] as [`JobPageParams::before`]).
-    pub async fn jobs(&self, params: &JobPageParams<'_>) -> Result<JobPage, Error> {
-        if let Some(st) = params.state {
-            st.parse::<JobState>()?;
-        }
-        let mut conn = self.pool.acquire().await?;
-        crate::store::dashboard::job_page(&mut conn, params).await
     }
 
     /// One job by id, in any state.

@@ -51,6 +51,7 @@ pub mod migrations;
 mod queues;
 mod rate;
 mod relay;
+pub mod search;
 pub mod server;
 mod sql;
 mod testing;

@@ -117,6 +117,21 @@ impl ServerInfo {
         }
     }
 
+    /// `select_rest` (a statement's text after its first `SELECT`) as a `SELECT` the server
+    /// stops after `seconds`: MariaDB's `SET STATEMENT max_statement_time = N FOR SELECT …`
+    /// (error 1969 when exceeded), MySQL's `SELECT /*+ MAX_EXECUTION_TIME(ms) */ …` (3024).
+    pub fn time_limited_select(&self, select_rest: &str, seconds: u32) -> String {
+        match self.flavor {
+            ServerFlavor::MariaDb => {
+                format!("SET STATEMENT max_statement_time = {seconds} FOR SELECT {select_rest}")
+            }
+            ServerFlavor::MySql => format!(
+                "SELECT /*+ MAX_EXECUTION_TIME({}) */ {select_rest}",
+                u64::from(seconds) * 1000
+            ),
+        }
+    }
+
     /// Fills the server-dependent placeholders of a migration file: `{key_collation}`,
     /// `{utc_default}` (a UTC default, or none: the column is then required) and
     /// `{updated_default}` (a UTC default, or the session clock where no expression default
