@@ -29,6 +29,7 @@
 
 mod actions;
 mod guard;
+mod jobs;
 mod pages;
 #[cfg(feature = "redis")]
 mod streams;
@@ -179,7 +180,7 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
     });
     Router::new()
         .route("/", get(pages::overview))
-        .route("/jobs", get(pages::jobs))
+        .route("/jobs", get(jobs::jobs))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/cancel", post(actions::jobs_cancel))
         .route("/jobs/delete", post(actions::jobs_delete))

@@ -6,19 +6,15 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use mysqlq::JobId;
-use mysqlq::admin::{Admin, AuditQuery, JobPageParams, JobState, Selection, Timestamp};
+use mysqlq::admin::{Admin, AuditQuery, JobState, Selection, Timestamp};
 use serde::Deserialize;
 
-use super::actions::{
-    attempts_table, audit_table, cancel_facts, cancellable, confirm_first, job_actions,
-};
+use super::actions::{attempts_table, audit_table, cancel_facts, confirm_first, job_actions};
 use super::view::{age, chart, csrf, enc, notice, page, queue_table};
 use super::{Shared, State as DashState};
 
 /// Most failed jobs listed on the failed page.
 const FAILED_PAGE: u32 = 200;
-/// Jobs per page of the jobs page.
-const JOBS_PAGE: u32 = 50;
 
 /// An error answer: plain text (never HTML), so nothing in it can run.
 #[derive(Debug)]
@@ -52,11 +48,6 @@ pub(super) type Res = Result<Response, Fail>;
 /// The operator API over the dashboard's pool, its actions recorded under the dashboard's user.
 pub(super) fn admin(state: &DashState) -> Admin {
     Admin::new(state.pool.clone()).by(state.user.clone())
-}
-
-/// `2024-05-01 10:00:00` (UTC), as the job listing shows times.
-fn seconds(t: &Timestamp) -> String {
-    t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
 /// `2024-05-01 10:00:00.123456` (UTC), as the pages show times.
@@ -127,112 +118,6 @@ pub(super) async fn api_overview(State(state): State<Shared>) -> Res {
         })
         .collect();
     Ok(Json(serde_json::json!({ "queues": queues, "chart": points })).into_response())
-}
-
-/// `GET /jobs` filters.
-#[derive(Debug, Deserialize)]
-pub(super) struct JobsQuery {
-    state: Option<String>,
-    queue: Option<String>,
-    kind: Option<String>,
-    before: Option<String>,
-    msg: Option<String>,
-}
-
-/// `GET /jobs`: filtered, keyset pages (newest id first).
-pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>) -> Res {
-    let before = match some(q.before.as_ref()) {
-        None => None,
-        Some(b) => Some(b.parse::<u64>().map_err(|_| {
-            Fail(
-                StatusCode::BAD_REQUEST,
-                "error: `before` must be a job id".to_owned(),
-            )
-        })?),
-    };
-    let params = JobPageParams {
-        state: some(q.state.as_ref()),
-        queue: some(q.queue.as_ref()),
-        kind: some(q.kind.as_ref()),
-        before,
-        limit: JOBS_PAGE,
-    };
-    let page_ = admin(&state).jobs(&params).await?;
-    let next = page_.next.map(|n| {
-        let mut s = format!("{}?before={n}", state.url("/jobs"));
-        for (k, v) in [
-            ("state", params.state),
-            ("queue", params.queue),
-            ("kind", params.kind),
-        ] {
-            if let Some(v) = v {
-                s.push_str(&format!("&{k}={}", enc(v)));
-            }
-        }
-        s
-    });
-    let actions = !state.read_only;
-    let body = html! {
-        h1 { "Jobs" }
-        (notice(q.msg.as_deref()))
-        form.filters method="get" action=(state.url("/jobs")) {
-            label { "state " select name="state" {
-                option value="" { "any" }
-                @for s in JobState::ALL.map(JobState::as_str) {
-                    option value=(s) selected[params.state == Some(s)] { (s) }
-                }
-            } }
-            label { "queue " input name="queue" value=(params.queue.unwrap_or("")); }
-            label { "kind " input name="kind" value=(params.kind.unwrap_or("")); }
-            button type="submit" { "Filter" }
-        }
-        form method="post" action=(state.url("/jobs/cancel")) #jobs-form {
-        @if actions { (csrf(&state)) }
-        table #jobs {
-            thead { tr {
-                @if actions { th { "select" } }
-                th.num { "id" } th { "queue" } th { "kind" } th { "state" } th.num { "attempts" }
-                th { "created" } th { "runnable at" } th { "finished" }
-                @if actions { th { "action" } }
-            } }
-            tbody {
-                @if page_.jobs.is_empty() { tr { td colspan="10" .muted { "no jobs here" } } }
-                @for j in &page_.jobs {
-                    tr data-id=(j.id.0) {
-                        @if actions {
-                            td { @if cancellable(j.state) {
-                                input type="checkbox" name="id" value=(j.id.0) aria-label=(format!("select job {}", j.id.0));
-                            } }
-                        }
-                        td.num { a href=(state.url(&format!("/jobs/{}", j.id.0))) { (j.id.0) } }
-                        td { (j.queue) }
-                        td { (j.kind.as_deref().unwrap_or("–")) }
-                        td { span class=(format!("state {}", j.state)) { (j.state.as_str()) } }
-                        td.num { (j.attempts) "/" (j.max_attempts) }
-                        td { (seconds(&j.created_at)) }
-                        td { (seconds(&j.available_at)) }
-                        td { (j.finished_at.as_ref().map_or_else(|| "–".to_owned(), seconds)) }
-                        @if actions {
-                            td { @if cancellable(j.state) {
-                                button type="submit" name="only" value=(j.id.0) class="cancel-one" { "Cancel" }
-                            } }
-                        }
-                    }
-                }
-            }
-        }
-        @if actions && page_.jobs.iter().any(|j| cancellable(j.state)) {
-            p.actions { button type="submit" #cancel-selected { "Cancel selected" } }
-        }
-        }
-        @if page_.windowed {
-            p.muted { "Queue and kind filters read " (mysqlq::admin::SCAN_WINDOW) " index entries per page; \
-                     this page may hold fewer jobs than the page size. Narrow the filter with a state, \
-                     or follow the link to read further." }
-        }
-        @if let Some(n) = &next { p { a #next href=(n) { "Older jobs →" } } }
-    };
-    Ok(render(&page(&state, "Jobs", "jobs", &body)))
 }
 
 /// `?msg=` on the job page.
