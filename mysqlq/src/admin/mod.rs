@@ -24,6 +24,7 @@ use crate::store::admin as sql;
 use crate::{Error, JobId};
 
 mod audit;
+mod bulk;
 mod cancel;
 mod causal;
 mod check;
@@ -34,10 +35,11 @@ mod stats;
 mod workflow;
 
 pub use crate::store::admin::{AuditQuery, AuditRecord};
-pub use crate::store::search::{Cursor, SearchPage, SearchRow, Walk, Window};
+pub use crate::store::search::{Action, Cursor, SearchPage, SearchRow, Walk, Window};
 pub use crate::store::workflow::admin::{
     StepCounts, WorkflowDetail, WorkflowQuery, WorkflowStep, WorkflowSummary,
 };
+pub use bulk::{ActReport, Target};
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
 pub use search::{COUNT_TIMEOUT_SECONDS, Counted};

@@ -179,15 +179,7 @@ pub async fn job_cancel_many(
             continue;
         }
         let found_ids: Vec<JobId> = found.iter().map(|(id, _)| *id).collect();
-        let sql = AssertSqlSafe(format!(
-            "/* mysqlq:job_cancel_operator */ UPDATE job_queue SET status = 'cancelled', \
-             finished_at = UTC_TIMESTAMP(6), lease_expires_at = NULL, \
-             cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, cancel_reason = ? \
-             WHERE id IN ({}) AND status IN ('waiting', 'pending', 'processing')",
-            placeholders(padded_len(found_ids.len()))
-        ));
-        let q = sqlx::query(sql).bind(p.by).bind(p.reason);
-        bind_ids(q, &found_ids).execute(&mut *tx).await?;
+        cancel_locked(&mut tx, &found_ids, p).await?;
         super::audit::audit_jobs(&mut tx, p.audit, &found_ids).await?;
         tx.commit().await?;
         for (id, running) in found {
@@ -199,6 +191,23 @@ pub async fn job_cancel_many(
         }
     }
     Ok(report)
+}
+
+/// The UPDATE of [`job_cancel_many`], inside a transaction that has locked `ids`.
+pub(crate) async fn cancel_locked(
+    tx: &mut MySqlConnection,
+    ids: &[JobId],
+    p: &CancelParams<'_>,
+) -> Result<u64, Error> {
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_cancel_operator */ UPDATE job_queue SET status = 'cancelled', \
+         finished_at = UTC_TIMESTAMP(6), lease_expires_at = NULL, \
+         cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, cancel_reason = ? \
+         WHERE id IN ({}) AND status IN ('waiting', 'pending', 'processing')",
+        placeholders(padded_len(ids.len()))
+    ));
+    let q = sqlx::query(sql).bind(p.by).bind(p.reason);
+    Ok(bind_ids(q, ids).execute(&mut *tx).await?.rows_affected())
 }
 
 /// Locks the `waiting`/`pending`/`processing` rows among `ids`; `(id, running)` for each.
@@ -280,18 +289,25 @@ pub async fn job_delete_many(
             tx.rollback().await?;
             continue;
         }
-        let sql = AssertSqlSafe(format!(
-            "/* mysqlq:job_delete */ DELETE FROM job_queue WHERE id IN ({}) \
-             AND status <> 'processing' AND workflow_id IS NULL",
-            placeholders(padded_len(deletable.len()))
-        ));
-        crate::store::job_attempt_delete(&mut tx, &deletable).await?;
-        bind_ids(sqlx::query(sql), &deletable)
-            .execute(&mut *tx)
-            .await?;
+        delete_locked(&mut tx, &deletable).await?;
         super::audit::audit_jobs(&mut tx, audit, &deletable).await?;
         tx.commit().await?;
         report.deleted.extend(deletable);
     }
     Ok(report)
+}
+
+/// The DELETE of [`job_delete_many`] (attempt history included), inside a transaction that has
+/// locked `ids`; guarded: running jobs and workflow steps stay.
+pub(crate) async fn delete_locked(tx: &mut MySqlConnection, ids: &[JobId]) -> Result<u64, Error> {
+    let sql = AssertSqlSafe(format!(
+        "/* mysqlq:job_delete */ DELETE FROM job_queue WHERE id IN ({}) \
+         AND status <> 'processing' AND workflow_id IS NULL",
+        placeholders(padded_len(ids.len()))
+    ));
+    crate::store::job_attempt_delete(&mut *tx, ids).await?;
+    Ok(bind_ids(sqlx::query(sql), ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
 }

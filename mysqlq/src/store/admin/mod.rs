@@ -24,6 +24,7 @@ mod job;
 mod settings;
 mod stats;
 
+pub(crate) use audit::audit_jobs;
 pub use audit::{
     AuditEntry, AuditQuery, AuditRecord, audit_count, audit_insert, audit_list, audit_prune,
 };
@@ -33,6 +34,7 @@ pub use cancel::{
     ActiveCursor, ActivePageParams, CancelParams, CancelReport, job_active_count, job_active_page,
     job_cancel_many, job_delete_many,
 };
+pub(crate) use cancel::{cancel_locked, delete_locked};
 pub use failed::{
     DedupeConflict, FailedCursor, FailedJob, FailedListParams, FailedPageParams,
     job_discard_failed, job_failed_count, job_failed_list, job_failed_page, job_retry_failed,

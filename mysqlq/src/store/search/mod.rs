@@ -447,7 +447,10 @@ fn select_pos(walk: Walk) -> String {
     format!("SELECT {t} AS t, j.id AS id")
 }
 
+mod act;
 mod run;
+
+pub use act::{Action, Actor, BulkState, audit_bulk_state, job_act_chunk};
 
 #[cfg(feature = "__internal-store")]
 pub use run::search_explain;

@@ -71,7 +71,7 @@ fn part_select(part: &Part, walk: Walk, pos: Option<Pos>) -> Sql {
     s
 }
 
-async fn now(conn: &mut MySqlConnection) -> Result<Timestamp, Error> {
+pub(super) async fn now(conn: &mut MySqlConnection) -> Result<Timestamp, Error> {
     Ok(
         sqlx::query_scalar("/* mysqlq:search_now */ SELECT UTC_TIMESTAMP(6)")
             .fetch_one(&mut *conn)
