@@ -60,7 +60,7 @@ async fn never_changes_more_than_the_confirmed_count() {
                 confirmed: counted,
             },
             None,
-            |n| seen.push(n),
+            |r| seen.push(r.changed),
         )
         .await
         .unwrap();

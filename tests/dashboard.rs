@@ -356,6 +356,24 @@ async fn actions_need_the_csrf_token_and_then_work() {
         assert_eq!(r.status, 403, "{cookie_h:?} {body}: {}", r.body);
         assert!(r.body.contains("CSRF"), "{}", r.body);
     }
+    // The bulk and progress routes are behind the same check.
+    for path in [
+        "/jobs/confirm",
+        "/jobs/act",
+        "/jobs/run-now",
+        "/actions/1/stop",
+    ] {
+        let body = format!("action=retry&q=state:failed&only={a}");
+        let r = d.post(path, Some(&cookie), &body).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert!(r.body.contains("CSRF"), "{}", r.body);
+        let forged = format!("{body}&mysqlq_csrf=forged");
+        assert_eq!(
+            d.post(path, Some(&cookie), &forged).await.status,
+            403,
+            "{path}"
+        );
+    }
     assert_eq!(db.status(a).await.as_deref(), Some("failed"));
 
     // Retry one.
@@ -493,6 +511,16 @@ async fn read_only_hides_and_refuses_actions() {
         ("/failed/retry", format!("only={a}&mysqlq_csrf={token}")),
         ("/failed/discard", format!("only={a}&mysqlq_csrf={token}")),
         ("/queues/pause", format!("queue=test&mysqlq_csrf={token}")),
+        (
+            "/jobs/confirm",
+            format!("action=retry&q=state:failed&mysqlq_csrf={token}"),
+        ),
+        (
+            "/jobs/act",
+            format!("action=retry&q=state:failed&mysqlq_csrf={token}"),
+        ),
+        ("/jobs/run-now", format!("only={a}&mysqlq_csrf={token}")),
+        ("/actions/1/stop", format!("mysqlq_csrf={token}")),
     ] {
         let r = d.post(path, Some(&cookie), &form).await;
         assert_eq!(r.status, 403, "{path}");
@@ -518,6 +546,9 @@ async fn the_token_guards_every_route() {
         "/api/overview",
         "/static/dashboard.js",
         "/jobs/1",
+        "/jobs?q=state:failed",
+        "/actions",
+        "/actions/1",
     ] {
         let r = d.get(path).await;
         assert_eq!(r.status, 401, "{path}");
@@ -1304,4 +1335,213 @@ async fn the_workflow_page_draws_the_graph_links_each_step_and_cancels_the_workf
     let after = d.get(&format!("/workflows/{id}")).await;
     assert!(after.body.contains("no stock"), "{}", after.body);
     assert_eq!(d.get("/workflows/999999").await.status, 404);
+}
+
+/// A hidden field's value in a page.
+fn hidden(body: &str, name: &str) -> String {
+    let rest = body
+        .split(&format!(r#"name="{name}" value=""#))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no field {name}: {body}"));
+    rest.split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&")
+        .replace("&quot;", "\"")
+}
+
+#[tokio::test]
+async fn acting_on_all_matching_confirms_the_exact_count_and_audits_the_token_name() {
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, available_at) SELECT 'q', 'k', JSON_OBJECT('n', seq), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_120").await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload) SELECT 'q', 'other', JSON_OBJECT('n', seq), FROM seq_1_to_400".replace("), FROM", ") FROM").as_str()).await;
+    let d = Dash::start(
+        &db,
+        DashboardOptions::new().named_token("alice", "s3cret-alice-token"),
+    )
+    .await;
+    let auth = [("Authorization", "Bearer s3cret-alice-token")];
+    let q = "state:scheduled kind:k";
+    let page = d
+        .send(
+            "GET",
+            &format!("/jobs?q={}", q.replace(' ', "%20")),
+            &auth,
+            None,
+        )
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("id=\"all-run_now\"") && page.body.contains("id=\"all-cancel\""));
+    assert!(
+        !page.body.contains("id=\"all-retry\""),
+        "retry applies to no scheduled job"
+    );
+    let csrf = form_token(&page.body).unwrap();
+    let post = |path: &'static str, form: String| {
+        let d = &d;
+        async move {
+            d.send(
+                "POST",
+                path,
+                &[("Authorization", "Bearer s3cret-alice-token")],
+                Some(("application/x-www-form-urlencoded", &form)),
+            )
+            .await
+        }
+    };
+    let enc = |v: &str| {
+        v.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect::<String>()
+    };
+    let confirm = post(
+        "/jobs/confirm",
+        format!("mysqlq_csrf={csrf}&action=cancel&q={}", enc(q)),
+    )
+    .await;
+    assert_eq!(confirm.status, 200, "{}", confirm.body);
+    assert!(
+        confirm.body.contains("id=\"confirm-n\">120<"),
+        "{}",
+        confirm.body
+    );
+    assert!(
+        confirm.body.contains("mysqlq-cli jobs cancel --filter &apos;state:scheduled kind:k&apos; --max 120 --by &apos;alice&apos;")
+            || confirm.body.contains("mysqlq-cli jobs cancel --filter 'state:scheduled kind:k' --max 120 --by 'alice'"),
+        "{}",
+        confirm.body
+    );
+    // Five more jobs (ids below the horizon) enter the search after the count.
+    db.exec("UPDATE job_queue SET kind = 'k', available_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE kind = 'other' ORDER BY id LIMIT 5").await;
+    let fields = ["action", "q", "n", "h", "at", "confirm"].map(|f| (f, hidden(&confirm.body, f)));
+    let form = |over: Option<(&str, &str)>| {
+        let mut s = format!("mysqlq_csrf={csrf}&reason=incident%2042");
+        for (k, v) in &fields {
+            let v = over.filter(|o| o.0 == *k).map_or(v.as_str(), |o| o.1);
+            s.push_str(&format!("&{k}={}", enc(v)));
+        }
+        s
+    };
+    let forged = post("/jobs/act", form(Some(("n", "125")))).await;
+    assert_eq!(
+        forged.status, 403,
+        "a changed count is refused: {}",
+        forged.body
+    );
+    let acted = post("/jobs/act", form(None)).await;
+    assert_eq!(acted.status, 303, "{}", acted.body);
+    let location = acted.header("location").unwrap().to_owned();
+    assert!(location.starts_with("/actions/"), "{location}");
+    let replay = post("/jobs/act", form(None)).await;
+    assert_eq!(
+        replay.status, 409,
+        "a confirmation is used once: {}",
+        replay.body
+    );
+    let audit: u64 = location.trim_start_matches("/actions/").parse().unwrap();
+    db.wait_for(
+        "the action to finish",
+        &format!("SELECT state = 'done' FROM mysqlq_audit WHERE id = {audit}"),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        db.count("cancelled").await,
+        120,
+        "at most the confirmed count"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'cancelled' AND cancelled_by = 'alice' AND cancel_reason = 'incident 42'").await,
+        120
+    );
+    let row: (String, Option<u64>, u64) =
+        sqlx::query_as("SELECT actor, expected, jobs FROM mysqlq_audit WHERE id = ?")
+            .bind(audit)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(row, ("alice".to_owned(), Some(120), 120));
+    let shown = d.send("GET", &location, &auth, None).await;
+    assert!(
+        shown.body.contains("id=\"action-actor\">alice<"),
+        "{}",
+        shown.body
+    );
+    assert!(
+        shown
+            .body
+            .contains("id=\"action-state\" role=\"status\">done<"),
+        "{}",
+        shown.body
+    );
+    let list = d.send("GET", "/actions", &auth, None).await;
+    assert!(
+        list.body.contains(&format!("/actions/{audit}\"")),
+        "{}",
+        list.body
+    );
+    // Run now on one job: scheduled becomes due.
+    let one: u64 = db
+        .scalar("SELECT CAST(MIN(id) AS SIGNED) FROM job_queue WHERE status = 'pending' AND available_at > UTC_TIMESTAMP(6)")
+        .await
+        .try_into()
+        .unwrap();
+    let r = post("/jobs/run-now", format!("mysqlq_csrf={csrf}&only={one}")).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT available_at <= UTC_TIMESTAMP(6) FROM job_queue WHERE id = {one}"
+        ))
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn in_chromium_cancel_all_matching_shows_the_count_and_the_trail_shows_who() {
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, available_at) SELECT 'q', IF(seq <= 7, 'k', 'other'), JSON_OBJECT('n', seq), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_30").await;
+    let d = Dash::start(
+        &db,
+        DashboardOptions::new().named_token("bob", "bob-token-123456"),
+    )
+    .await;
+    let browser = Browser::start().await;
+    let base = format!("http://{}", d.addr);
+    browser
+        .goto(&format!("{base}/jobs?token=bob-token-123456&q=kind:k"))
+        .await;
+    browser.click("#all-cancel").await;
+    assert_eq!(browser.text("#confirm-n").await, "7");
+    browser.screenshot("dashboard-confirm.png").await;
+    browser.click("#confirm").await;
+    browser.wait_contains("#action-state", "done").await;
+    assert_eq!(browser.text("#action-actor").await, "bob");
+    assert_eq!(db.count("cancelled").await, 7);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'cancelled' AND kind <> 'k'")
+            .await,
+        0
+    );
+    // Run now from a job's page.
+    let id = db
+        .scalar("SELECT CAST(MIN(id) AS SIGNED) FROM job_queue WHERE kind = 'other'")
+        .await;
+    browser.goto(&format!("{base}/jobs/{id}")).await;
+    browser.click("#run-now").await;
+    browser.wait_contains(".notice", "ran now").await;
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT available_at <= UTC_TIMESTAMP(6) FROM job_queue WHERE id = {id}"
+        ))
+        .await,
+        1
+    );
+    browser.quit().await;
 }

@@ -471,6 +471,9 @@ pub(crate) struct DashboardArgs {
         value_name = "TOKEN"
     )]
     pub(crate) token: Option<String>,
+    /// An operator's own token, NAME=SECRET (repeatable): the trail names NAME for its actions
+    #[arg(long, value_name = "NAME=SECRET", value_parser = parse_named_token)]
+    pub(crate) operator_token: Vec<(String, String)>,
     /// Who the audit trail (and `cancelled_by`) names for actions taken in this dashboard
     #[arg(
         long,
@@ -479,6 +482,20 @@ pub(crate) struct DashboardArgs {
         value_name = "NAME"
     )]
     pub(crate) user: String,
+}
+
+/// `NAME=SECRET` of `dashboard --operator-token`.
+#[cfg(feature = "dashboard")]
+fn parse_named_token(s: &str) -> Result<(String, String), String> {
+    let (name, secret) = s.split_once('=').unwrap_or((s, ""));
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 128 || secret.len() < 16 {
+        return Err(format!(
+            "`{name}`: write NAME=SECRET, a name of 1 to 128 characters and a \
+            secret of at least 16 (e.g. alice=$(openssl rand -hex 16))"
+        ));
+    }
+    Ok((name.to_owned(), secret.to_owned()))
 }
 
 /// humantime durations: `30s`, `5m`, `7d`, `1h30m`.

@@ -51,7 +51,7 @@ pub(super) async fn jobs_cancel(
     let r = admin(&state)
         .cancel(
             JobSelection::Ids(&ids),
-            &state.user,
+            &super::pages::actor(&state),
             reason.as_deref(),
             |_| {},
         )
@@ -108,6 +108,13 @@ pub(super) fn job_actions(state: &DashState, j: &Job) -> Markup {
     html! {
         @if !state.read_only {
             div.actions {
+                @if j.state == JobState::Pending && j.available_at > j.read_at {
+                    form method="post" action=(state.url("/jobs/run-now")) {
+                        (csrf(state))
+                        input type="hidden" name="only" value=(id);
+                        button type="submit" #run-now { "Run now" }
+                    }
+                }
                 @if cancellable(j.state) {
                     form method="post" action=(state.url("/jobs/cancel")) {
                         (csrf(state))

@@ -23,11 +23,19 @@ const MAX_FORM_BYTES: usize = 256 * 1024;
 tokio::task_local! {
     /// The CSRF token of the request being answered, for the forms the handlers render.
     static CSRF: String;
+    /// Who the audit trail names for the request being answered.
+    static ACTOR: Option<String>;
 }
 
 /// The CSRF token of the request being answered (empty outside the guard).
 pub(super) fn current_csrf() -> String {
     CSRF.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// The operator of the request being answered, if the hook or a named token says (else the
+/// dashboard's user).
+pub(super) fn current_actor() -> Option<String> {
+    ACTOR.try_with(Clone::clone).ok().flatten()
 }
 
 /// `a == b` in time independent of where they differ.
@@ -142,8 +150,8 @@ fn same_origin(state: &Shared, headers: &HeaderMap) -> bool {
 
 /// Who is asking: the access token presented (token mode), else the session cookie.
 enum Caller {
-    /// Authenticated with this token.
-    Token(String),
+    /// Authenticated with this token (its secret, and its name if it has one).
+    Token(String, Option<String>),
     /// No token configured: this session cookie, if the browser sent one.
     Session(Option<String>),
 }
@@ -152,29 +160,39 @@ enum Caller {
 /// trades `?token=` for a cookie).
 fn check_token(state: &Shared, req: &Request) -> Result<Caller, Box<Response>> {
     let headers = req.headers();
-    let Some(want) = state.token.as_deref() else {
+    if state.tokens.is_empty() {
         let session = cookie(headers, SESSION_COOKIE)
             .filter(|s| {
                 (16..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric())
             })
             .map(str::to_owned);
         return Ok(Caller::Session(session));
+    }
+    // Every token is compared, so the time taken does not tell which one matched.
+    let matching = |given: &str| {
+        state.tokens.iter().fold(None, |found, (name, secret)| {
+            if same(given, secret) {
+                Some((secret.clone(), name.clone()))
+            } else {
+                found
+            }
+        })
     };
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if bearer.is_some_and(|t| same(t.trim(), want))
-        || cookie(headers, TOKEN_COOKIE).is_some_and(|t| same(t, want))
+    if let Some((secret, name)) = bearer
+        .and_then(|t| matching(t.trim()))
+        .or_else(|| cookie(headers, TOKEN_COOKIE).and_then(matching))
     {
-        return Ok(Caller::Token(want.to_owned()));
+        return Ok(Caller::Token(secret, name));
     }
     let query = req.uri().query().unwrap_or("");
     let from_query = form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned());
-    if let Some(t) = from_query
-        && same(&t, want)
+    if let Some((want, _)) = from_query.as_deref().and_then(matching)
         && req.method() == Method::GET
     {
         let rest: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
@@ -275,8 +293,10 @@ pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next)
         Err(resp) => return with_headers(*resp),
     };
     let secure = secure_attr(req.headers());
+    let actor = actor_of(&state, &caller, req);
+    let (req, actor) = actor;
     let (csrf, new_session) = match &caller {
-        Caller::Token(t) => (Some(csrf_of(&state, &format!("token:{t}"))), None),
+        Caller::Token(t, _) => (Some(csrf_of(&state, &format!("token:{t}"))), None),
         Caller::Session(Some(s)) => (Some(csrf_of(&state, &format!("session:{s}"))), None),
         Caller::Session(None) => {
             let s = uuid::Uuid::new_v4().simple().to_string();
@@ -315,7 +335,7 @@ pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next)
         (None, Some(s)) => csrf_of(&state, &format!("session:{s}")),
         (None, None) => String::new(),
     };
-    let mut resp = with_headers(CSRF.scope(csrf, next.run(req)).await);
+    let mut resp = with_headers(CSRF.scope(csrf, ACTOR.scope(actor, next.run(req))).await);
     if let Some(s) = new_session {
         let c = format!(
             "{SESSION_COOKIE}={s}; Path={}; HttpOnly; SameSite=Strict{secure}",
@@ -326,6 +346,22 @@ pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next)
         }
     }
     resp
+}
+
+/// The operator of a request: [`super::DashboardOptions::actor_from`]'s answer, else the
+/// name of its token; `None` leaves the dashboard's user.
+fn actor_of(state: &Shared, caller: &Caller, req: Request) -> (Request, Option<String>) {
+    let (parts, body) = req.into_parts();
+    let hooked = state.actor_from.as_ref().and_then(|h| (h.0)(&parts));
+    let named = match caller {
+        Caller::Token(_, name) => name.clone(),
+        Caller::Session(_) => None,
+    };
+    let actor = hooked
+        .map(|a| a.trim().to_owned())
+        .filter(|a| !a.is_empty())
+        .or(named);
+    (Request::from_parts(parts, body), actor)
 }
 
 fn with_headers(mut resp: Response) -> Response {

@@ -11,6 +11,7 @@ use mysqlq::filter::Filter;
 use serde::Deserialize;
 
 use super::actions::cancellable;
+use super::bulk;
 use super::pages::{Res, admin, render};
 use super::view::{csrf, enc, notice, page};
 use super::{Shared, State as DashState};
@@ -239,6 +240,21 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
             (jobs_table(&state, &page_, actions))
             @if actions && cancellable_here {
                 p.actions { button type="submit" #cancel-selected { "Cancel selected" } }
+            }
+        }
+        @if actions && !filter.is_empty() {
+            form.bulk method="post" action=(state.url("/jobs/confirm")) #bulk-form {
+                (csrf(&state))
+                input type="hidden" name="q" value=(canonical);
+                span { "Every job matching this search: " }
+                @for (name, a) in bulk::ACTIONS {
+                    @if bulk::narrow(&filter, a).is_some() {
+                        button type="submit" name="action" value=(name) id=(format!("all-{name}")) {
+                            (bulk::verb_of(a)) " all matching…"
+                        }
+                        " "
+                    }
+                }
             }
         }
         @if let Some(n) = &next {

@@ -28,6 +28,7 @@
 //! ```
 
 mod actions;
+mod bulk;
 mod guard;
 mod jobs;
 mod pages;
@@ -51,11 +52,27 @@ use crate::db::Target;
 #[cfg(feature = "cli")]
 use crate::error::{CliError, chain};
 
+/// Names the operator of a request from your own authentication (a header your proxy sets
+/// after checking the user, a session your app holds): see [`DashboardOptions::actor_from`].
+pub type ActorFrom = Arc<dyn Fn(&axum::http::request::Parts) -> Option<String> + Send + Sync>;
+
+/// [`ActorFrom`], printable.
+#[derive(Clone)]
+struct ActorHook(ActorFrom);
+
+impl std::fmt::Debug for ActorHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ActorHook")
+    }
+}
+
 /// How the dashboard behaves. Build with [`DashboardOptions::new`] and the setters.
 #[derive(Debug, Clone, Default)]
 pub struct DashboardOptions {
     read_only: bool,
     token: Option<String>,
+    named_tokens: Vec<(String, String)>,
+    actor_from: Option<ActorHook>,
     base_path: String,
     allowed_hosts: Vec<String>,
     any_host: bool,
@@ -93,6 +110,31 @@ impl DashboardOptions {
     pub fn token(mut self, token: impl Into<String>) -> Self {
         let t = token.into();
         self.token = (!t.is_empty()).then_some(t);
+        self
+    }
+
+    /// Also accept `secret` as an access token (as [`token`](Self::token) does), and name
+    /// `name` in the audit trail (and `cancelled_by`) for the actions taken with it: one token
+    /// per operator, so the trail says who acted. Repeatable; `name` is 1 to 128 characters.
+    #[must_use]
+    pub fn named_token(mut self, name: impl Into<String>, secret: impl Into<String>) -> Self {
+        let (name, secret) = (name.into().trim().to_owned(), secret.into());
+        if !name.is_empty() && !secret.is_empty() {
+            self.named_tokens.push((name, secret));
+        }
+        self
+    }
+
+    /// Name the operator of each request with `f` (from the request's head: a header your
+    /// authenticating proxy sets, your own session): its answer, when `Some`, is what the audit
+    /// trail records for actions, ahead of a named token's name and [`user`](Self::user).
+    /// Trust a header only when a proxy you run sets it and strips it from clients.
+    #[must_use]
+    pub fn actor_from(
+        mut self,
+        f: impl Fn(&axum::http::request::Parts) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.actor_from = Some(ActorHook(Arc::new(f)));
         self
     }
 
@@ -143,7 +185,13 @@ impl DashboardOptions {
 struct State {
     pool: MySqlPool,
     read_only: bool,
-    token: Option<String>,
+    /// Access tokens: `(name, secret)`; the name of [`DashboardOptions::token`]'s is `None`.
+    tokens: Vec<(Option<String>, String)>,
+    actor_from: Option<ActorHook>,
+    /// Bulk actions running in this process: their audit id and stop flag.
+    running: bulk::Running,
+    /// Confirmation tokens already used (each confirms one action once).
+    used_confirms: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Host names served besides IP addresses and `localhost`; `None`: any.
     allowed_hosts: Option<Vec<String>>,
     /// The per-process key of the sessions' CSRF tokens.
@@ -170,7 +218,15 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
     let state = Arc::new(State {
         pool,
         read_only: options.read_only,
-        token: options.token,
+        tokens: options
+            .token
+            .into_iter()
+            .map(|t| (None, t))
+            .chain(options.named_tokens.into_iter().map(|(n, t)| (Some(n), t)))
+            .collect(),
+        actor_from: options.actor_from,
+        running: bulk::Running::default(),
+        used_confirms: std::sync::Mutex::default(),
         allowed_hosts: (!options.any_host).then_some(options.allowed_hosts),
         csrf_key: random_key(),
         base: options.base_path,
@@ -184,6 +240,12 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/cancel", post(actions::jobs_cancel))
         .route("/jobs/delete", post(actions::jobs_delete))
+        .route("/jobs/confirm", post(bulk::confirm))
+        .route("/jobs/act", post(bulk::act))
+        .route("/jobs/run-now", post(bulk::run_now))
+        .route("/actions", get(bulk::list))
+        .route("/actions/{id}", get(bulk::show))
+        .route("/actions/{id}/stop", post(bulk::stop))
         .route("/failed", get(pages::failed))
         .route("/failed/retry", post(pages::failed_retry))
         .route("/failed/discard", post(pages::failed_discard))
@@ -220,7 +282,8 @@ pub(crate) async fn command(
     args: &DashboardArgs,
     conn_args: &crate::args::ConnArgs,
 ) -> Result<(), CliError> {
-    if !args.addr.ip().is_loopback() && args.token.is_none() && !args.read_only {
+    let tokened = args.token.is_some() || !args.operator_token.is_empty();
+    if !args.addr.ip().is_loopback() && !tokened && !args.read_only {
         return Err(CliError::usage(
             format!(
                 "refusing to serve the dashboard on {} without --token: anyone who reaches it could retry, discard and pause",
@@ -238,6 +301,9 @@ pub(crate) async fn command(
     let mut options = DashboardOptions::new()
         .read_only(args.read_only)
         .user(args.user.as_str());
+    for (name, secret) in &args.operator_token {
+        options = options.named_token(name.as_str(), secret.as_str());
+    }
     if let Some(t) = &args.token {
         options = options.token(t.as_str());
     }
@@ -250,7 +316,7 @@ pub(crate) async fn command(
     }
     #[cfg(not(feature = "redis"))]
     let _ = conn_args;
-    if !args.addr.ip().is_loopback() && args.token.is_none() {
+    if !args.addr.ip().is_loopback() && !tokened {
         eprintln!(
             "warning: the dashboard listens on {} without --token: anyone who reaches it can read every job",
             args.addr

@@ -45,9 +45,15 @@ impl From<mysqlq::Error> for Fail {
 
 pub(super) type Res = Result<Response, Fail>;
 
-/// The operator API over the dashboard's pool, its actions recorded under the dashboard's user.
+/// The operator API over the dashboard's pool, its actions recorded under the request's
+/// operator ([`super::DashboardOptions::actor_from`], a named token) or the dashboard's user.
 pub(super) fn admin(state: &DashState) -> Admin {
-    Admin::new(state.pool.clone()).by(state.user.clone())
+    Admin::new(state.pool.clone()).by(actor(state))
+}
+
+/// Who the request acts as: the hook's or token's name, else the dashboard's user.
+pub(super) fn actor(state: &DashState) -> String {
+    super::guard::current_actor().unwrap_or_else(|| state.user.clone())
 }
 
 /// `2024-05-01 10:00:00.123456` (UTC), as the pages show times.

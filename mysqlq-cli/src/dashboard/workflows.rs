@@ -359,7 +359,7 @@ fn reason(body: &str) -> Option<String> {
 pub(super) async fn cancel(State(state): State<Shared>, Path(id): Path<u64>, body: String) -> Res {
     let reason = reason(&body);
     let r = admin(&state)
-        .cancel_workflow(id, &state.user, reason.as_deref())
+        .cancel_workflow(id, &super::pages::actor(&state), reason.as_deref())
         .await?;
     let msg = format!("cancelled {} steps", r.cancelled);
     Ok(Redirect::to(&format!(

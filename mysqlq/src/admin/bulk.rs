@@ -49,13 +49,14 @@ impl Admin {
     /// Runs `action` on `target`, in chunks of 500, each in its own transaction, recorded in
     /// the audit trail (this handle's actor and reason, the confirmed count as `expected`, the
     /// state `running` → `done`, `stopped` or `failed`). `stop` is checked between chunks;
-    /// `progress` gets the number of jobs changed so far after each chunk.
+    /// `progress` gets the report so far once the audit record exists (its id in
+    /// [`ActReport::audit`], nothing changed yet) and after each chunk.
     pub async fn act(
         &self,
         action: Action,
         target: Target<'_>,
         stop: Option<&AtomicBool>,
-        mut progress: impl FnMut(u64),
+        mut progress: impl FnMut(&ActReport),
     ) -> Result<ActReport, Error> {
         let mut conn = self.pool.acquire().await?;
         let (detail, expected) = match target {
@@ -87,6 +88,7 @@ impl Admin {
             audit,
             ..ActReport::default()
         };
+        progress(&report);
         let walked = self
             .walk(
                 &mut conn,
@@ -124,7 +126,7 @@ impl Admin {
         who: &Actor<'_>,
         stop: Option<&AtomicBool>,
         report: &mut ActReport,
-        progress: &mut impl FnMut(u64),
+        progress: &mut impl FnMut(&ActReport),
     ) -> Result<(), Error> {
         let stopped = || stop.is_some_and(|s| s.load(Ordering::SeqCst));
         match target {
@@ -139,7 +141,7 @@ impl Admin {
                         .await?;
                     report.changed += c.changed.len() as u64;
                     report.left += c.left;
-                    progress(report.changed);
+                    progress(report);
                 }
             }
             Target::Matching { filter, confirmed } => {
@@ -169,7 +171,7 @@ impl Admin {
                     .await?;
                     report.changed += c.changed.len() as u64;
                     report.left += c.left;
-                    progress(report.changed);
+                    progress(report);
                     match page.next {
                         Some(next) if report.changed < expected => cursor = Some(next),
                         _ => break,

@@ -49,6 +49,13 @@ pub struct AuditRecord {
     pub reason: Option<String>,
     /// What was asked.
     pub detail: Option<String>,
+    /// A bulk action's confirmed count (at most this many jobs change).
+    pub expected: Option<u64>,
+    /// A bulk action's state: `running`, `done`, `stopped` or `failed` (`None` for the
+    /// actions that run in one go).
+    pub state: Option<String>,
+    /// When a bulk action last changed a chunk or its state.
+    pub progress_at: Option<Timestamp>,
 }
 
 /// Which recorded actions [`Admin::audit`](crate::admin::Admin::audit) returns, newest first.
@@ -149,7 +156,8 @@ pub async fn audit_list(
         "/* mysqlq:audit_list */ SELECT a.id, a.at, CAST(a.actor AS CHAR) AS actor, \
          CAST(a.action AS CHAR) AS action, CAST(a.queue_name AS CHAR) AS queue_name, \
          CAST(a.kind AS CHAR) AS kind, a.jobs, CAST(a.reason AS CHAR) AS reason, \
-         CAST(a.detail AS CHAR) AS detail FROM mysqlq_audit a",
+         CAST(a.detail AS CHAR) AS detail, a.expected, CAST(a.state AS CHAR) AS state, \
+         a.progress_at FROM mysqlq_audit a",
     );
     if q.job.is_some() {
         sql.push_str(" JOIN mysqlq_audit_job j ON j.audit_id = a.id AND j.job_id = ?");
@@ -183,6 +191,9 @@ pub async fn audit_list(
                 jobs: r.try_get("jobs")?,
                 reason: r.try_get("reason")?,
                 detail: r.try_get("detail")?,
+                expected: r.try_get("expected")?,
+                state: r.try_get("state")?,
+                progress_at: r.try_get("progress_at")?,
             })
         })
         .collect()
