@@ -86,6 +86,7 @@ mod error_chain;
 pub mod hooks;
 mod job;
 mod job_id;
+pub mod latency;
 mod meta;
 mod metrics;
 mod migrate;
