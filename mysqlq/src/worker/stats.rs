@@ -1,7 +1,7 @@
-//! Flushes the worker's counters to the statistics tables every interval, and keeps the
-//! worker's row in `mysqlq_worker` fresh, in one transaction: a failed flush is rolled back
-//! whole and its counts go into the next one, never twice. An idle worker (only polls since the
-//! last flush) flushes every [`IDLE_FLUSH_EVERY`] intervals instead.
+//! Flushes the worker's counters and latency histograms to the statistics tables every
+//! interval, and keeps the worker's row in `mysqlq_worker` fresh, in one transaction: a failed
+//! flush is rolled back whole and its counts go into the next one, never twice. An idle worker
+//! (only polls since the last flush) flushes every [`IDLE_FLUSH_EVERY`] intervals instead.
 
 use std::sync::Arc;
 
@@ -71,6 +71,8 @@ pub(crate) async fn run(s: Arc<Shared>) {
         {
             continue;
         }
+        // Taken only now that the flush is certain: given back below if it fails.
+        let latency = s.metrics.latency_take();
         let kind_deltas: Vec<(String, crate::metrics::KindStats)> = kinds
             .iter()
             .filter_map(|(k, v)| {
@@ -86,7 +88,13 @@ pub(crate) async fn run(s: Arc<Shared>) {
             .collect();
         let result = async {
             let mut conn = s.db.acquire().await?;
-            store::stats_flush(&mut conn, &s.worker_id, &delta, &kind_deltas, running).await
+            let flush = store::StatsFlush {
+                counters: &delta,
+                kinds: &kind_deltas,
+                latency: &latency,
+                running,
+            };
+            store::stats_flush(&mut conn, &s.worker_id, &flush).await
         }
         .await;
         match result {
@@ -98,6 +106,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             }
             Err(e) => {
                 let m = &s.metrics;
+                m.latency_put_back(latency);
                 m.add(&m.counters.db_errors, 1);
                 tracing::warn!(error = %crate::worker::write::error_chain(&e), "statistics flush failed (rolled back); its counts go into the next flush")
             }
