@@ -29,6 +29,7 @@ mod causal;
 mod check;
 mod doctor;
 mod doctor_galera;
+mod latency;
 mod stats;
 mod workflow;
 
@@ -38,6 +39,7 @@ pub use crate::store::workflow::admin::{
 };
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
+pub use latency::{LatencyRow, Percentiles, SeriesCounts};
 pub use stats::{PerMinute, Stats};
 
 /// Which failed jobs a bulk operation touches.

@@ -91,6 +91,7 @@ pub use insert::{InsertRow, job_insert_many, job_insert_one};
 pub use lanes::{RatePlan, RateReport};
 #[cfg(feature = "__internal-store")]
 pub use latency::RUN_MINUTE_CHUNK;
+pub use latency::{RunMinuteRow, run_minute_read};
 pub use limits::{QueueLimits, queue_limits, queue_limits_set};
 pub use maintenance::{
     PruneStatus, cron_prune, job_prunable_count, job_prune, job_reap_expired, keys_prune,
