@@ -849,3 +849,43 @@ async fn claimed_at_is_set_by_claims_takes_and_handoffs() {
         "the handoff wrote claimed_at: {at:?}, handed after {since}"
     );
 }
+
+/// The worker's row in `mysqlq_worker` holds the settings it started with (`config`): per
+/// queue its concurrency (`null`: the worker's shared slots) and the queue-wide rate and global
+/// limit it set, and its concurrency, lease, version and transport.
+#[tokio::test]
+async fn the_worker_row_holds_its_settings_per_queue() {
+    let db = TestDb::new().await;
+    let worker = db
+        .worker()
+        .concurrency(7)
+        .queue_concurrency("limited", 2)
+        .queue_rate("rated", "5/s".parse().unwrap())
+        .queue_global_limit("rated", 3)
+        .lease(Duration::from_secs(9))
+        .start()
+        .await
+        .unwrap();
+    let config: String =
+        sqlx::query_scalar("SELECT CAST(config AS CHAR) FROM mysqlq_worker WHERE worker_id = ?")
+            .bind(worker.id())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    worker.shutdown().await.unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(
+        config,
+        serde_json::json!({
+            "queues": {
+                "test": {"concurrency": null},
+                "limited": {"concurrency": 2},
+                "rated": {"concurrency": null, "rate": "5/s", "global": 3},
+            },
+            "concurrency": 7,
+            "lease_ms": 9000,
+            "version": mysqlq::VERSION,
+            "redis": false,
+        })
+    );
+}

@@ -21,23 +21,27 @@ pub struct WorkerRow<'a> {
     pub queues: &'a str,
     /// Concurrency.
     pub concurrency: u32,
+    /// The worker's settings per queue, a JSON object (`config`).
+    pub config: &'a str,
 }
 
 /// `worker_register`: inserts or refreshes the worker's row at start-up.
 pub async fn worker_register(conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> Result<(), Error> {
     sqlx::query(
         "/* mysqlq:worker_register */ INSERT INTO mysqlq_worker \
-         (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at, stopped_at) \
-         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL) \
+         (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at, stopped_at, \
+          config) \
+         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, ?) \
          ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), queues = VALUES(queues), \
          concurrency = VALUES(concurrency), running = 0, started_at = VALUES(started_at), \
-         last_seen_at = VALUES(last_seen_at), stopped_at = NULL",
+         last_seen_at = VALUES(last_seen_at), stopped_at = NULL, config = VALUES(config)",
     )
     .bind(w.worker_id)
     .bind(w.host)
     .bind(w.pid)
     .bind(w.queues)
     .bind(w.concurrency)
+    .bind(w.config)
     .execute(&mut *conn)
     .await?;
     Ok(())
