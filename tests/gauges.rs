@@ -522,3 +522,64 @@ async fn a_failed_flush_writes_its_latencies_with_the_next_one() {
         .unwrap_or_else(|| panic!("{rows:#?}"));
     assert_eq!((nap.counts.completed, nap.counts.pickup), (5, 5), "{nap:?}");
 }
+
+/// `stats_flush` writes a book of more cells than one statement holds ([`RUN_MINUTE_CHUNK`]
+/// rows, each statement padded to a power of two with rows that add nothing): every cell once,
+/// and a second flush adds to the same minute's rows.
+///
+/// [`RUN_MINUTE_CHUNK`]: mysqlq::store::RUN_MINUTE_CHUNK
+#[tokio::test]
+async fn a_flush_of_many_cells_adds_each_once_across_its_statements() {
+    use mysqlq::latency::{BUCKETS, LatencyBook, Series, bucket_bounds};
+    use mysqlq::store::{RUN_MINUTE_CHUNK, StatsFlush, stats_flush};
+    let db = TestDb::new().await;
+    let mut book = LatencyBook::default();
+    let mut cells = 0u64;
+    let mut total = 0u64;
+    for queue in ["q1", "q2"] {
+        for series in Series::ALL {
+            for bucket in 0..u8::try_from(BUCKETS).unwrap() {
+                let n = u64::from(bucket % 3) + 1;
+                for _ in 0..n {
+                    book.record(queue, "kind", series, bucket_bounds(bucket).0);
+                }
+                cells += 1;
+                total += n;
+            }
+        }
+    }
+    assert!(
+        cells > 2 * RUN_MINUTE_CHUNK as u64,
+        "{cells} cells: three statements"
+    );
+    let mut conn = db.connect().await;
+    for _ in 0..2 {
+        let latency = book.take();
+        let flush = StatsFlush {
+            counters: &Default::default(),
+            kinds: &[],
+            latency: &latency,
+            running: 0,
+        };
+        stats_flush(&mut conn, "w", &flush).await.unwrap();
+        // The same counts again for the second flush.
+        book.put_back(latency);
+    }
+    let minutes = db
+        .scalar("SELECT COUNT(DISTINCT minute) FROM mysqlq_run_minute")
+        .await;
+    let rows = db.scalar("SELECT COUNT(*) FROM mysqlq_run_minute").await;
+    let sum = db
+        .scalar("SELECT CAST(SUM(n) AS SIGNED) FROM mysqlq_run_minute")
+        .await;
+    assert_eq!(
+        sum,
+        i64::try_from(2 * total).unwrap(),
+        "every cell added once per flush"
+    );
+    assert_eq!(
+        rows,
+        i64::try_from(cells).unwrap() * minutes,
+        "one row per cell and minute"
+    );
+}
