@@ -1,14 +1,17 @@
 //! `/metrics` answers "is the queue healthy?": the leader's queue gauges (ready, scheduled,
 //! running, failed, oldest ready age) against a known mix of rows, only the leader reporting
 //! them, the gauge statements' plans on a table of 1,000,000 completed rows, and the per-kind
-//! run-time and pickup-latency histograms.
+//! run-time and pickup-latency histograms, and the same latencies by queue and kind in
+//! `mysqlq_run_minute`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mysqlq::{Metrics, WorkerEvent, WorkerHandle};
+use mysqlq::admin::{Admin, LatencyRow, SeriesCounts};
+use mysqlq::latency::{MAX_RELATIVE_ERROR, bucket_of};
+use mysqlq::{EnqueueOptions, Metrics, WorkerEvent, WorkerHandle};
 use mysqlq_tests::TestDb;
-use mysqlq_tests::jobs::Noop;
+use mysqlq_tests::jobs::{Ends, FlakyForever, Nap, Noop, Permanent, Snoozer};
 
 /// The value of `name{queue="<queue>"}` in a Prometheus exposition, if present.
 fn queue_value(text: &str, name: &str, queue: &str) -> Option<f64> {
@@ -324,4 +327,259 @@ async fn run_time_and_pickup_histograms_count_every_job_of_a_kind() {
         "{text}"
     );
     worker.shutdown().await.unwrap();
+}
+
+/// Waits until the worker's row in `mysqlq_worker` was written by `n` more statistics flushes.
+async fn flushes(db: &TestDb, worker: &str, n: usize) {
+    let seen = || {
+        sqlx::query_scalar::<_, String>(
+            "SELECT CAST(last_seen_at AS CHAR) FROM mysqlq_worker WHERE worker_id = ?",
+        )
+        .bind(worker.to_owned())
+        .fetch_one(&db.pool)
+    };
+    let mut last = seen().await.unwrap();
+    for _ in 0..n {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = seen().await.unwrap();
+            if now != last {
+                last = now;
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no flush for 30 s");
+        }
+    }
+}
+
+/// The histograms of `mysqlq_run_minute` count every attempt once, under its queue, kind and
+/// how it ended: a worker runs 20 ms naps on `test` and 200 ms naps on `slow`, and jobs that
+/// fail, retry, snooze, cancel and are rate-limited (429, counted as snoozed). Read back through
+/// `Admin::latency` after the worker has flushed several times with nothing new and then
+/// stopped, the counts equal the attempts (a flush that wrote its counts without taking them
+/// out of the book would count them again), pickups equal the attempts started, and each
+/// queue's run-time p50 lies in the bucket of the nap plus scheduling slack: within 9.1% of it.
+#[tokio::test]
+async fn run_minute_holds_each_attempt_once_per_queue_and_kind() {
+    let db = TestDb::new().await;
+    let slow = EnqueueOptions::new().queue("slow");
+    for _ in 0..20 {
+        Nap { ms: 20 }.enqueue(&db.pool).await.unwrap();
+    }
+    for _ in 0..10 {
+        Nap { ms: 200 }.enqueue_with(&db.pool, &slow).await.unwrap();
+    }
+    Permanent {}.enqueue(&db.pool).await.unwrap();
+    FlakyForever {}.enqueue(&db.pool).await.unwrap();
+    Snoozer {}.enqueue(&db.pool).await.unwrap();
+    for how in ["cancel", "429"] {
+        Ends { how: how.into() }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = db
+        .worker()
+        .queues(["test", "slow", "ends"])
+        .concurrency(32)
+        .start()
+        .await
+        .unwrap();
+    let id = worker.id().to_owned();
+    db.wait_for(
+        "every job finished",
+        "SELECT COUNT(*) = 35 FROM job_queue WHERE status IN ('completed', 'failed', 'cancelled')",
+        Duration::from_secs(60),
+    )
+    .await;
+    // Every attempt in the table, then more flushes with nothing new, then the last at shutdown.
+    db.wait_for(
+        "every pickup flushed",
+        "SELECT IFNULL(SUM(n), 0) >= 39 FROM mysqlq_run_minute WHERE series = 'pickup'",
+        Duration::from_secs(30),
+    )
+    .await;
+    flushes(&db, &id, 2).await;
+    worker.shutdown().await.unwrap();
+
+    let rows = Admin::new(db.pool.clone())
+        .latency(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let find = |queue: &str, kind: Option<&str>| -> &LatencyRow {
+        rows.iter()
+            .find(|r| r.queue == queue && r.kind.as_deref() == kind)
+            .unwrap_or_else(|| panic!("no row for {queue}/{kind:?} in {rows:#?}"))
+    };
+    let counts = |completed, retried, failed, cancelled, snoozed| SeriesCounts {
+        completed,
+        retried,
+        failed,
+        cancelled,
+        snoozed,
+        pickup: completed + retried + failed + cancelled + snoozed,
+    };
+    let expect = [
+        ("test", Some("nap"), counts(20, 0, 0, 0, 0)),
+        ("test", Some("permanent"), counts(0, 0, 1, 0, 0)),
+        ("test", Some("flaky_forever"), counts(0, 2, 1, 0, 0)),
+        ("test", Some("snoozer"), counts(1, 0, 0, 0, 1)),
+        ("test", None, counts(21, 2, 2, 0, 1)),
+        ("slow", Some("nap"), counts(10, 0, 0, 0, 0)),
+        ("slow", None, counts(10, 0, 0, 0, 0)),
+        ("ends", Some("ends"), counts(1, 0, 0, 1, 1)),
+        ("ends", None, counts(1, 0, 0, 1, 1)),
+    ];
+    for (queue, kind, want) in expect {
+        assert_eq!(find(queue, kind).counts, want, "{queue}/{kind:?}");
+    }
+    assert_eq!(rows.len(), expect.len(), "{rows:#?}");
+    let stored = db
+        .scalar("SELECT CAST(SUM(n) AS SIGNED) FROM mysqlq_run_minute WHERE series = 'pickup'")
+        .await;
+    assert_eq!(stored, 39, "one pickup per attempt started, stored once");
+
+    // A nap runs its sleep plus the scheduler's slack (at most 15% here): the p50's bucket is
+    // that of a value in [ms, 1.15 ms], so the estimate is within 9.1% of such a value.
+    for (queue, ms) in [("test", 20), ("slow", 200)] {
+        let row = find(queue, Some("nap"));
+        let nap = Duration::from_millis(ms);
+        let p50 = Duration::from_micros(row.run.p50_us.expect("a p50"));
+        let (lo, hi) = (bucket_of(nap), bucket_of(nap * 23 / 20));
+        assert!(
+            (lo..=hi).contains(&bucket_of(p50)),
+            "{queue}: p50 {p50:?} is in bucket {}, not in {lo}..={hi} ({:?})",
+            bucket_of(p50),
+            row.run_buckets
+        );
+        let ratio = p50.as_secs_f64() / nap.as_secs_f64();
+        assert!(
+            (1.0 - MAX_RELATIVE_ERROR..=1.15 * (1.0 + MAX_RELATIVE_ERROR)).contains(&ratio),
+            "{queue}: p50 {p50:?} for naps of {nap:?}"
+        );
+        assert!(row.run.p50_us <= row.run.p95_us && row.run.p95_us <= row.run.p99_us);
+        assert!(row.pickup.p50_us.is_some() && row.pickup.p99_us.is_some());
+        let in_buckets: u64 = row.run_buckets.iter().map(|(_, n)| n).sum();
+        assert_eq!(in_buckets, row.counts.completed);
+    }
+    assert_eq!(find("slow", None).run, find("slow", Some("nap")).run);
+}
+
+/// A flush that fails (here the worker's own row is locked by another transaction, so the flush
+/// waits out its lock wait timeout and is rolled back) gives its latency counts back to the book:
+/// the next flush writes them, once.
+#[tokio::test]
+async fn a_failed_flush_writes_its_latencies_with_the_next_one() {
+    let db = TestDb::new().await;
+    let worker = db
+        .worker()
+        .lock_wait_timeout(Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    let id = worker.id().to_owned();
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT worker_id FROM mysqlq_worker WHERE worker_id = ? FOR UPDATE")
+        .bind(&id)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        Nap { ms: 5 }.enqueue(&db.pool).await.unwrap();
+    }
+    db.wait_for(
+        "the naps completed",
+        "SELECT COUNT(*) = 5 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let metrics = worker.metrics();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while metrics.counters.snapshot().db_errors == 0 {
+        assert!(std::time::Instant::now() < deadline, "no flush failed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_run_minute").await,
+        0,
+        "the failed flush was rolled back"
+    );
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    db.wait_for(
+        "the counts of the failed flush written by a later one",
+        "SELECT IFNULL(SUM(n), 0) >= 5 FROM mysqlq_run_minute WHERE series = 'pickup'",
+        Duration::from_secs(30),
+    )
+    .await;
+    flushes(&db, &id, 2).await;
+    worker.shutdown().await.unwrap();
+    let rows = Admin::new(db.pool.clone())
+        .latency(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let nap = rows
+        .iter()
+        .find(|r| r.queue == "test" && r.kind.as_deref() == Some("nap"))
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!((nap.counts.completed, nap.counts.pickup), (5, 5), "{nap:?}");
+}
+
+/// `stats_flush` writes a book of more cells than one statement holds ([`RUN_MINUTE_CHUNK`]
+/// rows, each statement padded to a power of two with rows that add nothing): every cell once,
+/// and a second flush adds to the same minute's rows.
+///
+/// [`RUN_MINUTE_CHUNK`]: mysqlq::store::RUN_MINUTE_CHUNK
+#[tokio::test]
+async fn a_flush_of_many_cells_adds_each_once_across_its_statements() {
+    use mysqlq::latency::{BUCKETS, LatencyBook, Series, bucket_bounds};
+    use mysqlq::store::{RUN_MINUTE_CHUNK, StatsFlush, stats_flush};
+    let db = TestDb::new().await;
+    let mut book = LatencyBook::default();
+    let mut cells = 0u64;
+    let mut total = 0u64;
+    for queue in ["q1", "q2"] {
+        for series in Series::ALL {
+            for bucket in 0..u8::try_from(BUCKETS).unwrap() {
+                let n = u64::from(bucket % 3) + 1;
+                for _ in 0..n {
+                    book.record(queue, "kind", series, bucket_bounds(bucket).0);
+                }
+                cells += 1;
+                total += n;
+            }
+        }
+    }
+    assert!(
+        cells > 2 * RUN_MINUTE_CHUNK as u64,
+        "{cells} cells: three statements"
+    );
+    let mut conn = db.connect().await;
+    for _ in 0..2 {
+        let latency = book.take();
+        let flush = StatsFlush {
+            counters: &Default::default(),
+            kinds: &[],
+            latency: &latency,
+            running: 0,
+        };
+        stats_flush(&mut conn, "w", &flush).await.unwrap();
+        // The same counts again for the second flush.
+        book.put_back(latency);
+    }
+    let minutes = db
+        .scalar("SELECT COUNT(DISTINCT minute) FROM mysqlq_run_minute")
+        .await;
+    let rows = db.scalar("SELECT COUNT(*) FROM mysqlq_run_minute").await;
+    let sum = db
+        .scalar("SELECT CAST(SUM(n) AS SIGNED) FROM mysqlq_run_minute")
+        .await;
+    assert_eq!(
+        sum,
+        i64::try_from(2 * total).unwrap(),
+        "every cell added once per flush"
+    );
+    assert_eq!(
+        rows,
+        i64::try_from(cells).unwrap() * minutes,
+        "one row per cell and minute"
+    );
 }

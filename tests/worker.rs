@@ -700,3 +700,192 @@ async fn a_row_held_by_another_transaction_does_not_hold_up_the_other_jobs_heart
         "stopped for want of a heartbeat: {stopped:?}"
     );
 }
+
+/// The database's clock now, for comparing times it wrote.
+async fn db_now(db: &TestDb) -> String {
+    sqlx::query_scalar("SELECT CAST(UTC_TIMESTAMP(6) AS CHAR)")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// `claimed_at` of job `id` as text (`None` when NULL), and whether it lies between `since`
+/// and now.
+async fn claimed_at(db: &TestDb, id: u64, since: &str) -> (Option<String>, bool) {
+    sqlx::query_as(
+        "SELECT CAST(claimed_at AS CHAR), IFNULL(claimed_at BETWEEN ? AND UTC_TIMESTAMP(6), 0) <> 0 \
+         FROM job_queue WHERE id = ?",
+    )
+    .bind(since)
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// `claimed_at` is when the current attempt was claimed: written by the claim's UPDATE, by a
+/// Redis consumer's take of a relayed job (the relay's claim wrote it too: the take writes it
+/// again, when the attempt starts), and by the handoff of a released workflow step to the
+/// worker whose completion released it.
+#[tokio::test]
+async fn claimed_at_is_set_by_claims_takes_and_handoffs() {
+    use mysqlq::store::workflow::{Handoff, wf_complete_steps};
+    use mysqlq::store::{Owned, TakeParams};
+    use mysqlq::workflow::Workflow;
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let lease = Duration::from_secs(60);
+    let claim = |token: &str, worker_id: &str| {
+        let (token, worker_id) = (token.to_owned(), worker_id.to_owned());
+        let options = db.options.clone();
+        async move {
+            let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
+            let p = ClaimParams {
+                queue: "test",
+                limit: 1,
+                skip: 0,
+                worker_id: &worker_id,
+                token: &token,
+                lease,
+            };
+            let jobs = if worker_id.starts_with(store::RELAY_PREFIX) {
+                store::job_relay_claim(&mut conn, &p).await.unwrap()
+            } else {
+                store::job_claim(&mut conn, &p).await.unwrap()
+            };
+            jobs.into_iter().map(|j| j.id.0).collect::<Vec<u64>>()
+        }
+    };
+
+    // The claim.
+    let a = Noop { n: 1 }.enqueue(&db.pool).await.unwrap().id().0;
+    assert_eq!(
+        claimed_at(&db, a, "2000-01-01").await.0,
+        None,
+        "never claimed"
+    );
+    let since = db_now(&db).await;
+    assert_eq!(claim(&mysqlq_tests::token(), "w1").await, [a]);
+    let (at, fresh) = claimed_at(&db, a, &since).await;
+    assert!(
+        fresh,
+        "the claim wrote claimed_at: {at:?}, claimed after {since}"
+    );
+
+    // A relay's claim, then a consumer's take under the relay's token.
+    let b = Noop { n: 2 }.enqueue(&db.pool).await.unwrap().id().0;
+    let relay = mysqlq_tests::token();
+    assert_eq!(claim(&relay, "redis-relay:w1").await, [b]);
+    db.exec(&format!(
+        "UPDATE job_queue SET claimed_at = '2000-01-01' WHERE id = {b}"
+    ))
+    .await;
+    let since = db_now(&db).await;
+    let consumer = mysqlq_tests::token();
+    let taken = store::job_take(
+        &mut conn,
+        &TakeParams {
+            jobs: &[Owned {
+                id: JobId(b),
+                token: relay,
+            }],
+            worker_id: "w1",
+            token: &consumer,
+            lease,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(taken, [JobId(b)]);
+    let (at, fresh) = claimed_at(&db, b, &since).await;
+    assert!(
+        fresh,
+        "the take wrote claimed_at: {at:?}, taken after {since}"
+    );
+
+    // A workflow step released by its dependency's completion, and handed to that worker.
+    let wf = Workflow::new("handoff")
+        .step("first", Noop { n: 3 })
+        .unwrap()
+        .step_after("then", Noop { n: 4 }, ["first"])
+        .unwrap()
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let step = |name: &'static str| {
+        sqlx::query_scalar::<_, u64>(
+            "SELECT job_id FROM mysqlq_wf_step WHERE workflow_id = ? AND name = ?",
+        )
+        .bind(wf.0)
+        .bind(name)
+        .fetch_one(&db.pool)
+    };
+    let (first, then) = (step("first").await.unwrap(), step("then").await.unwrap());
+    let token = mysqlq_tests::token();
+    assert_eq!(claim(&token, "w1").await, [first]);
+    let since = db_now(&db).await;
+    let handoff_token = mysqlq_tests::token();
+    let settled = wf_complete_steps(
+        &mut conn,
+        &[Owned {
+            id: JobId(first),
+            token,
+        }],
+        &[],
+        Some(&Handoff {
+            worker_id: "w1",
+            token: &handoff_token,
+            lease,
+            room: vec![("test".to_owned(), 1)],
+        }),
+    )
+    .await
+    .unwrap();
+    let handed: Vec<u64> = settled.handed_off.iter().map(|h| h.job.id.0).collect();
+    assert_eq!(handed, [then], "the released step was handed off");
+    let (at, fresh) = claimed_at(&db, then, &since).await;
+    assert!(
+        fresh,
+        "the handoff wrote claimed_at: {at:?}, handed after {since}"
+    );
+}
+
+/// The worker's row in `mysqlq_worker` holds the settings it started with (`config`): per
+/// queue its concurrency (`null`: the worker's shared slots) and the queue-wide rate and global
+/// limit it set, and its concurrency, lease, version and transport.
+#[tokio::test]
+async fn the_worker_row_holds_its_settings_per_queue() {
+    let db = TestDb::new().await;
+    let worker = db
+        .worker()
+        .concurrency(7)
+        .queue_concurrency("limited", 2)
+        .queue_rate("rated", "5/s".parse().unwrap())
+        .queue_global_limit("rated", 3)
+        .lease(Duration::from_secs(9))
+        .start()
+        .await
+        .unwrap();
+    let config: String =
+        sqlx::query_scalar("SELECT CAST(config AS CHAR) FROM mysqlq_worker WHERE worker_id = ?")
+            .bind(worker.id())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    worker.shutdown().await.unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(
+        config,
+        serde_json::json!({
+            "queues": {
+                "test": {"concurrency": null},
+                "limited": {"concurrency": 2},
+                "rated": {"concurrency": null, "rate": "5/s", "global": 3},
+            },
+            "concurrency": 7,
+            "lease_ms": 9000,
+            "version": mysqlq::VERSION,
+            "redis": false,
+        })
+    );
+}

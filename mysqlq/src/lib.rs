@@ -87,6 +87,7 @@ pub mod filter;
 pub mod hooks;
 mod job;
 mod job_id;
+pub mod latency;
 mod meta;
 mod metrics;
 mod migrate;

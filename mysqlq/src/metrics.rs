@@ -1,6 +1,7 @@
 //! Worker counters: in memory, cumulative, rendered for Prometheus, and flushed as per-minute
 //! deltas to `mysqlq_stats_minute` / `mysqlq_kind_minute` for `mysqlq-cli stats`; per-kind
-//! histograms of run time and pickup latency; and the leader's queue gauges.
+//! histograms of run time and pickup latency; the same latencies by queue and kind as log-scale
+//! buckets for `mysqlq_run_minute` ([`crate::latency`]); and the leader's queue gauges.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,6 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::latency::{LatencyBook, LatencyDeltas, Series};
 
 /// The one kind label of every job kind the worker's binary does not register.
 pub(crate) const UNREGISTERED_KIND: &str = "(unregistered)";
@@ -154,6 +157,8 @@ pub struct Metrics {
     kinds: Mutex<HashMap<String, KindStats>>,
     run_seconds: Histograms,
     pickup_seconds: Histograms,
+    /// Run and pickup latency by queue and kind since the last statistics flush.
+    latency: Mutex<LatencyBook>,
     leader: std::sync::atomic::AtomicBool,
     gauges: Mutex<Option<GaugeReading>>,
 }
@@ -167,6 +172,7 @@ impl Metrics {
             kinds: Mutex::new(HashMap::new()),
             run_seconds: Family::new_with_constructor(new_histogram),
             pickup_seconds: Family::new_with_constructor(new_histogram),
+            latency: Mutex::new(LatencyBook::default()),
             leader: std::sync::atomic::AtomicBool::new(false),
             gauges: Mutex::new(None),
         }
@@ -233,12 +239,35 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records how long a job of `kind` waited from ready (`max(available_at, created_at)`) to
-    /// its claim.
-    pub(crate) fn job_picked_up(&self, kind: &str, waited: Duration) {
+    /// Records how long a job of `queue` and `kind` waited from ready (`max(available_at,
+    /// created_at)`) to its start.
+    pub(crate) fn job_picked_up(&self, queue: &str, kind: &str, waited: Duration) {
         self.pickup_seconds
             .get_or_create(&self.kind_labels(kind))
             .observe(waited.as_secs_f64());
+        self.attempt_latency(queue, kind, Series::Pickup, waited);
+    }
+
+    /// Counts one latency of `series` for `mysqlq_run_minute` (pickup, or the run time of an
+    /// attempt that ended as `series` says).
+    pub(crate) fn attempt_latency(&self, queue: &str, kind: &str, series: Series, took: Duration) {
+        self.book().record(queue, kind, series, took);
+    }
+
+    /// The latency counts since the last call, for the statistics flush (each handed out once).
+    pub(crate) fn latency_take(&self) -> LatencyDeltas {
+        self.book().take()
+    }
+
+    /// Gives back counts a failed flush could not write, for the next flush.
+    pub(crate) fn latency_put_back(&self, deltas: LatencyDeltas) {
+        self.book().put_back(deltas);
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, LatencyBook> {
+        self.latency
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn kind_labels(&self, kind: &str) -> Labels {
@@ -261,8 +290,13 @@ impl Metrics {
         self.running.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn job_finished(&self, kind: &str, took: Duration, error: bool) {
+    /// An attempt of a job of `queue` and `kind` ended after `took`; `Ok` unless `error` (its
+    /// outcome's latency is counted by [`attempt_latency`](Self::attempt_latency)).
+    pub(crate) fn job_finished(&self, queue: &str, kind: &str, took: Duration, error: bool) {
         self.running.fetch_sub(1, Ordering::Relaxed);
+        if !error {
+            self.attempt_latency(queue, kind, Series::Completed, took);
+        }
         self.run_seconds
             .get_or_create(&self.kind_labels(kind))
             .observe(took.as_secs_f64());
@@ -463,7 +497,7 @@ mod tests {
         let m = Metrics::new("w\"1");
         m.add(&m.counters.claims, 3);
         m.job_started();
-        m.job_finished("send_email", Duration::from_millis(1500), false);
+        m.job_finished("q", "send_email", Duration::from_millis(1500), false);
         let text = m.render_prometheus();
         assert!(
             text.contains("mysqlq_claims_total{worker=\"w\\\"1\"} 3"),

@@ -151,6 +151,34 @@ pub async fn rated(ctx: JobContext, tag: String) -> Result<(), JobError> {
     record_at(pool, &run, "start", at).await
 }
 
+/// Sleeps `ms` and completes, touching no database: its run time is its sleep (the latency
+/// histograms' tests send it to other queues too).
+#[mysqlq::job(queue = "test", retries = 0)]
+pub async fn nap(ctx: JobContext, ms: u64) -> Result<(), JobError> {
+    let _ = ctx;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(())
+}
+
+/// Its first run ends as `how` says, recording its start: `"cancel"` cancels the job, `"429"`
+/// is rate-limited by the service for 50 ms (the attempt given back, its queue held), then the
+/// next run completes.
+#[mysqlq::job(queue = "ends", retries = 0)]
+pub async fn ends(ctx: JobContext, how: String) -> Result<(), JobError> {
+    let pool = ctx.pool().ok_or_else(|| JobError::fail("no pool"))?;
+    let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM test_runs WHERE job_id = ?")
+        .bind(ctx.id().0)
+        .fetch_one(pool)
+        .await?;
+    record(&ctx, "ends", "start").await?;
+    match how.as_str() {
+        _ if runs > 0 => Ok(()),
+        "cancel" => Err(JobError::cancel("told to cancel")),
+        "429" => Err(JobError::rate_limited(Duration::from_millis(50))),
+        other => Err(JobError::fail(format!("no such ending: {other}"))),
+    }
+}
+
 /// A job enqueued by a periodic schedule in the tests.
 #[mysqlq::job(queue = "ticks", retries = 0)]
 pub async fn tick(ctx: JobContext) -> Result<(), JobError> {

@@ -30,6 +30,7 @@ mod causal;
 mod check;
 mod doctor;
 mod doctor_galera;
+mod latency;
 mod search;
 mod stats;
 mod workflow;
@@ -42,6 +43,7 @@ pub use crate::store::workflow::admin::{
 pub use bulk::{ActReport, Target};
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
+pub use latency::{LatencyRow, Percentiles, SeriesCounts};
 pub use search::{COUNT_TIMEOUT_SECONDS, Counted};
 pub use stats::{PerMinute, Stats};
 

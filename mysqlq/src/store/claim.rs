@@ -83,11 +83,11 @@ pub(super) fn claim_select_sql(queue: &str, tag: &str) -> String {
 ///
 /// `SELECT … ORDER BY priority, available_at, id LIMIT n FOR UPDATE SKIP LOCKED` on
 /// `idx_job_claim`, then `UPDATE … SET status = 'processing', locked_by, claim_token, lease,
-/// attempts + 1 WHERE id IN (…) AND status = 'pending'`, then COMMIT. The jobs are owned only once
-/// the COMMIT returned. A deadlock (1213) or lock wait timeout (1205) on any statement, COMMIT
-/// included, rolls back and is returned to the caller, which redoes the whole claim
-/// ([`is_lock_error`]). Paused queues return nothing; a job whose ordering key has an earlier
-/// unfinished job, or a running one, is skipped without blocking the jobs behind it.
+/// claimed_at, attempts + 1 WHERE id IN (…) AND status = 'pending'`, then COMMIT. The jobs are
+/// owned only once the COMMIT returned. A deadlock (1213) or lock wait timeout (1205) on any
+/// statement, COMMIT included, rolls back and is returned to the caller, which redoes the whole
+/// claim ([`is_lock_error`]). Paused queues return nothing; a job whose ordering key has an
+/// earlier unfinished job, or a running one, is skipped without blocking the jobs behind it.
 ///
 /// [`is_lock_error`]: super::is_lock_error
 #[cfg(feature = "__internal-store")]
@@ -404,7 +404,8 @@ async fn admit_and_mark_lanes(
 }
 
 /// The UPDATE of a claim: the locked `pending` rows `ids` become `processing` under `p`'s worker,
-/// token and lease, taking an attempt (and stamping the first claim) when `take_attempt`.
+/// token and lease, claimed now (`claimed_at`), taking an attempt (and stamping the first claim)
+/// when `take_attempt`.
 /// Returns the rows updated (all of them while the caller holds their locks).
 pub(super) async fn mark_claimed(
     conn: &mut MySqlConnection,
@@ -450,7 +451,8 @@ pub(super) async fn mark_claimed_from(
     };
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:{tag} */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
-         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND{attempt}{released} \
+         claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+         claimed_at = UTC_TIMESTAMP(6){attempt}{released} \
          WHERE id IN ({}) AND status = '{status}'",
         placeholders(padded_len(ids.len()))
     ));

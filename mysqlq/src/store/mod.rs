@@ -44,6 +44,7 @@ mod gauges;
 mod guarded;
 mod insert;
 mod lanes;
+mod latency;
 mod limits;
 mod maintenance;
 mod meta;
@@ -89,6 +90,9 @@ pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{InsertRow, job_insert_many, job_insert_one};
 pub use lanes::{RatePlan, RateReport};
+#[cfg(feature = "__internal-store")]
+pub use latency::RUN_MINUTE_CHUNK;
+pub use latency::{RunMinuteRow, run_minute_read};
 pub use limits::{QueueLimits, queue_limits, queue_limits_set};
 pub use maintenance::{
     PruneStatus, cron_prune, job_prunable_count, job_prune, job_reap_expired, keys_prune,
@@ -109,5 +113,6 @@ pub use relay::{
 pub use sql::{datetime_utc, micros};
 pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id};
 pub use workers::{
-    WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup, worker_stopped,
+    StatsFlush, WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup,
+    worker_stopped,
 };

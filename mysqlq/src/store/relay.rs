@@ -57,8 +57,8 @@ pub struct TakeParams<'a> {
 }
 
 /// `job_take`: a consumer takes the relayed jobs it read, in one statement: `SET locked_by,
-/// claim_token = <new>, lease, attempts + 1, first_claimed_at WHERE id IN (…) AND status =
-/// 'processing' AND (id, claim_token) IN ((id, relay token), …)`. Returns the ids taken; an
+/// claim_token = <new>, lease, claimed_at, attempts + 1, first_claimed_at WHERE id IN (…) AND
+/// status = 'processing' AND (id, claim_token) IN ((id, relay token), …)`. Returns the ids taken; an
 /// entry whose row is no longer held under its relay token (taken already, released, reaped,
 /// cancelled, finished) is not taken: it is a stale entry, to be acknowledged and dropped.
 pub async fn job_take(conn: &mut MySqlConnection, p: &TakeParams<'_>) -> Result<Vec<JobId>, Error> {
@@ -72,7 +72,7 @@ pub async fn job_take(conn: &mut MySqlConnection, p: &TakeParams<'_>) -> Result<
     }
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_take */ UPDATE job_queue SET locked_by = ?, claim_token = ?, \
-         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, claimed_at = UTC_TIMESTAMP(6), \
          attempts = attempts + (attempts < 4294967295), \
          first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)) \
          WHERE id IN ({}) AND status = 'processing' AND (id, claim_token) IN ({pairs})",

@@ -5,6 +5,7 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection};
 
 use crate::Error;
+use crate::latency::LatencyDeltas;
 use crate::metrics::{CounterSnapshot, KindStats};
 
 /// A worker's row in `mysqlq_worker`.
@@ -20,23 +21,27 @@ pub struct WorkerRow<'a> {
     pub queues: &'a str,
     /// Concurrency.
     pub concurrency: u32,
+    /// The worker's settings per queue, a JSON object (`config`).
+    pub config: &'a str,
 }
 
 /// `worker_register`: inserts or refreshes the worker's row at start-up.
 pub async fn worker_register(conn: &mut MySqlConnection, w: &WorkerRow<'_>) -> Result<(), Error> {
     sqlx::query(
         "/* mysqlq:worker_register */ INSERT INTO mysqlq_worker \
-         (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at, stopped_at) \
-         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL) \
+         (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at, stopped_at, \
+          config) \
+         VALUES (?, ?, ?, ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, ?) \
          ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), queues = VALUES(queues), \
          concurrency = VALUES(concurrency), running = 0, started_at = VALUES(started_at), \
-         last_seen_at = VALUES(last_seen_at), stopped_at = NULL",
+         last_seen_at = VALUES(last_seen_at), stopped_at = NULL, config = VALUES(config)",
     )
     .bind(w.worker_id)
     .bind(w.host)
     .bind(w.pid)
     .bind(w.queues)
     .bind(w.concurrency)
+    .bind(w.config)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -155,38 +160,61 @@ pub async fn worker_session_setup(
     Ok(())
 }
 
-/// `stats_flush`: adds one flush of counters ([`stats_add`]) and marks the worker seen, in one
-/// transaction: a flush that fails part-way (a deadlock, a Galera certification failure) is
-/// rolled back whole, so retrying it never counts anything twice.
+/// One flush of a worker's statistics ([`stats_flush`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StatsFlush<'a> {
+    /// Counter deltas since the last flush.
+    pub counters: &'a CounterSnapshot,
+    /// Per-kind deltas since the last flush.
+    pub kinds: &'a [(String, KindStats)],
+    /// Latency counts since the last flush (`mysqlq_run_minute`).
+    pub latency: &'a LatencyDeltas,
+    /// Jobs running now.
+    pub running: u64,
+}
+
+/// `stats_flush`: adds one flush of counters ([`stats_add`]) and latency counts
+/// ([`super::latency::run_minute_add`]) and marks the worker seen, in one transaction: a flush
+/// that fails part-way (a deadlock, a Galera certification failure) is rolled back whole, so
+/// retrying it never counts anything twice.
 pub async fn stats_flush(
     conn: &mut MySqlConnection,
     worker_id: &str,
-    d: &CounterSnapshot,
-    kinds: &[(String, KindStats)],
-    running: u64,
+    f: &StatsFlush<'_>,
 ) -> Result<(), Error> {
+    let (d, kinds, running) = (f.counters, f.kinds, f.running);
     let mut tx = conn.begin().await?;
     stats_add(&mut tx, worker_id, d, kinds).await?;
+    super::latency::run_minute_add(&mut tx, f.latency).await?;
     worker_seen(&mut tx, worker_id, running).await?;
     tx.commit().await?;
     Ok(())
 }
 
-/// `stats_prune`: drops statistics rows older than `older_than`, and rows of workers stopped
-/// or silent for that long.
+/// `stats_prune`: drops statistics rows older than `older_than` (the per-minute counters, kinds,
+/// latencies and depths), and rows of workers stopped or silent for that long. At most 1,000
+/// rows of each table per call: returns `true` when a table may have more (a full batch went).
 ///
 /// The workers' rows are found by a plain read of `idx_worker_seen` and deleted by their
 /// primary key, the condition checked again under the row lock: a `DELETE … WHERE last_seen_at
 /// < ?` locked each index entry and then its row — the first live row past the range too —,
 /// the opposite order of a worker registering or reporting in (its row, then its entry), and
 /// the two deadlocked (a worker failed to start with 1213).
-pub async fn stats_prune(conn: &mut MySqlConnection, older_than: Duration) -> Result<(), Error> {
+pub async fn stats_prune(conn: &mut MySqlConnection, older_than: Duration) -> Result<bool, Error> {
     let us = super::micros(older_than);
+    let mut backlog = false;
     for sql in [
         "/* mysqlq:stats_prune */ DELETE FROM mysqlq_stats_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
         "/* mysqlq:stats_prune */ DELETE FROM mysqlq_kind_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
+        "/* mysqlq:stats_prune */ DELETE FROM mysqlq_run_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
+        "/* mysqlq:stats_prune */ DELETE FROM mysqlq_depth_minute WHERE minute < UTC_TIMESTAMP() - INTERVAL ? MICROSECOND LIMIT 1000",
     ] {
-        sqlx::query(sql).bind(us).execute(&mut *conn).await?;
+        backlog |= sqlx::query(sql)
+            .bind(us)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+            >= 1000;
     }
     let silent: Vec<String> = sqlx::query_scalar(
         "/* mysqlq:stats_prune_workers */ SELECT worker_id FROM mysqlq_worker \
@@ -196,7 +224,7 @@ pub async fn stats_prune(conn: &mut MySqlConnection, older_than: Duration) -> Re
     .fetch_all(&mut *conn)
     .await?;
     if silent.is_empty() {
-        return Ok(());
+        return Ok(backlog);
     }
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:stats_prune_workers */ DELETE FROM mysqlq_worker \
@@ -208,5 +236,5 @@ pub async fn stats_prune(conn: &mut MySqlConnection, older_than: Duration) -> Re
         q = q.bind(id);
     }
     q.bind(us).execute(&mut *conn).await?;
-    Ok(())
+    Ok(backlog || silent.len() >= 1000)
 }

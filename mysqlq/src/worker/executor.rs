@@ -291,8 +291,8 @@ async fn supervise(
     let started = Instant::now();
     s.metrics.job_started();
     // Pickup latency: ready → started, including any wait in the prefetch buffer.
-    s.metrics
-        .job_picked_up(metric_kind, job.waited + claimed.elapsed());
+    let waited = job.waited + claimed.elapsed();
+    s.metrics.job_picked_up(&queue, metric_kind, waited);
     s.emit(WorkerEvent::Started { id: job.id });
 
     let ran = match registration {
@@ -332,8 +332,8 @@ async fn supervise(
         },
     };
     let took = started.elapsed();
-    s.metrics
-        .job_finished(metric_kind, took, !matches!(ran, Ran::Ok));
+    let failed = !matches!(ran, Ran::Ok);
+    s.metrics.job_finished(&queue, metric_kind, took, failed);
     s.emit(WorkerEvent::Returned { id: job.id });
     drop(permit);
     s.slot_freed.notify_waiters();
@@ -391,10 +391,7 @@ async fn supervise(
     );
     let message = describe(&err, &outcome, job.attempt, job.max_attempts);
     log_outcome(&span, &err, &outcome, (job.attempt, job.max_attempts));
-    let attempt = Attempt {
-        number: job.attempt,
-        ran_for: took,
-    };
+    let attempt = Attempt::new(job.attempt, took, &queue, metric_kind);
     let written = record(&s, &key, &outcome, &message, attempt).await;
     if job.workflow.is_some()
         && matches!(

@@ -191,7 +191,7 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     backlog |= workflows >= u64::from(BATCH / 10);
     let m = &s.metrics;
     m.add(&m.counters.pruned, pruned);
-    store::stats_prune(conn, STATS_RETENTION).await?;
+    backlog |= store::stats_prune(conn, STATS_RETENTION).await?;
     // The tables that gain a row per key or per tick: a batch per round, like the jobs above.
     let keys = store::keys_prune(conn, BATCH).await?;
     let ticks = store::cron_prune(conn, CRON_KEEP, BATCH).await?;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::latency::Series;
 use crate::store::{self, Outcome, Written};
 use crate::worker::write::{WriteFailed, error_chain, write_retrying};
 use crate::worker::{Key, Shared, WorkerEvent};
@@ -66,11 +67,36 @@ fn outcome_name(o: &Outcome) -> &'static str {
     }
 }
 
-/// The attempt whose outcome [`record`] writes, for the job's attempt history.
+/// The series of `mysqlq_run_minute` that counts an attempt ending with `o` (a 429 is a
+/// snooze: the attempt is given back).
+fn series(o: &Outcome) -> Series {
+    match o {
+        Outcome::Retry { .. } => Series::Retried,
+        Outcome::Snooze { .. } | Outcome::RateLimited { .. } => Series::Snoozed,
+        Outcome::Fail => Series::Failed,
+        Outcome::Cancel => Series::Cancelled,
+    }
+}
+
+/// The attempt whose outcome [`record`] writes, for the job's attempt history and the run-time
+/// histogram of its queue and kind (the metrics' kind label).
 #[derive(Clone, Copy)]
-pub(super) struct Attempt {
+pub(super) struct Attempt<'a> {
     pub(super) number: u32,
     pub(super) ran_for: Duration,
+    pub(super) queue: &'a str,
+    pub(super) kind: &'a str,
+}
+
+impl<'a> Attempt<'a> {
+    pub(super) fn new(number: u32, ran_for: Duration, queue: &'a str, kind: &'a str) -> Self {
+        Self {
+            number,
+            ran_for,
+            queue,
+            kind,
+        }
+    }
 }
 
 /// What [`record`] found written in the end.
@@ -85,16 +111,18 @@ pub(super) enum Recorded {
 /// Writes a non-completion outcome, retrying on deadlocks and connection errors, with the
 /// attempt's row in the job's history (same transaction; unless `attempt_history` is 0). A
 /// write the server refuses for good records the attempt as failed (with both errors) instead
-/// of retrying forever while heartbeats keep the job alive. Returns what the job's row ended
+/// of retrying forever while heartbeats keep the job alive. An outcome written is counted once,
+/// with the attempt's run time under its series ([`Series`]). Returns what the job's row ended
 /// with, when that is known.
 pub(super) async fn record(
     s: &Arc<Shared>,
     key: &Key,
     outcome: &Outcome,
     message: &str,
-    attempt: Attempt,
+    attempt: Attempt<'_>,
 ) -> Option<Recorded> {
     let m = &s.metrics;
+    let (number, ran_for) = (attempt.number, attempt.ran_for);
     let owned = key.owned();
     let keep = s.config.attempt_history;
     // `keep` 0: no history (also for the fallback below, so that a history the server refuses
@@ -108,10 +136,10 @@ pub(super) async fn record(
             async move {
                 let mut conn = db.acquire().await?;
                 let log = store::AttemptRecord {
-                    attempt: attempt.number,
+                    attempt: number,
                     outcome: outcome_name(&outcome),
                     worker: &worker,
-                    ran_for: attempt.ran_for,
+                    ran_for,
                     keep,
                 };
                 let log = (keep > 0).then_some(&log);
@@ -143,6 +171,7 @@ pub(super) async fn record(
                 Outcome::Cancel => m.add(&m.counters.cancels, 1),
                 Outcome::RateLimited { .. } => m.add(&m.counters.rate_limited, 1),
             }
+            m.attempt_latency(attempt.queue, attempt.kind, series(&outcome), ran_for);
             s.emit(WorkerEvent::Recorded {
                 id: key.id,
                 outcome: outcome_name(&outcome),

@@ -1,7 +1,8 @@
-//! Flushes the worker's counters to the statistics tables every interval, and keeps the
-//! worker's row in `mysqlq_worker` fresh, in one transaction: a failed flush is rolled back
-//! whole and its counts go into the next one, never twice. An idle worker (only polls since the
-//! last flush) flushes every [`IDLE_FLUSH_EVERY`] intervals instead.
+//! Flushes the worker's counters and latency histograms to the statistics tables every
+//! interval, and keeps the worker's row in `mysqlq_worker` fresh, in one transaction: a failed
+//! flush is rolled back whole and its counts go into the next one, never twice. An idle worker
+//! (only polls since the last flush) flushes every [`IDLE_FLUSH_EVERY`] intervals instead. The
+//! worker's row is written at start with its settings ([`config_json`]).
 
 use std::sync::Arc;
 
@@ -22,9 +23,42 @@ pub(crate) async fn register_worker(s: &Arc<Shared>) -> Result<(), crate::Error>
             pid: std::process::id(),
             queues: &s.config.queues.join(","),
             concurrency: u32::try_from(s.config.concurrency).unwrap_or(u32::MAX),
+            config: &config_json(&s.config, s.settled.is_some()).to_string(),
         },
     )
     .await
+}
+
+/// `mysqlq_worker.config`: the settings the worker started with, for the workers and queues
+/// pages. Per queue it claims from: its concurrency (`null` when it shares the worker's slots)
+/// and the queue-wide rate and global limit this worker set at start (absent when it set none);
+/// the worker's concurrency, lease (ms), version and whether it runs over Redis Streams.
+pub(crate) fn config_json(c: &super::Config, redis: bool) -> serde_json::Value {
+    let queues: serde_json::Map<String, serde_json::Value> = c
+        .queues
+        .iter()
+        .map(|q| {
+            let mut o = serde_json::Map::new();
+            o.insert(
+                "concurrency".into(),
+                c.queue_concurrency.get(q).copied().into(),
+            );
+            if let Some(rate) = c.queue_rate.get(q) {
+                o.insert("rate".into(), rate.to_string().into());
+            }
+            if let Some(global) = c.queue_global_limit.get(q) {
+                o.insert("global".into(), (*global).into());
+            }
+            (q.clone(), o.into())
+        })
+        .collect();
+    serde_json::json!({
+        "queues": queues,
+        "concurrency": c.concurrency,
+        "lease_ms": u64::try_from(c.lease.as_millis()).unwrap_or(u64::MAX),
+        "version": crate::VERSION,
+        "redis": redis,
+    })
 }
 
 pub(crate) async fn unregister_worker(s: &Arc<Shared>) {
@@ -71,6 +105,8 @@ pub(crate) async fn run(s: Arc<Shared>) {
         {
             continue;
         }
+        // Taken only now that the flush is certain: given back below if it fails.
+        let latency = s.metrics.latency_take();
         let kind_deltas: Vec<(String, crate::metrics::KindStats)> = kinds
             .iter()
             .filter_map(|(k, v)| {
@@ -86,7 +122,13 @@ pub(crate) async fn run(s: Arc<Shared>) {
             .collect();
         let result = async {
             let mut conn = s.db.acquire().await?;
-            store::stats_flush(&mut conn, &s.worker_id, &delta, &kind_deltas, running).await
+            let flush = store::StatsFlush {
+                counters: &delta,
+                kinds: &kind_deltas,
+                latency: &latency,
+                running,
+            };
+            store::stats_flush(&mut conn, &s.worker_id, &flush).await
         }
         .await;
         match result {
@@ -98,6 +140,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             }
             Err(e) => {
                 let m = &s.metrics;
+                m.latency_put_back(latency);
                 m.add(&m.counters.db_errors, 1);
                 tracing::warn!(error = %crate::worker::write::error_chain(&e), "statistics flush failed (rolled back); its counts go into the next flush")
             }
