@@ -29,6 +29,7 @@ mod causal;
 mod check;
 mod doctor;
 mod doctor_galera;
+mod states;
 mod stats;
 mod workflow;
 
@@ -52,7 +53,9 @@ pub enum Selection<'a> {
     },
 }
 
-pub use crate::state::{AttemptOutcome, JobState, OpState, RowFacts, Timestamp};
+pub use crate::state::{
+    AttemptOutcome, Capped, JobState, OpState, QueueStates, RowFacts, StateCounts, Timestamp,
+};
 pub use crate::store::admin::{
     ActivityStats, DedupeConflict, FailedJob, Job, KindStats, LeaseStats, QueueStats, TableStats,
     WorkerStats,
@@ -60,7 +63,7 @@ pub use crate::store::admin::{
 pub use crate::store::dashboard::{
     JobPage, JobPageParams, JobRow, MAX_PAGE, MinutePoint, SCAN_WINDOW,
 };
-pub use crate::store::{Attempt, QueueLimits};
+pub use crate::store::{Attempt, MAX_PAGE_ROWS, PageRow, QueueLimits};
 
 /// What [`Admin::retry_failed`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
