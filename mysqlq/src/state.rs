@@ -1,6 +1,6 @@
 //! What the database stores about a job's life, as types: its [`JobState`], the [`OpState`]
-//! an operator reads it as, how an attempt ended ([`AttemptOutcome`]), and [`Timestamp`]s
-//! (every time column is UTC).
+//! an operator reads it as and how many jobs are in each ([`StateCounts`], [`Capped`]), how an
+//! attempt ended ([`AttemptOutcome`]), and [`Timestamp`]s (every time column is UTC).
 
 use std::fmt;
 use std::str::FromStr;
