@@ -699,6 +699,145 @@ async fn stats_json_agrees_with_the_articles_monitoring_sql() {
     assert!(human.contains("cleanup lag"), "{human}");
 }
 
+/// `stats` shows each queue's jobs by operator state, and `--json` has them under
+/// `queues[].states` beside the article's counts, which keep their meaning.
+#[tokio::test]
+async fn stats_shows_each_queue_by_operator_state() {
+    let db = TestDb::new().await;
+    let due = ", available_at, attempts";
+    for _ in 0..2 {
+        insert(
+            &db,
+            "alpha",
+            "pending",
+            due,
+            ", UTC_TIMESTAMP(6) - INTERVAL 10 SECOND, 0",
+        )
+        .await;
+    }
+    insert(
+        &db,
+        "alpha",
+        "pending",
+        due,
+        ", UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 0",
+    )
+    .await;
+    for attempts in [1, 3] {
+        let later = format!(", UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, {attempts}");
+        insert(&db, "alpha", "pending", due, &later).await;
+    }
+    insert(&db, "alpha", "waiting", "", "").await;
+    let lease = ", locked_by, lease_expires_at, attempts";
+    insert(
+        &db,
+        "alpha",
+        "processing",
+        lease,
+        ", 'w1', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 1",
+    )
+    .await;
+    // Relayed into a Redis stream, not taken: ready, not running.
+    insert(
+        &db,
+        "alpha",
+        "processing",
+        lease,
+        ", 'redis-relay:r1', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 0",
+    )
+    .await;
+    // A 429'd job waits out its key's hold: rate-limited, not retrying.
+    let held = insert(
+        &db,
+        "alpha",
+        "pending",
+        ", available_at, attempts, rate_key",
+        ", UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 1, 'api'",
+    )
+    .await;
+    db.exec(&format!(
+        "INSERT INTO mysqlq_rate_hold (queue_name, rate_key, job_id, held_until) \
+         VALUES ('alpha', 'api', {held}, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)"
+    ))
+    .await;
+    insert_failed(&db, "alpha").await;
+
+    let human = ok(&db.url(), &["stats"]);
+    let header: Vec<&str> = human.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "QUEUE",
+            "WAITING",
+            "READY",
+            "RATE-LIMITED",
+            "SCHEDULED",
+            "RETRYING",
+            "RUNNING",
+            "FAILED",
+            "OLDEST",
+            "READY",
+            "PAUSED"
+        ],
+        "{human}"
+    );
+    let alpha: Vec<&str> = human
+        .lines()
+        .find(|l| l.starts_with("alpha"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        alpha[..8],
+        ["alpha", "1", "3", "1", "1", "2", "1", "1"],
+        "{human}"
+    );
+    assert!(alpha[8].ends_with('s') && alpha[9] == "no", "{human}");
+
+    let out = ok(&db.url(), &["stats", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let q = &s["queues"][0];
+    let st = &q["states"];
+    let n = |k: &str| st[k].as_u64();
+    assert_eq!(
+        [
+            n("waiting"),
+            n("ready"),
+            n("in_stream"),
+            n("rate_limited"),
+            n("scheduled"),
+            n("retrying"),
+            n("running")
+        ],
+        [
+            Some(1),
+            Some(3),
+            Some(1),
+            Some(1),
+            Some(1),
+            Some(2),
+            Some(1)
+        ],
+        "{out}"
+    );
+    assert_eq!(
+        st["failed"],
+        serde_json::json!({"n": 1, "capped": false}),
+        "{out}"
+    );
+    assert!(st["completed"].is_null(), "not counted by stats: {out}");
+    // The article's counts, as before: every due job, every job due later, every claimed one.
+    assert_eq!(
+        (
+            q["ready"].as_u64(),
+            q["scheduled"].as_u64(),
+            q["processing"].as_u64()
+        ),
+        (Some(2), Some(4), Some(2)),
+        "{out}"
+    );
+}
+
 #[tokio::test]
 async fn stats_queries_never_scan_job_queue() {
     let db = TestDb::new().await;

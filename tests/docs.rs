@@ -324,8 +324,8 @@ async fn the_stats_sample_is_what_stats_prints() {
              SELECT 'order-email', 'send_order_email', JSON_OBJECT('order_id', i), 6, {select} FROM n"
         )
     };
-    // 120 ready for 4m 2s, 3 scheduled, 32 running, 7 failed (the oldest 12 days ago), one
-    // completed 7 days 2 hours ago; `reports` paused with no jobs.
+    // 120 ready for 4m 2s, 3 scheduled, 2 retrying, 32 running, 7 failed (the oldest 12 days
+    // ago), one completed 7 days 2 hours ago; `reports` paused with no jobs.
     setup.push(rows(
         120,
         "'pending', 0, UTC_TIMESTAMP(6) - INTERVAL 242 SECOND, NULL, NULL, NULL, NULL, NULL",
@@ -333,6 +333,11 @@ async fn the_stats_sample_is_what_stats_prints() {
     setup.push(rows(
         3,
         "'pending', 0, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, NULL, NULL, NULL, NULL, NULL",
+    ));
+    setup.push(rows(
+        2,
+        "'pending', 1, UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE, NULL, NULL, NULL, \
+         'mail server said no: 503', NULL",
     ));
     setup.push(rows(
         32,

@@ -1,4 +1,5 @@
-//! `stats`: every metric of the job-queue article, from indexed queries and the workers' minute tables.
+//! `stats`: each queue's jobs by operator state and every metric of the job-queue article, from
+//! indexed queries and the workers' minute tables.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -107,25 +108,28 @@ fn render(s: &Snapshot) -> String {
     let mut o = String::new();
     let mut q = Table::new(&[
         "QUEUE",
+        ">WAITING",
         ">READY",
-        ">OLDEST READY",
-        ">SCHEDULED",
-        ">PROCESSING",
-        ">EXPIRED",
-        ">FAILED",
         ">RATE-LIMITED",
+        ">SCHEDULED",
+        ">RETRYING",
+        ">RUNNING",
+        ">FAILED",
+        ">OLDEST READY",
         "PAUSED",
     ]);
     for r in &s.queues {
+        let st = &r.states;
         q.row(vec![
             r.queue.clone(),
-            r.ready.to_string(),
+            st.waiting.to_string(),
+            st.ready.to_string(),
+            st.rate_limited.to_string(),
+            st.scheduled.to_string(),
+            st.retrying.to_string(),
+            st.running.to_string(),
+            st.failed.to_string(),
             out::age(r.oldest_ready_age_seconds),
-            r.scheduled.to_string(),
-            r.processing.to_string(),
-            r.expired_leases.to_string(),
-            r.failed.to_string(),
-            r.rate_limited.to_string(),
             if r.paused { "yes".into() } else { "no".into() },
         ]);
     }

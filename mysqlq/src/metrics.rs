@@ -16,6 +16,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::latency::{LatencyBook, LatencyDeltas, Series};
+use crate::state::StateCounts;
+
+mod jobs;
 
 /// The one kind label of every job kind the worker's binary does not register.
 pub(crate) const UNREGISTERED_KIND: &str = "(unregistered)";
@@ -124,6 +127,9 @@ pub struct QueueGauges {
     /// How long the oldest ready job has been ready (since its `available_at`); `None` when
     /// none is ready.
     pub oldest_ready_age: Option<Duration>,
+    /// Its jobs by operator state (`mysqlq_jobs{queue,state}`; `failed` exact, `completed` and
+    /// `cancelled` not counted).
+    pub states: StateCounts,
 }
 
 /// Bucket bounds, in seconds, of the run-time and pickup-latency histograms: 5 ms to 30 min.
@@ -325,7 +331,8 @@ impl Metrics {
     /// `mysqlq_leader{worker}`; per kind `mysqlq_job_{runs,errors,seconds}_total{worker,kind}`
     /// and the histograms `mysqlq_job_run_seconds` and `mysqlq_job_pickup_seconds`
     /// (`{worker,kind}`); on the leader only, the queue gauges
-    /// `mysqlq_queue_{ready,scheduled,running,failed,oldest_ready_age_seconds}{queue}`.
+    /// `mysqlq_queue_{ready,scheduled,running,failed,oldest_ready_age_seconds}{queue}` and
+    /// `mysqlq_jobs{queue,state}`.
     pub fn render_prometheus(&self) -> String {
         let mut registry = Registry::default();
         let worker: Labels = vec![("worker".to_owned(), escape_label(&self.worker_id))];
@@ -469,6 +476,7 @@ fn register_queue_gauges(registry: &mut Registry, queues: &[QueueGauges]) {
         help("How long the oldest ready job has waited (0 when none is ready)."),
         age,
     );
+    jobs::register(registry, queues);
 }
 
 fn queue_labels(g: &QueueGauges) -> Labels {
@@ -536,6 +544,7 @@ mod tests {
             rate_limited: 2,
             failed: 4,
             oldest_ready_age: Some(Duration::from_millis(2500)),
+            ..QueueGauges::default()
         };
         m.set_leader(true);
         assert!(m.queue_gauges_due(Duration::from_secs(15)), "never read");

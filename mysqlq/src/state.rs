@@ -1,6 +1,6 @@
 //! What the database stores about a job's life, as types: its [`JobState`], the [`OpState`]
-//! an operator reads it as, how an attempt ended ([`AttemptOutcome`]), and [`Timestamp`]s
-//! (every time column is UTC).
+//! an operator reads it as and how many jobs are in each ([`StateCounts`], [`Capped`]), how an
+//! attempt ended ([`AttemptOutcome`]), and [`Timestamp`]s (every time column is UTC).
 
 use std::fmt;
 use std::str::FromStr;
@@ -304,6 +304,120 @@ impl FromStr for OpState {
     }
 }
 
+/// A count that stops at a cap: finished jobs can be millions, and counting every one reads
+/// as many index entries. `capped` means "more than `n`" (shown as `100k+`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Capped {
+    /// The count, or the cap when `capped`.
+    pub n: u64,
+    /// There are more than `n`: counting stopped at the cap.
+    pub capped: bool,
+}
+
+impl Capped {
+    /// Where the counts of finished states stop: 100,000 jobs.
+    pub const CAP: u64 = 100_000;
+
+    /// An exact count.
+    pub const fn exact(n: u64) -> Self {
+        Self { n, capped: false }
+    }
+
+    /// What a count that read at most `cap + 1` entries found: more than `cap` reads as
+    /// `cap`, capped.
+    pub const fn of(counted: u64, cap: u64) -> Self {
+        if counted > cap {
+            Self {
+                n: cap,
+                capped: true,
+            }
+        } else {
+            Self::exact(counted)
+        }
+    }
+}
+
+impl fmt::Display for Capped {
+    /// `1234`, or `100k+` past the cap.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.capped, self.n) {
+            (false, n) => write!(f, "{n}"),
+            (true, n) if n >= 1000 && n % 1000 == 0 => write!(f, "{}k+", n / 1000),
+            (true, n) => write!(f, "{n}+"),
+        }
+    }
+}
+
+/// How many jobs of one queue are in each [`OpState`], counted in SQL by predicates that mirror
+/// [`OpState::classify`] (`Admin::state_counts`, `QueueStats::states`, `stats`, the gauge
+/// `mysqlq_jobs{queue,state}`). The unfinished states are exact; the finished ones are
+/// [`Capped`], and `completed` and `cancelled` are `None` where they were not counted (`stats`
+/// and the gauges count only `failed`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounts {
+    /// Workflow steps waiting on their dependencies.
+    pub waiting: u64,
+    /// Due and not held back by a limit, including `in_stream`.
+    pub ready: u64,
+    /// Of `ready`, the jobs relayed into a Redis stream and not yet taken by a consumer.
+    pub in_stream: u64,
+    /// Held back by a rate or global limit or a 429 hold (due or not).
+    pub rate_limited: u64,
+    /// Due later, no failed attempt counted.
+    pub scheduled: u64,
+    /// Due later, after a failed attempt.
+    pub retrying: u64,
+    /// Held by a worker that runs them.
+    pub running: u64,
+    /// Completed and not yet pruned (`None`: not counted).
+    pub completed: Option<Capped>,
+    /// Failed and not yet pruned or retried.
+    pub failed: Capped,
+    /// Cancelled and not yet pruned (`None`: not counted).
+    pub cancelled: Option<Capped>,
+}
+
+impl StateCounts {
+    /// The count of `state` (`None`: a finished state that was not counted).
+    pub fn get(&self, state: OpState) -> Option<Capped> {
+        let exact = |n| Some(Capped::exact(n));
+        match state {
+            OpState::Waiting => exact(self.waiting),
+            OpState::Ready => exact(self.ready),
+            OpState::RateLimited => exact(self.rate_limited),
+            OpState::Scheduled => exact(self.scheduled),
+            OpState::Retrying => exact(self.retrying),
+            OpState::Running => exact(self.running),
+            OpState::Completed => self.completed,
+            OpState::Failed => Some(self.failed),
+            OpState::Cancelled => self.cancelled,
+        }
+    }
+
+    /// Jobs in the unfinished states (waiting, ready, rate-limited, scheduled, retrying,
+    /// running).
+    pub fn unfinished(&self) -> u64 {
+        self.waiting
+            + self.ready
+            + self.rate_limited
+            + self.scheduled
+            + self.retrying
+            + self.running
+    }
+}
+
+/// One queue's [`StateCounts`] (`Admin::state_counts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueStates {
+    /// `queue_name`.
+    pub queue: String,
+    /// Its jobs by state.
+    pub states: StateCounts,
+    /// How long, in microseconds, the oldest due `pending` job (rate-limited ones included)
+    /// has been due; `None` when none is.
+    pub oldest_ready_age_us: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +488,27 @@ mod tests {
                 assert_eq!(want.status(), facts.status, "{want} is a {}", facts.status);
             }
         }
+    }
+
+    #[test]
+    fn capped_counts_say_when_they_stopped() {
+        assert_eq!(Capped::of(7, Capped::CAP), Capped::exact(7));
+        assert_eq!(Capped::of(Capped::CAP, Capped::CAP).to_string(), "100000");
+        let over = Capped::of(Capped::CAP + 1, Capped::CAP);
+        assert_eq!((over.n, over.capped), (Capped::CAP, true));
+        assert_eq!(over.to_string(), "100k+");
+        assert_eq!(Capped::of(12, 10).to_string(), "10+");
+        let counts = StateCounts {
+            ready: 2,
+            in_stream: 1,
+            retrying: 3,
+            failed: over,
+            ..StateCounts::default()
+        };
+        assert_eq!(counts.get(OpState::Retrying), Some(Capped::exact(3)));
+        assert_eq!(counts.get(OpState::Failed), Some(over));
+        assert_eq!(counts.get(OpState::Completed), None, "not counted");
+        assert_eq!(counts.unfinished(), 5, "in_stream is part of ready");
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod doctor;
 mod doctor_galera;
 mod latency;
 mod search;
+mod states;
 mod stats;
 mod workflow;
 
@@ -59,13 +60,15 @@ pub enum Selection<'a> {
     },
 }
 
-pub use crate::state::{AttemptOutcome, JobState, OpState, RowFacts, Timestamp};
+pub use crate::state::{
+    AttemptOutcome, Capped, JobState, OpState, QueueStates, RowFacts, StateCounts, Timestamp,
+};
 pub use crate::store::admin::{
     ActivityStats, DedupeConflict, FailedJob, Job, KindStats, LeaseStats, QueueStats, TableStats,
     WorkerStats,
 };
 pub use crate::store::dashboard::MinutePoint;
-pub use crate::store::{Attempt, QueueLimits};
+pub use crate::store::{Attempt, MAX_PAGE_ROWS, PageRow, QueueLimits};
 
 /// What [`Admin::retry_failed`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -220,6 +220,29 @@ impl QueueGate {
     }
 }
 
+/// Three columns of the queue bound three times, whose ready jobs all wait for a limit when
+/// [`queue_closed`] says so: a 429 hold of the whole queue in force, its bucket closed under a
+/// queue-wide rate, its global limit.
+pub(super) const QUEUE_CLOSED_COLUMNS: &str = "\
+    EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = ? AND h.rate_key = '' \
+      AND h.held_until > UTC_TIMESTAMP(6)), \
+    EXISTS (SELECT 1 FROM mysqlq_queue q JOIN mysqlq_rate_bucket b \
+      ON b.queue_name = q.queue_name AND b.rate_key = '' \
+      WHERE q.queue_name = ? AND q.rate_limit IS NOT NULL AND b.open_at > UTC_TIMESTAMP(6)), \
+    (SELECT q.global_limit FROM mysqlq_queue q WHERE q.queue_name = ?)";
+
+/// Key bucket `b` admits nothing now: closed (full, or found nothing ready at its last
+/// decision) or held by a 429 of its key.
+pub(super) const KEY_CLOSED: &str = "(b.open_at > UTC_TIMESTAMP(6) \
+    OR EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = b.queue_name \
+      AND h.rate_key = b.rate_key AND h.held_until > UTC_TIMESTAMP(6)))";
+
+/// Whether a queue's ready jobs all wait for a limit, from [`QUEUE_CLOSED_COLUMNS`] and the
+/// queue's `processing` jobs: held, at its rate, or at its global limit.
+pub(super) fn queue_closed(held: i64, full: i64, global: Option<u32>, running: u64) -> bool {
+    held != 0 || full != 0 || global.is_some_and(|g| running >= u64::from(g))
+}
+
 /// `queue_rate_limited`: how many of `queue`'s `ready` jobs wait for a limit rather than for a
 /// worker: all of them while the queue is held by a 429, at its global limit (`running` of
 /// them), or at its rate (its bucket closed); otherwise the ready jobs of its keys that are
@@ -231,31 +254,28 @@ pub(super) async fn queue_rate_limited(
     ready: u64,
     running: u64,
 ) -> Result<u64, Error> {
-    let (held, full, global, keyed): (i64, i64, Option<u32>, i64) = sqlx::query_as(
-        "/* mysqlq:queue_rate_limited */ SELECT \
-           EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = ? AND h.rate_key = '' \
-             AND h.held_until > UTC_TIMESTAMP(6)), \
-           EXISTS (SELECT 1 FROM mysqlq_queue q JOIN mysqlq_rate_bucket b \
-             ON b.queue_name = q.queue_name AND b.rate_key = '' \
-             WHERE q.queue_name = ? AND q.rate_limit IS NOT NULL AND b.open_at > UTC_TIMESTAMP(6)), \
-           (SELECT q.global_limit FROM mysqlq_queue q WHERE q.queue_name = ?), \
-           (SELECT COUNT(*) FROM mysqlq_rate_bucket b JOIN job_queue j \
-              ON j.queue_name = b.queue_name AND j.status = 'pending' AND j.rate_key = b.rate_key \
-              AND j.available_at <= UTC_TIMESTAMP(6) \
-            WHERE b.queue_name = ? AND b.rate_key <> '' AND (b.open_at > UTC_TIMESTAMP(6) \
-              OR EXISTS (SELECT 1 FROM mysqlq_rate_hold h WHERE h.queue_name = b.queue_name \
-                AND h.rate_key = b.rate_key AND h.held_until > UTC_TIMESTAMP(6))))",
-    )
-    .bind(queue)
-    .bind(queue)
-    .bind(queue)
-    .bind(queue)
-    .fetch_one(&mut *conn)
-    .await?;
-    let at_global = global.is_some_and(|g| running >= u64::from(g));
-    Ok(if held != 0 || full != 0 || at_global {
+    let (held, full, global, keyed): (i64, i64, Option<u32>, i64) =
+        sqlx::query_as(sqlx::AssertSqlSafe(queue_rate_limited_sql()))
+            .bind(queue)
+            .bind(queue)
+            .bind(queue)
+            .bind(queue)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(if queue_closed(held, full, global, running) {
         ready
     } else {
         u64::try_from(keyed).unwrap_or(0).min(ready)
     })
+}
+
+/// The statement of [`queue_rate_limited`]; binds the queue four times.
+pub(super) fn queue_rate_limited_sql() -> String {
+    format!(
+        "/* mysqlq:queue_rate_limited */ SELECT {QUEUE_CLOSED_COLUMNS}, \
+           (SELECT COUNT(*) FROM mysqlq_rate_bucket b JOIN job_queue j \
+              ON j.queue_name = b.queue_name AND j.status = 'pending' \
+              AND j.rate_key = b.rate_key AND j.available_at <= UTC_TIMESTAMP(6) \
+            WHERE b.queue_name = ? AND b.rate_key <> '' AND {KEY_CLOSED})"
+    )
 }

@@ -55,6 +55,7 @@ mod relay;
 pub mod search;
 pub mod server;
 mod sql;
+mod states;
 mod testing;
 mod workers;
 pub mod workflow;
@@ -111,6 +112,9 @@ pub use relay::{
     job_relay_counts, job_relay_inspect, job_take,
 };
 pub use sql::{datetime_utc, micros};
+#[cfg(feature = "__internal-store")]
+pub use states::states_explain;
+pub use states::{MAX_PAGE_ROWS, PageRow, finished_count, rows_limited, state_counts};
 pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id};
 pub use workers::{
     StatsFlush, WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup,

@@ -5,7 +5,7 @@
 //!
 //! | statement | index |
 //! |---|---|
-//! | [`stats_queues`] | `idx_job_claim`: a loose scan for the queue names, then `(queue_name, status)` refs for `pending`, `processing`, `failed` |
+//! | [`stats_queues`] | `idx_job_claim`: a loose scan for the queue names, then `(queue_name, status)` refs for `pending`, `processing`, `failed`; and the state counts (`store/states.rs`: one range of `idx_job_recover`) |
 //! | [`stats_leases`] | `idx_job_recover` (`status = 'processing'`) |
 //! | [`stats_table`] | `idx_job_finished` (`MIN(finished_at)` per status: no rows read) |
 //! | [`job_failed_list`], [`job_failed_page`], [`job_failed_count`] | `idx_job_finished` (`status = 'failed'`, keyset on `(finished_at, id)`) |
@@ -44,12 +44,15 @@ pub(crate) use job::JOB_GET_SQL;
 pub(crate) use job::job_from_row;
 pub use job::{Job, job_get};
 pub use settings::{server_settings, table_indexes};
+#[cfg(feature = "__internal-store")]
+pub use stats::stats_explain;
 pub use stats::{
     ActivityStats, KindStats, LeaseStats, QueueStats, TableStats, WorkerStats, stats_activity,
     stats_kinds, stats_leases, stats_queues, stats_table, stats_workers,
 };
+
 #[cfg(feature = "__internal-store")]
-pub use stats::{PlanRow, stats_explain};
+pub use super::explain::PlanRow;
 
 pub use super::queues::queue_has_jobs;
 

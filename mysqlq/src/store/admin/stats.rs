@@ -1,6 +1,7 @@
 //! Statistics for operators: per-queue counts, leases, activity, workers, kinds, table size, and
 //! the plans of these statements.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -9,10 +10,13 @@ use sqlx::AssertSqlSafe;
 use sqlx::{MySqlConnection, Row};
 
 #[cfg(feature = "__internal-store")]
+use super::super::explain::PlanRow;
+use super::super::states;
+#[cfg(feature = "__internal-store")]
 use super::failed::{FAILED_LIST_SQL, FAILED_PAGE_NULL_SQL, FAILED_PAGE_SQL, FIRST_FINISHED};
 use super::non_negative;
 use crate::Error;
-use crate::state::Timestamp;
+use crate::state::{Capped, StateCounts, Timestamp};
 
 /// Per-queue statistics: the queue names come from a loose index scan of `idx_job_claim` plus the
 /// paused-queue table, and each `(queue_name, status)` pair is a ref on `idx_job_claim`, so
@@ -99,33 +103,44 @@ const STATS_OLDEST_FINISHED_SQL: &str = "/* mysqlq:stats_cleanup_lag */ \
       MIN(finished_at) AS oldest \
     FROM job_queue WHERE status = ?";
 
-/// One queue's row of `stats`.
+/// One queue's row of `stats`. [`states`](Self::states) counts its jobs by operator state
+/// ([`OpState`](crate::state::OpState)); the other counts are kept for compatibility with what
+/// they always meant (`ready` counts every due pending job, the rate-limited ones included;
+/// `scheduled` every pending job due later, retries included; `processing` every claimed job,
+/// relayed ones included).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QueueStats {
     /// `queue_name`.
     pub queue: String,
-    /// Pending jobs that are runnable now (`available_at <= now`).
+    /// Kept for compatibility: pending jobs that are due now (`available_at <= now`), the
+    /// rate-limited ones included (`states.ready` leaves them out).
     pub ready: u64,
-    /// Age of the oldest ready job in whole seconds, as the article's query computes it.
+    /// Age of the oldest due pending job in whole seconds, as the job-queue article's query
+    /// computes it.
     pub oldest_ready_age_seconds: Option<i64>,
-    /// Age of the oldest ready job in microseconds.
+    /// Age of the oldest due pending job in microseconds.
     pub oldest_ready_age_us: Option<i64>,
-    /// Pending jobs scheduled for later (delayed, or waiting for a retry).
+    /// Kept for compatibility: pending jobs due later (`states.scheduled` + `states.retrying` +
+    /// the 429'd ones).
     pub scheduled: u64,
-    /// Jobs being processed.
+    /// Kept for compatibility: jobs `processing` (`states.running` + `states.in_stream`).
     pub processing: u64,
     /// Processing jobs whose lease has expired (the reaper will recover them).
     pub expired_leases: u64,
-    /// Jobs in `failed`.
+    /// Jobs in `failed` (the same as `states.failed`, exact here).
     pub failed: u64,
-    /// Of the ready jobs, those waiting for a rate limit, a global limit or a 429 hold.
+    /// Kept for compatibility: of the `ready` jobs, those waiting for a rate limit, a global
+    /// limit or a 429 hold (`states.rate_limited` also counts the 429'd jobs due later).
     pub rate_limited: u64,
     /// The queue's pause flag (`mysqlq_queue`).
     pub paused: bool,
+    /// Its jobs by operator state (`completed` and `cancelled` not counted here).
+    pub states: StateCounts,
 }
 
 /// `stats_queues`: ready count, oldest ready age, scheduled, processing, expired leases, failed
-/// and the pause flag of every queue that has unfinished or failed jobs, or a pause row.
+/// and the pause flag of every queue that has a row, or a row in `mysqlq_queue`; and its jobs
+/// by state (`store/states.rs`: the unfinished states; `failed` is this statement's count).
 pub async fn stats_queues(conn: &mut MySqlConnection) -> Result<Vec<QueueStats>, Error> {
     let rows = sqlx::query(STATS_QUEUES_SQL).fetch_all(&mut *conn).await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -141,12 +156,27 @@ pub async fn stats_queues(conn: &mut MySqlConnection) -> Result<Vec<QueueStats>,
             failed: non_negative(r.try_get("failed")?),
             paused: r.try_get::<i64, _>("paused")? != 0,
             rate_limited: 0,
+            states: StateCounts::default(),
         };
         out.push(q);
     }
+    let counted = states::queue_counts(
+        conn,
+        states::Counting {
+            finished: &[],
+            cap: None,
+            max_queues: u32::MAX,
+        },
+    )
+    .await?;
+    let by_name: HashMap<&str, &states::Counted> =
+        counted.iter().map(|c| (c.queue.as_str(), c)).collect();
     for q in &mut out {
-        q.rate_limited =
-            super::super::limits::queue_rate_limited(conn, &q.queue, q.ready, q.processing).await?;
+        if let Some(c) = by_name.get(q.queue.as_str()) {
+            q.rate_limited = c.limited.min(q.ready);
+            q.states = c.states();
+        }
+        q.states.failed = Capped::exact(q.failed);
     }
     Ok(out)
 }
@@ -389,56 +419,9 @@ pub async fn stats_table(conn: &mut MySqlConnection) -> Result<TableStats, Error
     })
 }
 
-/// One row of an `EXPLAIN`, with the access type (the test suite's plan checks).
-#[cfg(feature = "__internal-store")]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PlanRow {
-    /// `table` (an alias, `<derivedN>`, or none).
-    pub table: Option<String>,
-    /// `type`: `ALL` is a full scan.
-    pub access: Option<String>,
-    /// `key`: the index used.
-    pub key: Option<String>,
-    /// `rows`: the rows the server expects to examine.
-    pub rows: Option<u64>,
-    /// `Extra`.
-    pub extra: Option<String>,
-}
-
-#[cfg(feature = "__internal-store")]
-impl PlanRow {
-    /// Reads one row of an `EXPLAIN`'s result.
-    pub(crate) fn read(r: &sqlx::mysql::MySqlRow) -> Self {
-        // An integer on MySQL; MariaDB sends the column as text.
-        let rows = r
-            .try_get::<Option<u64>, _>("rows")
-            .ok()
-            .flatten()
-            .or_else(|| {
-                r.try_get::<Option<i64>, _>("rows")
-                    .ok()
-                    .flatten()
-                    .and_then(|v| u64::try_from(v).ok())
-            })
-            .or_else(|| {
-                r.try_get::<Option<String>, _>("rows")
-                    .ok()
-                    .flatten()
-                    .and_then(|v| v.parse().ok())
-            });
-        Self {
-            table: r.try_get::<Option<String>, _>("table").unwrap_or_default(),
-            access: r.try_get::<Option<String>, _>("type").unwrap_or_default(),
-            key: r.try_get::<Option<String>, _>("key").unwrap_or_default(),
-            rows,
-            extra: r.try_get::<Option<String>, _>("Extra").unwrap_or_default(),
-        }
-    }
-}
-
-/// `EXPLAIN`s every statement `stats`, the failed-job commands and the bulk cancel's walk run
-/// against `job_queue`, with the text and binds they run with. Returns `(statement tag, plan)`
-/// pairs.
+/// `EXPLAIN`s every statement `stats`, the state counts, the failed-job commands and the bulk
+/// cancel's walk run against `job_queue`, with the text and binds they run with. Returns
+/// `(statement tag, plan)` pairs.
 #[cfg(feature = "__internal-store")]
 pub async fn stats_explain(
     conn: &mut MySqlConnection,
@@ -496,6 +479,13 @@ pub async fn stats_explain(
         let rows = q.fetch_all(&mut *conn).await?;
         out.push((tag, rows.iter().map(PlanRow::read).collect()));
     }
+    // The state counts `stats_queues` and `Admin::state_counts` add, with the first queue.
+    let queue: Option<String> =
+        sqlx::query_scalar("SELECT CAST(MIN(queue_name) AS CHAR) FROM job_queue")
+            .fetch_one(&mut *conn)
+            .await?;
+    let queue = queue.unwrap_or_else(|| "default".to_owned());
+    out.extend(states::states_explain(conn, &queue).await?);
     Ok(out)
 }
 
