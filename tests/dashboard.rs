@@ -500,7 +500,7 @@ async fn read_only_hides_and_refuses_actions() {
     assert!(r.body.contains("read-only"));
     let r = d.get("/queues").await;
     assert!(r.body.contains("data-queue=\"test\""));
-    assert!(!r.body.contains("Pause"));
+    assert!(!r.body.contains("/queues/pause"), "no pause form");
     assert!(
         !d.get(&format!("/jobs/{a}"))
             .await
@@ -1543,5 +1543,127 @@ async fn in_chromium_cancel_all_matching_shows_the_count_and_the_trail_shows_who
         .await,
         1
     );
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn live_polls_answer_304_until_the_page_changes_and_refresh_adds_a_header() {
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload) VALUES ('q', 'k', '{}')")
+        .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let (_, cookie, _) = d.csrf("/jobs?q=state:ready").await;
+    let live = |etag: Option<String>| {
+        let (d, cookie) = (&d, cookie.clone());
+        async move {
+            let mut h = vec![("Cookie", cookie.as_str()), ("X-Mysqlq-Live", "1")];
+            if let Some(e) = &etag {
+                h.push(("If-None-Match", e.as_str()));
+            }
+            d.send("GET", "/jobs?q=state:ready", &h, None).await
+        }
+    };
+    let first = live(None).await;
+    assert_eq!(first.status, 200);
+    let etag = first.header("etag").expect("an ETag").to_owned();
+    let again = live(Some(etag.clone())).await;
+    assert_eq!(again.status, 304, "unchanged: {}", again.body);
+    let id = db
+        .scalar("SELECT CAST(MAX(id) AS SIGNED) FROM job_queue")
+        .await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload) VALUES ('q', 'k', '{\"new\": 1}')")
+        .await;
+    // The rendering is shared for at least 250 ms; then the change shows.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = live(Some(etag.clone())).await;
+        if r.status == 200 {
+            assert!(
+                r.body.contains(&format!("/jobs/{}\"", id + 1)),
+                "{}",
+                r.body
+            );
+            assert_ne!(r.header("etag"), Some(etag.as_str()));
+            break;
+        }
+        assert_eq!(r.status, 304);
+        assert!(Instant::now() < deadline, "the change never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Another session never gets this session's rendering (it holds the CSRF token).
+    let (other, other_cookie, other_csrf) = d.csrf("/jobs?q=state:ready").await;
+    assert_eq!(other.status, 200);
+    let r = d
+        .send(
+            "GET",
+            "/jobs?q=state:ready",
+            &[("Cookie", other_cookie.as_str()), ("X-Mysqlq-Live", "1")],
+            None,
+        )
+        .await;
+    assert_eq!(form_token(&r.body).as_deref(), Some(other_csrf.as_str()));
+    // Without JavaScript: ?refresh=N.
+    let r = d.get("/jobs?q=state:ready&refresh=5").await;
+    assert_eq!(r.header("refresh"), Some("5"));
+    assert_eq!(d.get("/jobs?refresh=1").await.header("refresh"), None);
+    assert!(d.get("/").await.body.contains("?refresh=5"));
+}
+
+#[tokio::test]
+async fn in_chromium_a_new_job_appears_without_reload() {
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, available_at) VALUES ('q', 'k', '{}', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)")
+        .await;
+    let scheduled = db
+        .scalar("SELECT CAST(MAX(id) AS SIGNED) FROM job_queue")
+        .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let browser = Browser::start().await;
+    let base = format!("http://{}", d.addr);
+    browser
+        .goto(&format!("{base}/jobs?q=state:ready,scheduled"))
+        .await;
+    browser
+        .script("window.__notReloaded = true; return null;")
+        .await;
+    browser.wait_contains("#live-status", "live").await;
+    let t = Instant::now();
+    db.exec(
+        "INSERT INTO job_queue (queue_name, kind, payload) VALUES ('q', 'k', '{\"fresh\": 1}')",
+    )
+    .await;
+    let id = db
+        .scalar("SELECT CAST(MAX(id) AS SIGNED) FROM job_queue")
+        .await;
+    browser
+        .wait_contains(&format!("#jobs tr[data-id=\"{id}\"]"), "ready")
+        .await;
+    let shown_after = t.elapsed();
+    assert_eq!(
+        browser
+            .script("return window.__notReloaded === true;")
+            .await,
+        Value::Bool(true),
+        "the page was not reloaded"
+    );
+    println!("a new job showed in the open /jobs page after {shown_after:.2?}");
+    assert!(shown_after < Duration::from_secs(5), "{shown_after:?}");
+    // A state change shows on the job's own page.
+    browser.goto(&format!("{base}/jobs/{scheduled}")).await;
+    assert_eq!(browser.text("#job-state").await, "scheduled");
+    browser.wait_contains("#live-status", "live").await;
+    let t = Instant::now();
+    db.exec(&format!(
+        "UPDATE job_queue SET available_at = UTC_TIMESTAMP(6) WHERE id = {scheduled}"
+    ))
+    .await;
+    browser.wait_contains("#job-state", "ready").await;
+    println!(
+        "a state change showed on the job page after {:.2?}",
+        t.elapsed()
+    );
+    // Paused, nothing changes.
+    browser.click("#live-pause").await;
+    assert_eq!(browser.text("#live-status").await, "live paused");
     browser.quit().await;
 }

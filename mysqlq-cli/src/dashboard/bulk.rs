@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use hmac::{Hmac, KeyInit, Mac};
 use maud::html;
@@ -371,6 +371,8 @@ pub(super) async fn show(State(state): State<Shared>, Path(id): Path<u64>) -> Re
     let running = state.running.flag(id).is_some();
     let body = html! {
         h1 { "Action " (a.id) ": " (a.action) }
+        @if running { noscript { meta http-equiv="refresh" content="2"; } }
+        div #action-live data-live {
         dl #action {
             dt { "by" } dd #action-actor { (a.actor) }
             dt { "began" } dd { (micros(&a.at)) " UTC" }
@@ -388,14 +390,10 @@ pub(super) async fn show(State(state): State<Shared>, Path(id): Path<u64>) -> Re
                 button type="submit" #stop { "Stop" }
             }
         }
+        }
         p { a href=(state.url("/actions")) { "All actions" } }
     };
-    let mut resp = render(&page(&state, "Action", "actions", &body));
-    if running {
-        resp.headers_mut()
-            .insert(header::REFRESH, header::HeaderValue::from_static("1"));
-    }
-    Ok(resp)
+    Ok(render(&page(&state, "Action", "actions", &body)))
 }
 
 /// `POST /actions/{id}/stop`: stops a running action between two chunks.

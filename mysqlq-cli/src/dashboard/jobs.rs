@@ -159,7 +159,7 @@ fn window_notice(page_: &SearchPage) -> Markup {
 fn jobs_table(state: &DashState, page_: &SearchPage, actions: bool) -> Markup {
     let walk = page_.walk;
     html! {
-        table #jobs {
+        table #jobs data-live {
             caption.muted { "Jobs, " (match walk { Walk::Due => "due first", Walk::Finished => "newest finished first", _ => "newest first" }) }
             thead { tr {
                 @if actions { th scope="col" { "select" } }
@@ -234,7 +234,7 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
         h1 { "Jobs" }
         (notice(q.msg.as_deref()))
         (search_form(&state, &text, Some(&filter)))
-        (window_notice(&page_))
+        div #jobs-window data-live { (window_notice(&page_)) }
         form method="post" action=(state.url("/jobs/cancel")) #jobs-form {
             @if actions { (csrf(&state)) }
             (jobs_table(&state, &page_, actions))
@@ -257,8 +257,10 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
                 }
             }
         }
-        @if let Some(n) = &next {
-            p { a #next href=(n) { (match page_.walk { Walk::Due => "Due later →", _ => "Older →" }) } }
+        div #jobs-next data-live {
+            @if let Some(n) = &next {
+                p { a #next href=(n) { (match page_.walk { Walk::Due => "Due later →", _ => "Older →" }) } }
+            }
         }
     };
     Ok(render(&page(&state, "Jobs", "jobs", &body)))

@@ -31,6 +31,7 @@ mod actions;
 mod bulk;
 mod guard;
 mod jobs;
+mod live;
 mod pages;
 #[cfg(feature = "redis")]
 mod streams;
@@ -190,6 +191,8 @@ struct State {
     actor_from: Option<ActorHook>,
     /// Bulk actions running in this process: their audit id and stop flag.
     running: bulk::Running,
+    /// Renderings shared by the live polls of a session's tabs.
+    live: live::LiveCache,
     /// Confirmation tokens already used (each confirms one action once).
     used_confirms: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Host names served besides IP addresses and `localhost`; `None`: any.
@@ -227,6 +230,7 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         actor_from: options.actor_from,
         running: bulk::Running::default(),
         used_confirms: std::sync::Mutex::default(),
+        live: live::LiveCache::default(),
         allowed_hosts: (!options.any_host).then_some(options.allowed_hosts),
         csrf_key: random_key(),
         base: options.base_path,
@@ -259,7 +263,12 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/api/overview", get(pages::api_overview))
         .route("/static/dashboard.js", get(pages::script))
         .route("/static/dashboard.css", get(pages::stylesheet))
+        .route("/static/live.js", get(pages::live_script))
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            live::live,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             guard::guard,

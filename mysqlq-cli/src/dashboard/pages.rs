@@ -6,7 +6,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use mysqlq::JobId;
-use mysqlq::admin::{Admin, AuditQuery, JobState, Selection, Timestamp};
+use mysqlq::admin::{
+    Admin, AuditQuery, JobState, OpState, PageRow, RowFacts, Selection, Timestamp,
+};
 use serde::Deserialize;
 
 use super::actions::{attempts_table, audit_table, cancel_facts, confirm_first, job_actions};
@@ -176,9 +178,32 @@ pub(super) async fn job(
     timeline.push(("last change (updated_at)", j.updated_at));
     timeline.sort_by_key(|a| a.1);
     let title = format!("Job {id}");
+    let row = PageRow {
+        id: j.id,
+        queue: &j.queue,
+        rate_key: j.rate_key.as_deref(),
+        status: j.state,
+        available_at: j.available_at,
+    };
+    let limited = admin(&state)
+        .limited_rows(&[row], j.read_at)
+        .await?
+        .contains(&j.id);
+    let facts = RowFacts {
+        status: j.state,
+        available_at: j.available_at,
+        attempts: j.attempts,
+        relayed: j
+            .locked_by
+            .as_deref()
+            .is_some_and(|l| l.starts_with("redis-relay:")),
+        limited,
+    };
+    let op = OpState::classify(&facts, j.read_at);
     let body = html! {
-        h1 { "Job " (id) " " span class=(format!("state {}", j.state)) { (j.state.as_str()) } }
         (notice(q.msg.as_deref()))
+        div #job-live data-live {
+        h1 { "Job " (id) " " span #job-state class=(format!("state {op}")) { (op.as_str()) } }
         dl.facts {
             dt { "queue" } dd { (j.queue) }
             dt { "kind" } dd { (j.kind.as_deref().unwrap_or("–")) }
@@ -195,6 +220,7 @@ pub(super) async fn job(
         h2 { "Timeline (UTC; now " (micros(&j.read_at)) ")" }
         ol.timeline {
             @for (label, at) in &timeline { li { time { (micros(at)) } " " (label) } }
+        }
         }
         h2 { "Payload" }
         pre #payload { (payload) }
@@ -401,6 +427,15 @@ pub(super) async fn script() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
         include_str!("../../static/dashboard.js"),
+    )
+        .into_response()
+}
+
+/// `GET /static/live.js`.
+pub(super) async fn live_script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../../static/live.js"),
     )
         .into_response()
 }

@@ -24,6 +24,7 @@ pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> M
                 title { (title) " · mysqlq" }
                 link rel="stylesheet" href=(state.url("/static/dashboard.css"));
                 script src=(state.url("/static/dashboard.js")) defer {}
+                script src=(state.url("/static/live.js")) defer {}
             }
             body data-api=(state.url("/api/overview")) {
                 header {
@@ -35,6 +36,9 @@ pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> M
                     }
                     @if state.read_only { span.badge { "read-only" } }
                     span #live.muted {}
+                    span #live-status.muted role="status" aria-live="polite" {}
+                    button #live-pause type="button" aria-pressed="false" hidden { "Pause live" }
+                    noscript { span.muted { "static page — refresh: " a href="?" { "off" } " · " a href="?refresh=5" { "5 s" } " · " a href="?refresh=30" { "30 s" } } }
                 }
                 main { (body) }
             }
@@ -65,7 +69,7 @@ pub(super) fn age(secs: Option<i64>) -> String {
 /// The per-queue table; cells carry `data-q`/`data-f` so the script can refresh them.
 pub(super) fn queue_table(state: &State, queues: &[QueueStats], actions: bool) -> Markup {
     html! {
-        table #queues {
+        table #queues data-live {
             thead { tr {
                 th { "queue" } th.num { "ready" } th.num { "running" } th.num { "scheduled" }
                 th.num { "failed" } th.num { "oldest ready" }
@@ -136,7 +140,7 @@ pub(super) fn chart(points: &[MinutePoint]) -> Markup {
     let total_done: u64 = done.iter().sum();
     let total_failed: u64 = failed.iter().sum();
     html! {
-        figure.chart {
+        figure.chart #chart data-live {
             svg viewBox=(format!("0 0 {} {}", w + 5, h + 20)) role="img"
                 aria-label=(format!("completions and failures per minute over the last hour: {total_done} completed, {total_failed} failed")) {
                 line x1=(left) y1=(h) x2=(w) y2=(h) stroke="#999" {}
