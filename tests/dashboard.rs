@@ -1376,6 +1376,18 @@ async fn acting_on_all_matching_confirms_the_exact_count_and_audits_the_token_na
         !page.body.contains("id=\"all-retry\""),
         "retry applies to no scheduled job"
     );
+    // The tabs count the operator states (unfinished exactly; completed is not counted).
+    assert!(
+        page.body.contains(r#"data-state="scheduled">120<"#),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(r#"data-state="ready">400<"#),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains(r#"data-state="completed""#));
     let csrf = form_token(&page.body).unwrap();
     let post = |path: &'static str, form: String| {
         let d = &d;

@@ -6,7 +6,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use maud::{Markup, html};
-use mysqlq::admin::{Cursor, SearchPage, SearchRow, Walk};
+use std::collections::HashMap;
+
+use mysqlq::admin::{Capped, Cursor, OpState, QueueStates, SearchPage, SearchRow, Walk};
 use mysqlq::filter::Filter;
 use serde::Deserialize;
 
@@ -100,9 +102,33 @@ fn head(text: &str) -> String {
     out
 }
 
-/// The search form, its syntax help and the state tabs.
-fn search_form(state: &DashState, text: &str, filter: Option<&Filter>) -> Markup {
-    let current = filter.map(ToString::to_string).unwrap_or_default();
+/// Jobs per operator state over the queues a search names (all when it names none): the
+/// unfinished states exactly and failed up to 100,000; completed and cancelled are not counted
+/// (a refreshing page cannot afford to count a million finished rows).
+fn tab_counts(counts: &[QueueStates], filter: Option<&Filter>) -> HashMap<OpState, Capped> {
+    let mut out: HashMap<OpState, Capped> = HashMap::new();
+    let wanted =
+        |q: &str| filter.is_none_or(|f| f.queues.is_empty() || f.queues.iter().any(|w| w == q));
+    for q in counts.iter().filter(|q| wanted(&q.queue)) {
+        for st in OpState::ALL {
+            if let Some(c) = q
+                .states
+                .get(st)
+                .filter(|_| st != OpState::Completed && st != OpState::Cancelled)
+            {
+                let e = out.entry(st).or_insert(Capped::exact(0));
+                *e = Capped {
+                    n: e.n + c.n,
+                    capped: e.capped || c.capped,
+                };
+            }
+        }
+    }
+    out
+}
+
+/// The search form and its syntax help.
+fn search_form(state: &DashState, text: &str) -> Markup {
     html! {
         form.filters role="search" method="get" action=(state.url("/jobs")) {
             label for="q" { "Search jobs" }
@@ -127,10 +153,24 @@ fn search_form(state: &DashState, text: &str, filter: Option<&Filter>) -> Markup
                 }
             }
         }
+    }
+}
+
+/// The state tabs, with their counts.
+fn search_tabs(
+    state: &DashState,
+    filter: Option<&Filter>,
+    counts: &HashMap<OpState, Capped>,
+) -> Markup {
+    let current = filter.map(ToString::to_string).unwrap_or_default();
+    html! {
         nav.tabs aria-label="States" {
             @for (label, q) in TABS {
+                @let n = label.parse::<OpState>().ok().and_then(|s| counts.get(&s));
                 a href=(format!("{}?q={}", state.url("/jobs"), enc(q)))
-                    aria-current=[(q == current).then_some("page")] { (label) }
+                    aria-current=[(q == current).then_some("page")] {
+                    (label) @if let Some(n) = n { " " span.count data-state=(label) { (n) } }
+                }
             }
         }
     }
@@ -204,7 +244,8 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
         Err(e) => {
             let body = html! {
                 h1 { "Jobs" }
-                (search_form(&state, &text, None))
+                (search_form(&state, &text))
+                (search_tabs(&state, None, &HashMap::new()))
                 p.error role="alert" #search-error { (e.to_string()) }
             };
             return Ok((
@@ -219,6 +260,7 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
         Some(c) => Some(c.parse::<Cursor>()?),
     };
     let page_ = admin(&state).search(&filter, cursor, JOBS_PAGE).await?;
+    let counts = tab_counts(&admin(&state).open_state_counts().await?, Some(&filter));
     let canonical = filter.to_string();
     let next = page_.next.map(|c| {
         format!(
@@ -233,7 +275,8 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
     let body = html! {
         h1 { "Jobs" }
         (notice(q.msg.as_deref()))
-        (search_form(&state, &text, Some(&filter)))
+        (search_form(&state, &text))
+        div #jobs-tabs data-live { (search_tabs(&state, Some(&filter), &counts)) }
         div #jobs-window data-live { (window_notice(&page_)) }
         form method="post" action=(state.url("/jobs/cancel")) #jobs-form {
             @if actions { (csrf(&state)) }
@@ -269,7 +312,6 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mysqlq::admin::OpState;
 
     #[test]
     fn old_parameters_read_as_the_equivalent_search() {

@@ -23,6 +23,15 @@ impl Admin {
         Ok(out)
     }
 
+    /// [`state_counts`](Self::state_counts) without counting completed and cancelled jobs
+    /// (they read `None`): the unfinished states exact, `failed` up to [`Capped::CAP`].
+    pub async fn open_state_counts(&self) -> Result<Vec<QueueStates>, Error> {
+        let mut conn = CausalReads::acquire(&self.pool).await?;
+        let out = store::state_counts_open(&mut conn).await?;
+        conn.done().await;
+        Ok(out)
+    }
+
     /// How many jobs are in the finished `state` (completed, failed or cancelled), of `queue`
     /// or of every queue, counted up to [`Capped::CAP`] on an index ("100k+" past it).
     pub async fn finished_count(

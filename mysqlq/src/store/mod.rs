@@ -114,7 +114,9 @@ pub use relay::{
 pub use sql::{datetime_utc, micros};
 #[cfg(feature = "__internal-store")]
 pub use states::states_explain;
-pub use states::{MAX_PAGE_ROWS, PageRow, finished_count, rows_limited, state_counts};
+pub use states::{
+    MAX_PAGE_ROWS, PageRow, finished_count, rows_limited, state_counts, state_counts_open,
+};
 pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id};
 pub use workers::{
     StatsFlush, WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup,
