@@ -980,7 +980,12 @@ async fn operator_actions_racing_workers_change_each_job_at_most_once() {
                     act: a.to_owned(),
                     ms,
                 };
-                NewJob::from_job(&job, &EnqueueOptions::new().max_attempts(attempts)).unwrap()
+                let mut opts = EnqueueOptions::new().max_attempts(attempts);
+                // Some due later: what an operator's run now acts on.
+                if rng.u8(..8) == 0 {
+                    opts = opts.delay(Duration::from_millis(rng.u64(300..3000)));
+                }
+                NewJob::from_job(&job, &opts).unwrap()
             })
             .collect();
         loop {
@@ -1044,7 +1049,11 @@ async fn operator_actions_racing_workers_change_each_job_at_most_once() {
             .count()
     };
     assert!(
-        acted > 20 && kinds("retry") > 0 && kinds("cancel") > 0 && kinds("discard") > 0,
+        acted > 20
+            && kinds("retry") > 0
+            && kinds("cancel") > 0
+            && kinds("discard") > 0
+            && kinds("run_now") > 0,
         "the operators acted too little to test anything: {acted} actions, {:?}",
         history
             .actions
@@ -1065,7 +1074,8 @@ async fn operate(
     rng: &mut fastrand::Rng,
     until: Instant,
 ) -> usize {
-    use mysqlq::admin::{JobSelection, Selection};
+    use mysqlq::admin::{Action, JobSelection, Selection, Target};
+    use mysqlq::filter::Filter;
     let mut acted = 0;
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(rng.u64(20..120))).await;
@@ -1079,6 +1089,37 @@ async fn operate(
                 .collect()
         };
         let queue = Some("torture");
+        if rng.u8(..4) == 0 {
+            // An action on every job of a search, as the dashboard and `jobs …` take it.
+            let (action, q) = match rng.u8(..4) {
+                0 => (Action::RunNow, "state:scheduled,retrying"),
+                1 => (Action::Retry, "state:failed"),
+                2 => (Action::Cancel, "state:scheduled"),
+                _ => (Action::Delete, "state:cancelled"),
+            };
+            let filter = Filter::parse(q).unwrap();
+            let done = match admin.count_matching(&filter).await {
+                Ok(confirmed) => admin
+                    .act(
+                        action,
+                        Target::Matching {
+                            filter: &filter,
+                            confirmed,
+                        },
+                        None,
+                        |_| {},
+                    )
+                    .await
+                    .map(drop),
+                Err(e) => Err(e),
+            };
+            match done {
+                Ok(()) => acted += 1,
+                Err(e) if mysqlq_tests::is_lock_error(&e) => {}
+                Err(e) => panic!("operator bulk action: {e}"),
+            }
+            continue;
+        }
         let done = match rng.u8(..20) {
             0..=5 => admin
                 .retry_failed(Selection::Ids(&sample), |_| {})

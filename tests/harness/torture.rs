@@ -44,7 +44,8 @@ pub async fn install_history(pool: &MySqlPool) {
            new_worker, old_attempts, new_attempts, last_error, at) \
          SELECT UUID_SHORT(), NEW.id, OLD.status, NEW.status, OLD.claim_token, NEW.claim_token, OLD.locked_by, \
            NEW.locked_by, OLD.attempts, NEW.attempts, LEFT(NEW.last_error, 255), UTC_TIMESTAMP(6) FROM DUAL \
-         WHERE NOT (OLD.status <=> NEW.status) OR NOT (OLD.claim_token <=> NEW.claim_token)",
+         WHERE NOT (OLD.status <=> NEW.status) OR NOT (OLD.claim_token <=> NEW.claim_token) \
+           OR (OLD.status = 'pending' AND NEW.status = 'pending' AND NEW.available_at < OLD.available_at)",
         // Every hold a "429" wrote (`JobError::rate_limited`), with the statement's time: the
         // row commits with the hold or not at all. `UUID_SHORT()` for the reason above.
         "CREATE TABLE torture_holds (seq BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
@@ -608,6 +609,8 @@ pub struct Action {
     pub actor: String,
     /// The count it kept of the jobs it changed.
     pub jobs: u64,
+    /// A bulk action's confirmed count: it may change at most this many.
+    pub expected: Option<u64>,
     /// The jobs linked to it (`mysqlq_audit_job`).
     pub changed: Vec<u64>,
 }
@@ -699,7 +702,7 @@ impl History {
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
         let mut actions: Vec<Action> = sqlx::query(
-            "SELECT id, CAST(action AS CHAR) AS action, CAST(actor AS CHAR) AS actor, jobs \
+            "SELECT id, CAST(action AS CHAR) AS action, CAST(actor AS CHAR) AS actor, jobs, expected \
              FROM mysqlq_audit ORDER BY id",
         )
         .fetch_all(pool)
@@ -711,6 +714,7 @@ impl History {
                 action: r.try_get("action")?,
                 actor: r.try_get("actor")?,
                 jobs: r.try_get("jobs")?,
+                expected: r.try_get("expected")?,
                 changed: Vec::new(),
             })
         })

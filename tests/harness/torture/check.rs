@@ -158,6 +158,8 @@ pub mod inv {
     pub const OPERATOR_ONCE: &str = "an operator action changes each job at most once";
     /// The audit trail names exactly the changes operators made, and counts them.
     pub const OPERATOR_TRAIL: &str = "the audit trail names every operator change, and only those";
+    /// An action on every job of a search changes at most the count the operator confirmed.
+    pub const BULK_AT_MOST: &str = "a bulk action changes at most its confirmed count";
     /// A workflow step is claimed only after each dependency ended in a way it accepts.
     pub const WF_EARLY: &str = "workflow: no step starts before its dependencies";
     /// A workflow step is released (`waiting` → `pending`, or straight to `processing` when its
@@ -708,6 +710,8 @@ fn operator_actions(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Viol
         for (action, made) in [
             ("retry", changes(&["failed"], "pending")),
             ("cancel", changes(cancelled_from, "cancelled")),
+            // `pending` → `pending` due earlier: only an operator's run now writes that.
+            ("run_now", changes(&["pending"], "pending")),
         ] {
             let on_record = named(action, job);
             if made != on_record {
@@ -744,7 +748,25 @@ fn operator_actions(h: &History, jobs: &BTreeMap<u64, &JobEnd>, v: &mut Vec<Viol
         }
     }
     for a in &h.actions {
-        let counted = matches!(a.action.as_str(), "cancel" | "retry" | "discard" | "delete");
+        if let Some(expected) = a.expected
+            && a.changed.len() as u64 > expected
+        {
+            v.push(Violation {
+                invariant: inv::BULK_AT_MOST,
+                jobs: a.changed.clone(),
+                why: format!(
+                    "{} action {} by {} was confirmed for {expected} jobs and changed {}",
+                    a.action,
+                    a.id,
+                    a.actor,
+                    a.changed.len()
+                ),
+            });
+        }
+        let counted = matches!(
+            a.action.as_str(),
+            "cancel" | "retry" | "discard" | "delete" | "run_now"
+        );
         if counted && a.jobs != a.changed.len() as u64 {
             v.push(Violation {
                 invariant: inv::OPERATOR_TRAIL,

@@ -335,8 +335,44 @@ fn action(id: u64, action: &str, jobs: u64, changed: Vec<u64>) -> crate::torture
         action: action.to_owned(),
         actor: "op".to_owned(),
         jobs,
+        expected: None,
         changed,
     }
+}
+
+#[test]
+fn a_run_now_off_the_record_or_a_bulk_action_past_its_count_is_reported() {
+    // Job 1 was due later and ran now: one `pending` → `pending` write.
+    let mut h = history(
+        vec![job(1, "ok", "pending"), job(2, "ok", "pending")],
+        vec![
+            write(1, 10, ("pending", "pending"), (None, None), "w", None),
+            write(2, 11, ("pending", "pending"), (None, None), "w", None),
+        ],
+        vec![],
+    );
+    h.actions = vec![action(1, "run_now", 1, vec![1])];
+    let r = check(&h);
+    assert_eq!(
+        r.count(inv::OPERATOR_TRAIL),
+        1,
+        "job 2 ran now off the record: {r}"
+    );
+    h.actions[0] = action(1, "run_now", 2, vec![1, 2]);
+    h.actions[0].expected = Some(2);
+    let r = check(&h);
+    assert_eq!(
+        r.count(inv::OPERATOR_TRAIL) + r.count(inv::BULK_AT_MOST),
+        0,
+        "{r}"
+    );
+    h.actions[0].expected = Some(1);
+    let r = check(&h);
+    assert_eq!(
+        r.count(inv::BULK_AT_MOST),
+        1,
+        "two changed, one confirmed: {r}"
+    );
 }
 
 #[test]

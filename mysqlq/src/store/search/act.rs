@@ -142,7 +142,11 @@ pub async fn job_act_chunk(
     let changed = match action {
         Action::RunNow => {
             let mut u = Sql::default();
-            u.push("/* mysqlq:job_run_now */ UPDATE job_queue j SET j.available_at = UTC_TIMESTAMP(6) WHERE j.id IN (");
+            // Due at the `now` the guard compares with, so a job whose due time passes while
+            // the chunk runs is never moved later.
+            u.push("/* mysqlq:job_run_now */ UPDATE job_queue j SET j.available_at = ")
+                .bind(Bind::Ts(now))
+                .push(" WHERE j.id IN (");
             for (i, id) in ids.iter().enumerate() {
                 if i > 0 {
                     u.push(", ");
