@@ -520,6 +520,10 @@ async fn read_only_hides_and_refuses_actions() {
             format!("action=retry&q=state:failed&mysqlq_csrf={token}"),
         ),
         ("/jobs/run-now", format!("only={a}&mysqlq_csrf={token}")),
+        (
+            "/jobs/selected",
+            format!("action=retry&id={a}&mysqlq_csrf={token}"),
+        ),
         ("/actions/1/stop", format!("mysqlq_csrf={token}")),
     ] {
         let r = d.post(path, Some(&cookie), &form).await;
@@ -1678,4 +1682,93 @@ async fn in_chromium_a_new_job_appears_without_reload() {
     browser.click("#live-pause").await;
     assert_eq!(browser.text("#live-status").await, "live paused");
     browser.quit().await;
+}
+
+#[tokio::test]
+async fn in_chromium_a_search_by_a_payload_field_finds_exactly_its_job() {
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, meta, status, finished_at) SELECT 'q', 'send_email', JSON_OBJECT('order_id', seq, 'note', 'x'), JSON_OBJECT('tenant', IF(seq % 2 = 0, 'acme', 'globex')), IF(seq % 3 = 0, 'completed', 'pending'), IF(seq % 3 = 0, UTC_TIMESTAMP(6), NULL) FROM seq_1_to_300").await;
+    let want = db
+        .scalar("SELECT CAST(id AS SIGNED) FROM job_queue WHERE JSON_EXTRACT(payload, '$.order_id') = 42")
+        .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let browser = Browser::start().await;
+    let base = format!("http://{}", d.addr);
+    browser.goto(&format!("{base}/jobs")).await;
+    browser
+        .find("#q")
+        .await
+        .send_keys("args.order_id:42")
+        .await
+        .unwrap();
+    browser.click("form[role=search] button[type=submit]").await;
+    browser
+        .wait_contains(&format!("#jobs tr[data-id=\"{want}\"]"), "send_email")
+        .await;
+    let rows = browser
+        .script("return document.querySelectorAll('#jobs tbody tr[data-id]').length;")
+        .await;
+    assert_eq!(rows, Value::from(1), "exactly the job with order 42");
+    browser.screenshot("dashboard-search.png").await;
+    // A meta field and a state together; a bad search names its token.
+    browser
+        .goto(&format!("{base}/jobs?q=meta.tenant:acme%20state:completed"))
+        .await;
+    let n = browser
+        .script("return document.querySelectorAll('#jobs tbody tr[data-id]').length;")
+        .await;
+    assert_eq!(
+        n,
+        Value::from(50),
+        "a full first page of 50 (of 50 matching)"
+    );
+    browser.goto(&format!("{base}/jobs?q=tenant:acme")).await;
+    assert!(
+        browser
+            .text("#search-error")
+            .await
+            .contains("did you mean `meta.tenant:acme`?")
+    );
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn ticked_jobs_run_now_after_a_confirmation_and_the_others_are_left() {
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload, available_at) SELECT 'q', 'k', JSON_OBJECT('n', seq), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_2").await;
+    let failed = insert_failed(&db, "q", "{}", "e").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let (page, cookie, csrf) = d.csrf("/jobs").await;
+    assert!(
+        page.body.contains("id=\"selected-run_now\""),
+        "{}",
+        page.body
+    );
+    let form = format!("mysqlq_csrf={csrf}&action=run_now&id=1&id=2&id={failed}");
+    let ask = d.post("/jobs/selected", Some(&cookie), &form).await;
+    assert_eq!(ask.status, 200);
+    assert!(ask.body.contains("Run now 3 selected jobs"), "{}", ask.body);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE available_at <= UTC_TIMESTAMP(6) AND status = 'pending'").await,
+        0,
+        "nothing before the confirmation"
+    );
+    let done = d
+        .post(
+            "/jobs/selected",
+            Some(&cookie),
+            &format!("{form}&confirmed=1"),
+        )
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let to = done.header("location").unwrap();
+    assert!(
+        to.contains("2%20changed") || to.contains("2+changed"),
+        "{to}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_queue WHERE available_at <= UTC_TIMESTAMP(6) AND status = 'pending'").await,
+        2
+    );
+    assert_eq!(db.status(failed).await.as_deref(), Some("failed"));
 }

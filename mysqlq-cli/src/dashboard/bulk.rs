@@ -465,3 +465,54 @@ pub(super) async fn run_now(State(state): State<Shared>, body: String) -> Res {
     ))
     .into_response())
 }
+
+/// `POST /jobs/selected`: `action` on the ticked `id`s (at most 500): several first get a
+/// confirmation naming the count; then `Admin::act` on those ids, and back to the list with
+/// what changed and what was left (not in a state the action applies to).
+pub(super) async fn selected(State(state): State<Shared>, body: String) -> Res {
+    let name = field(&body, "action").unwrap_or_default();
+    let action = action_of(&name)?;
+    let (ids, _) = super::pages::form_ids(&body)?;
+    if ids.len() > mysqlq::admin::MAX_PAGE_ROWS {
+        return Err(bad(format!(
+            "{} jobs ticked; act on at most {} at once, or on all matching a search",
+            ids.len(),
+            mysqlq::admin::MAX_PAGE_ROWS
+        )));
+    }
+    let confirmed =
+        form_urlencoded::parse(body.as_bytes()).any(|(k, v)| k == "confirmed" && v == "1");
+    if ids.len() > 1 && !confirmed {
+        let what = format!("{} {} selected jobs", verb(action), ids.len());
+        let states = eligible(action)
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let page_body = html! {
+            h1 { "Confirm: " (what) "?" }
+            p #confirm-count { (what) ": " (ids.iter().map(|i| i.0.to_string()).collect::<Vec<_>>().join(", ")) ". Those not " (states) " when their turn comes are left." }
+            form method="post" action=(state.url("/jobs/selected")) #confirm-form {
+                (csrf(&state))
+                input type="hidden" name="action" value=(name);
+                @for id in &ids { input type="hidden" name="id" value=(id.0); }
+                input type="hidden" name="confirmed" value="1";
+                button type="submit" #confirm { (what) }
+                " "
+                a href=(state.url("/jobs")) { "Back" }
+            }
+        };
+        return Ok(render(&page(&state, "Confirm", "jobs", &page_body)));
+    }
+    let r = admin(&state)
+        .act(action, Target::Ids(&ids), None, |_| {})
+        .await?;
+    let msg = format!(
+        "{}: {} changed, {} left (not in a state {} applies to)",
+        verb(action),
+        r.changed,
+        r.left,
+        verb(action).to_lowercase()
+    );
+    Ok(Redirect::to(&format!("{}?msg={}", state.url("/jobs"), enc(&msg))).into_response())
+}

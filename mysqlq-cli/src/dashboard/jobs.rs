@@ -213,9 +213,7 @@ fn jobs_table(state: &DashState, page_: &SearchPage, actions: bool) -> Markup {
                 @for j in &page_.rows {
                     tr data-id=(j.id.0) data-state=(j.state) {
                         @if actions {
-                            td { @if cancellable(j.status) {
-                                input type="checkbox" name="id" value=(j.id.0) aria-label=(format!("select job {}", j.id.0));
-                            } }
+                            td { input type="checkbox" name="id" value=(j.id.0) aria-label=(format!("select job {}", j.id.0)); }
                         }
                         td.num { a href=(state.url(&format!("/jobs/{}", j.id.0))) { (j.id.0) } }
                         td { span class=(format!("state {}", j.state)) { (j.state.as_str()) } }
@@ -281,8 +279,18 @@ pub(super) async fn jobs(State(state): State<Shared>, Query(q): Query<JobsQuery>
         form method="post" action=(state.url("/jobs/cancel")) #jobs-form {
             @if actions { (csrf(&state)) }
             (jobs_table(&state, &page_, actions))
-            @if actions && cancellable_here {
-                p.actions { button type="submit" #cancel-selected { "Cancel selected" } }
+            @if actions && !page_.rows.is_empty() {
+                p.actions {
+                    @if cancellable_here { button type="submit" #cancel-selected { "Cancel selected" } " " }
+                    @for (name, a) in bulk::ACTIONS {
+                        @if name != "cancel" {
+                            button type="submit" formaction=(state.url("/jobs/selected")) name="action" value=(name) id=(format!("selected-{name}")) {
+                                (bulk::verb_of(a)) " selected"
+                            }
+                            " "
+                        }
+                    }
+                }
             }
         }
         @if actions && !filter.is_empty() {

@@ -247,6 +247,7 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/jobs/confirm", post(bulk::confirm))
         .route("/jobs/act", post(bulk::act))
         .route("/jobs/run-now", post(bulk::run_now))
+        .route("/jobs/selected", post(bulk::selected))
         .route("/actions", get(bulk::list))
         .route("/actions/{id}", get(bulk::show))
         .route("/actions/{id}/stop", post(bulk::stop))
