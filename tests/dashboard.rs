@@ -516,6 +516,7 @@ async fn the_token_guards_every_route() {
         "/api/overview",
         "/static/dashboard.js",
         "/jobs/1",
+        "/jobs/1/payload.json",
     ] {
         let r = d.get(path).await;
         assert_eq!(r.status, 401, "{path}");
@@ -791,6 +792,54 @@ async fn payloads_and_errors_are_html_escaped() {
     let r = d.get("/failed?msg=%3Cscript%3Ealert(1)%3C/script%3E").await;
     assert!(r.body.contains("&lt;script&gt;alert(1)"));
     assert!(!r.body.contains("<script>alert"));
+}
+
+#[tokio::test]
+async fn a_large_payload_shows_its_head_and_downloads_whole() {
+    let db = TestDb::new().await;
+    let blob = "<z>".repeat(100_000);
+    let payload = json!({"blob": blob, "n": 1}).to_string();
+    let id = insert_failed(&db, "test", &payload, "e").await;
+    let small = insert_failed(&db, "test", r#"{"n": 2}"#, "e").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let r = d.get(&format!("/jobs/{id}")).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body
+            .contains(&format!(r#"href="/jobs/{id}/payload.json" download"#)),
+        "{:.2000}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains("This document is 293 KiB: its first 16 KiB are shown as stored.")
+    );
+    assert!(
+        r.body.len() < 64 * 1024,
+        "the page holds the head only: {} bytes",
+        r.body.len()
+    );
+    assert!(
+        r.body.contains("&lt;z&gt;") && !r.body.contains("<z>"),
+        "escaped"
+    );
+    let raw = d.get(&format!("/jobs/{id}/payload.json")).await;
+    assert_eq!(raw.status, 200);
+    assert_eq!(
+        raw.header("content-disposition"),
+        Some(format!("attachment; filename=\"job-{id}-payload.json\"").as_str())
+    );
+    assert_eq!(raw.header("content-type"), Some("application/json"));
+    assert!(
+        raw.header("content-security-policy").is_some(),
+        "behind the guard"
+    );
+    let stored: Value = serde_json::from_str(&raw.body).unwrap();
+    assert_eq!(stored["blob"].as_str().map(str::len), Some(300_000));
+    // A small payload has no link: it is shown whole.
+    let r = d.get(&format!("/jobs/{small}")).await;
+    assert!(!r.body.contains("payload.json"), "{}", r.body);
+    assert_eq!(d.get("/jobs/999999/payload.json").await.status, 404);
 }
 
 #[tokio::test]
