@@ -24,7 +24,9 @@ pub fn artifacts() -> PathBuf {
     dir
 }
 
-/// A headless Chromium session and its chromedriver (killed on drop).
+/// A headless Chromium session and its chromedriver. Dropped — after [`quit`](Self::quit), or
+/// when a test panics before it — chromedriver and every process of the session's profile are
+/// killed and the profile removed, so a failed test leaves no browser behind.
 pub struct Browser {
     /// The WebDriver session.
     pub client: fantoccini::Client,
@@ -176,10 +178,9 @@ impl Browser {
         std::fs::write(artifacts().join(name), png).expect("write the screenshot");
     }
 
-    /// Ends the session and removes the profile.
+    /// Ends the session (Chromium exits); dropping the browser then removes the profile.
     pub async fn quit(self) {
-        let _ = self.client.close().await;
-        let _ = std::fs::remove_dir_all(&self._profile);
+        let _ = self.client.clone().close().await;
     }
 
     /// Runs `js` with `args` (`arguments[0]`, …) in the page and returns its value.
@@ -252,5 +253,44 @@ impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
     fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
         let body = json!({"cmd": self.cmd, "params": self.params});
         (axum::http::Method::POST, Some(body.to_string()))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // chromedriver dies with `_process` (kill_on_drop), but the Chromium it started would
+        // outlive it, reparented to init, when the test panicked before `quit`.
+        kill_processes_of(&self._profile);
+        let _ = std::fs::remove_dir_all(&self._profile);
+    }
+}
+
+/// Kills (SIGKILL) every process whose command line names `profile`: this session's Chromium,
+/// its helpers and crash handler, and no other browser (each session has its own profile).
+fn kill_processes_of(profile: &std::path::Path) {
+    let needle = profile.to_string_lossy().into_owned();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(&needle) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
