@@ -343,6 +343,15 @@ async fn in_chromium_dark_mode_keyboard_labels_and_times_pass_our_checks() {
     assert!(browser.text("#kbd-help").await.contains("next row"));
     browser.screenshot("a11y-help-dialog.png").await;
     browser.click("#kbd-help button").await;
+    assert_eq!(
+        browser
+            .script(
+                "document.activeElement.blur(); return document.getElementById('kbd-help').open;"
+            )
+            .await,
+        json!(false),
+        "Close closes the help"
+    );
     // Enter opens the current row's job.
     browser.press("\u{e007}").await;
     browser

@@ -159,7 +159,8 @@
       case "Enter":
         // Only when nothing else would take the Enter (a focused link or button does).
         var link = row && row.querySelector("a[href]");
-        if (link && (e.target === document.body || e.target === document.documentElement)) {
+        var taken = e.target && e.target.closest && e.target.closest("a[href], button, summary, [role=button], dialog");
+        if (link && !taken) {
           e.preventDefault();
           window.location.href = link.href;
         }
