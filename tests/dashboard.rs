@@ -9,18 +9,16 @@
 //! `cargo test --release -p mysqlq-tests --test dashboard -- --ignored --nocapture`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use fantoccini::Locator;
-use hyper_util::client::legacy::connect::HttpConnector;
 use mysqlq::store::{admin, dashboard};
 
 use mysqlq_cli::dashboard::{DashboardOptions, router};
 use mysqlq_tests::TestDb;
-use mysqlq_tests::host::{free_port, which};
+use mysqlq_tests::browser::Browser;
 use mysqlq_tests::http::{Resp, http, request, send};
 use mysqlq_tests::jobs::Noop;
 use serde_json::{Value, json};
@@ -553,6 +551,7 @@ async fn the_token_guards_every_route() {
         "/jobs?q=state:failed",
         "/actions",
         "/actions/1",
+        "/jobs/1/payload.json",
     ] {
         let r = d.get(path).await;
         assert_eq!(r.status, 401, "{path}");
@@ -831,6 +830,54 @@ async fn payloads_and_errors_are_html_escaped() {
 }
 
 #[tokio::test]
+async fn a_large_payload_shows_its_head_and_downloads_whole() {
+    let db = TestDb::new().await;
+    let blob = "<z>".repeat(100_000);
+    let payload = json!({"blob": blob, "n": 1}).to_string();
+    let id = insert_failed(&db, "test", &payload, "e").await;
+    let small = insert_failed(&db, "test", r#"{"n": 2}"#, "e").await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let r = d.get(&format!("/jobs/{id}")).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body
+            .contains(&format!(r#"href="/jobs/{id}/payload.json" download"#)),
+        "{:.2000}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains("This document is 293 KiB: its first 16 KiB are shown as stored.")
+    );
+    assert!(
+        r.body.len() < 64 * 1024,
+        "the page holds the head only: {} bytes",
+        r.body.len()
+    );
+    assert!(
+        r.body.contains("&lt;z&gt;") && !r.body.contains("<z>"),
+        "escaped"
+    );
+    let raw = d.get(&format!("/jobs/{id}/payload.json")).await;
+    assert_eq!(raw.status, 200);
+    assert_eq!(
+        raw.header("content-disposition"),
+        Some(format!("attachment; filename=\"job-{id}-payload.json\"").as_str())
+    );
+    assert_eq!(raw.header("content-type"), Some("application/json"));
+    assert!(
+        raw.header("content-security-policy").is_some(),
+        "behind the guard"
+    );
+    let stored: Value = serde_json::from_str(&raw.body).unwrap();
+    assert_eq!(stored["blob"].as_str().map(str::len), Some(300_000));
+    // A small payload has no link: it is shown whole.
+    let r = d.get(&format!("/jobs/{small}")).await;
+    assert!(!r.body.contains("payload.json"), "{}", r.body);
+    assert_eq!(d.get("/jobs/999999/payload.json").await.status, 404);
+}
+
+#[tokio::test]
 async fn every_dashboard_query_uses_an_index() {
     let db = TestDb::new().await;
     db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) SELECT IF(seq % 10 = 0, 'other', 'test'), 'noop', JSON_OBJECT('n', seq), ELT(1 + seq % 4, 'pending', 'completed', 'failed', 'completed'), IF(seq % 4 = 0, NULL, UTC_TIMESTAMP(6)) FROM seq_1_to_5000").await;
@@ -898,165 +945,6 @@ async fn the_cli_serves_the_dashboard() {
 
 // ---------------------------------------------------------------------------------------------
 // headless Chromium through WebDriver
-
-const INSTALL: &str = "headless Chromium and chromedriver are required for the dashboard's \
-    browser tests (they are never skipped): install them with \
-    `apt-get update && apt-get install -y chromium chromium-driver`";
-
-fn artifacts() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("artifacts");
-    std::fs::create_dir_all(&dir).expect("create tests/artifacts");
-    dir
-}
-
-struct Browser {
-    client: fantoccini::Client,
-    _process: tokio::process::Child,
-    _profile: PathBuf,
-}
-
-impl Browser {
-    async fn start() -> Self {
-        let chromium = which(&["chromium", "chromium-browser", "google-chrome"])
-            .unwrap_or_else(|| panic!("chromium not found; {INSTALL}"));
-        let chromedriver =
-            which(&["chromedriver"]).unwrap_or_else(|| panic!("chromedriver not found; {INSTALL}"));
-        let port = free_port();
-        let process = tokio::process::Command::new(&chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", chromedriver.display()));
-        let profile = std::env::temp_dir().join(format!(
-            "mysqlq-dash-chromium-{}-{:08x}",
-            std::process::id(),
-            fastrand::u32(..)
-        ));
-        let caps = json!({
-            "browserName": "chrome",
-            // Element look-ups wait for a page that is still loading after a click.
-            "timeouts": {"implicit": 5000},
-            "goog:chromeOptions": {
-                "binary": chromium.to_string_lossy(),
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--disable-background-networking", "--disable-component-update",
-                         "--disable-sync", "--no-first-run", "--window-size=1280,900",
-                         format!("--user-data-dir={}", profile.display())]
-            }
-        });
-        let Value::Object(caps) = caps else {
-            unreachable!()
-        };
-        let mut builder = fantoccini::ClientBuilder::new(HttpConnector::new());
-        builder.capabilities(caps);
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let client = loop {
-            match builder.connect(&url).await {
-                Ok(c) => break c,
-                Err(e) => assert!(
-                    Instant::now() < deadline,
-                    "chromedriver did not start ({e}); {INSTALL}"
-                ),
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        Self {
-            client,
-            _process: process,
-            _profile: profile,
-        }
-    }
-
-    async fn goto(&self, url: &str) {
-        self.client
-            .goto(url)
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver goto {url} failed: {e}"));
-    }
-
-    async fn find(&self, css: &str) -> fantoccini::elements::Element {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no element {css}: {e}"))
-    }
-
-    async fn click(&self, css: &str) {
-        self.find(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver click on {css} failed: {e}"));
-    }
-
-    async fn text(&self, css: &str) -> String {
-        self.find(css)
-            .await
-            .text()
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver text of {css} failed: {e}"))
-    }
-
-    /// Waits (up to 10 s) until the text of `css` contains `needle`: after a click the old page
-    /// may still be there, or its elements already stale.
-    async fn wait_contains(&self, css: &str, needle: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut last = String::new();
-        while std::time::Instant::now() < deadline {
-            if let Ok(el) = self.client.find(Locator::Css(css)).await
-                && let Ok(text) = el.text().await
-            {
-                last = text;
-                if last.contains(needle) {
-                    return last;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("`{css}` never contained `{needle}`; last text: `{last}`");
-    }
-
-    async fn script(&self, js: &str) -> Value {
-        self.client
-            .execute(js, Vec::new())
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver script failed: {e}"))
-    }
-
-    /// Waits until the text of `css` is `want` (the page's script refreshes it).
-    async fn wait_text(&self, css: &str, want: &str, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let got = self.text(css).await;
-            if got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{css}: want {want:?}, still {got:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn screenshot(&self, name: &str) {
-        let png = self
-            .client
-            .screenshot()
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver screenshot failed: {e}"));
-        assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        std::fs::write(artifacts().join(name), png).expect("write the screenshot");
-    }
-
-    async fn quit(self) {
-        let _ = self.client.close().await;
-        let _ = std::fs::remove_dir_all(&self._profile);
-    }
-}
 
 /// Sum of the worker's claim polls so far (flushed to `mysqlq_stats_minute` every 200 ms).
 async fn polls(db: &TestDb) -> i64 {

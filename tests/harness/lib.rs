@@ -6,6 +6,7 @@
 //! - [`PrivateServer`]: a throwaway `mariadbd`/`mysqld` from PATH in a temporary data directory
 //!   on a free port, for tests that kill, pause or restart the database.
 
+pub mod browser;
 pub mod docs;
 pub mod host;
 pub mod http;

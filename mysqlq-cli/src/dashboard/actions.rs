@@ -6,9 +6,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use mysqlq::JobId;
-use mysqlq::admin::{Attempt, AuditRecord, Job, JobSelection, JobState};
+use mysqlq::admin::{Attempt, AuditRecord, Job, JobSelection, JobState, Timestamp};
 
-use super::pages::{Fail, admin, form_ids, micros};
+use super::pages::{Fail, admin, form_ids};
+use super::time::{time, time_or_dash};
 use super::view::{csrf, enc, page};
 use super::{Shared, State as DashState};
 
@@ -142,23 +143,24 @@ pub(super) fn cancel_facts(j: &Job) -> Markup {
     html! {
         @if let Some(by) = &j.cancelled_by {
             dt { "cancelled by" } dd #cancelled-by { (by) }
-            dt { "cancelled at" } dd { (j.cancelled_at.as_ref().map_or_else(|| "–".to_owned(), micros)) }
+            dt { "cancelled at" } dd { (time_or_dash(j.cancelled_at.as_ref(), &j.read_at)) }
             dt { "cancel reason" } dd #cancel-reason { (j.cancel_reason.as_deref().unwrap_or("–")) }
         }
     }
 }
 
 /// The attempts that did not complete, newest first.
-pub(super) fn attempts_table(attempts: &[Attempt]) -> Markup {
+pub(super) fn attempts_table(attempts: &[Attempt], now: &Timestamp) -> Markup {
     html! {
         h2 { "Attempts" }
         @if attempts.is_empty() {
             p.muted #attempts-none { "no failed attempts recorded" }
         } @else {
             table #attempt-history {
+                caption { "Attempts that did not complete, newest first" }
                 thead { tr {
-                    th.num { "attempt" } th { "outcome" } th { "worker" } th { "started (UTC)" }
-                    th { "ended (UTC)" } th { "error" }
+                    th.num scope="col" { "attempt" } th scope="col" { "outcome" } th scope="col" { "worker" }
+                    th scope="col" { "started" } th scope="col" { "ended" } th scope="col" { "error" }
                 } }
                 tbody {
                     @for a in attempts {
@@ -166,8 +168,8 @@ pub(super) fn attempts_table(attempts: &[Attempt]) -> Markup {
                             td.num { (a.attempt) }
                             td { (a.outcome.as_str()) }
                             td { (a.worker.as_deref().unwrap_or("–")) }
-                            td { (a.started_at.as_ref().map_or_else(|| "– (worker died)".to_owned(), micros)) }
-                            td { (micros(&a.finished_at)) }
+                            td { @match &a.started_at { Some(t) => (time(t, now)), None => "– (worker died)" } }
+                            td { (time(&a.finished_at, now)) }
                             td.error {
                                 pre { (a.error) }
                                 @if a.truncated {
@@ -223,18 +225,22 @@ pub(super) fn confirm_first(
 }
 
 /// The operator actions that changed the job, newest first (the audit trail).
-pub(super) fn audit_table(actions: &[AuditRecord]) -> Markup {
+pub(super) fn audit_table(actions: &[AuditRecord], now: &Timestamp) -> Markup {
     html! {
         h2 { "Operator actions" }
         @if actions.is_empty() {
             p.muted #audit-none { "no operator action recorded" }
         } @else {
             table #audit {
-                thead { tr { th { "when (UTC)" } th { "action" } th { "by" } th { "reason" } th.num { "jobs" } } }
+                caption { "Operator actions on this job, newest first" }
+                thead { tr {
+                    th scope="col" { "when" } th scope="col" { "action" } th scope="col" { "by" }
+                    th scope="col" { "reason" } th.num scope="col" { "jobs" }
+                } }
                 tbody {
                     @for a in actions {
                         tr {
-                            td { (micros(&a.at)) }
+                            td { (time(&a.at, now)) }
                             td { (a.action) }
                             td { (a.actor) }
                             td { (a.reason.as_deref().unwrap_or("–")) }

@@ -19,7 +19,8 @@ use mysqlq::filter::Filter;
 use sha2::Sha256;
 
 use super::guard::current_csrf;
-use super::pages::{Fail, Res, actor, admin, micros, render};
+use super::pages::{Fail, Res, actor, admin, render};
+use super::time::{db_now, shown, time};
 use super::view::{csrf, enc, page};
 use super::{Shared, State as DashState};
 
@@ -351,8 +352,8 @@ fn state_text(state: &DashState, a: &AuditRecord, now: mysqlq::admin::Timestamp)
                 .unwrap_or_default();
             if quiet > STALE {
                 format!(
-                    "interrupted (no progress since {} UTC)",
-                    a.progress_at.map_or_else(String::new, |p| micros(&p))
+                    "interrupted (no progress since {})",
+                    a.progress_at.map_or_else(String::new, |p| shown(&p))
                 )
             } else {
                 "running (in another dashboard process)".to_owned()
@@ -366,7 +367,7 @@ fn state_text(state: &DashState, a: &AuditRecord, now: mysqlq::admin::Timestamp)
 /// `GET /actions/{id}`: an action's progress and outcome; refreshes itself while it runs.
 pub(super) async fn show(State(state): State<Shared>, Path(id): Path<u64>) -> Res {
     let a = record(&state, id).await?;
-    let now = mysqlq::admin::Timestamp::from(SystemTime::now());
+    let now = db_now(&state.pool).await?;
     let text = state_text(&state, &a, now);
     let running = state.running.flag(id).is_some();
     let body = html! {
@@ -375,7 +376,7 @@ pub(super) async fn show(State(state): State<Shared>, Path(id): Path<u64>) -> Re
         div #action-live data-live {
         dl #action {
             dt { "by" } dd #action-actor { (a.actor) }
-            dt { "began" } dd { (micros(&a.at)) " UTC" }
+            dt { "began" } dd { (time(&a.at, &now)) }
             dt { "what" } dd { (a.detail.as_deref().unwrap_or("–")) }
             @if let Some(r) = &a.reason { dt { "reason" } dd { (r) } }
             dt { "state" } dd #action-state role="status" { (text) }
@@ -416,13 +417,13 @@ pub(super) async fn list(State(state): State<Shared>) -> Res {
             ..AuditQuery::default()
         })
         .await?;
-    let now = mysqlq::admin::Timestamp::from(SystemTime::now());
+    let now = db_now(&state.pool).await?;
     let body = html! {
         h1 { "Actions" }
         table #actions {
             caption.muted { "Operator actions, newest first (the last 100)" }
             thead { tr {
-                th.num scope="col" { "id" } th scope="col" { "when (UTC)" } th scope="col" { "action" }
+                th.num scope="col" { "id" } th scope="col" { "when" } th scope="col" { "action" }
                 th scope="col" { "by" } th scope="col" { "what" } th.num scope="col" { "jobs" } th scope="col" { "state" }
             } }
             tbody {
@@ -430,7 +431,7 @@ pub(super) async fn list(State(state): State<Shared>) -> Res {
                 @for a in &actions {
                     tr {
                         td.num { a href=(state.url(&format!("/actions/{}", a.id))) { (a.id) } }
-                        td { (micros(&a.at)) }
+                        td { (time(&a.at, &now)) }
                         td { (a.action) }
                         td { (a.actor) }
                         td { (a.detail.as_deref().unwrap_or("–")) }

@@ -8,13 +8,14 @@ use axum::response::IntoResponse;
 use maud::{Markup, html};
 use std::collections::HashMap;
 
-use mysqlq::admin::{Capped, Cursor, OpState, QueueStates, SearchPage, SearchRow, Walk};
+use mysqlq::admin::{Capped, Cursor, OpState, QueueStates, SearchPage, SearchRow, Timestamp, Walk};
 use mysqlq::filter::Filter;
 use serde::Deserialize;
 
 use super::actions::cancellable;
 use super::bulk;
 use super::pages::{Res, admin, render};
+use super::time::time_or_dash;
 use super::view::{csrf, enc, notice, page};
 use super::{Shared, State as DashState};
 
@@ -81,16 +82,14 @@ fn time_column(walk: Walk) -> &'static str {
     }
 }
 
-fn time_of(walk: Walk, r: &SearchRow) -> String {
+/// A row's time in the walk's column, relative to the page's database clock.
+fn time_of(walk: Walk, r: &SearchRow, now: &Timestamp) -> Markup {
     let t = match walk {
-        Walk::Due => Some(r.available_at),
-        Walk::Finished => r.finished_at,
-        _ => Some(r.created_at),
+        Walk::Due => Some(&r.available_at),
+        Walk::Finished => r.finished_at.as_ref(),
+        _ => Some(&r.created_at),
     };
-    t.map_or_else(
-        || "–".to_owned(),
-        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-    )
+    time_or_dash(t, now)
 }
 
 /// A payload's first 80 characters.
@@ -220,7 +219,7 @@ fn jobs_table(state: &DashState, page_: &SearchPage, actions: bool) -> Markup {
                         td { (j.queue) }
                         td { (j.kind.as_deref().unwrap_or("–")) }
                         td.num { (j.attempts) "/" (j.max_attempts) }
-                        td { (time_of(walk, j)) }
+                        td { (time_of(walk, j, &page_.now)) }
                         td { code.args { (head(&j.payload_head)) } }
                         @if actions {
                             td { @if cancellable(j.status) {

@@ -3,9 +3,13 @@
 //! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
 //! pages; cancel), job detail (attempt history; cancel / delete, and retry / discard when
 //! failed), failed jobs (retry / discard) and queues (pause / resume). Everything
-//! reads through the typed operator API `mysqlq::admin` (indexed statements only).
+//! reads through the typed operator API `mysqlq::admin` (indexed statements only), but the
+//! database's clock of the pages whose statements do not return it (`SELECT UTC_TIMESTAMP(6)`).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
-//! seconds from `GET /api/overview`.
+//! seconds from `GET /api/overview`, keeps the times' "3 min ago" current on the database's
+//! clock, copies the `mysqlq-cli` command shown under each action, and handles the keyboard
+//! shortcuts (`?` lists them). Light and dark palettes follow `prefers-color-scheme`; payloads
+//! are pretty-printed with their long parts folded (`docs/dashboard.md`, "Details").
 //!
 //! Safety: requests must name an allowed host (an IP address, `localhost`, or
 //! [`DashboardOptions::allowed_host`]), which defeats DNS rebinding; [`DashboardOptions::token`]
@@ -29,12 +33,15 @@
 
 mod actions;
 mod bulk;
+mod cli_cmd;
 mod guard;
 mod jobs;
+mod json;
 mod live;
 mod pages;
 #[cfg(feature = "redis")]
 mod streams;
+mod time;
 mod view;
 mod workflows;
 
@@ -242,6 +249,7 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/", get(pages::overview))
         .route("/jobs", get(jobs::jobs))
         .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/payload.json", get(json::payload))
         .route("/jobs/cancel", post(actions::jobs_cancel))
         .route("/jobs/delete", post(actions::jobs_delete))
         .route("/jobs/confirm", post(bulk::confirm))

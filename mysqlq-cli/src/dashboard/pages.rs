@@ -12,8 +12,9 @@ use mysqlq::admin::{
 use serde::Deserialize;
 
 use super::actions::{attempts_table, audit_table, cancel_facts, confirm_first, job_actions};
+use super::time::{db_now, time, time_or_dash};
 use super::view::{age, chart, csrf, enc, notice, page, queue_table};
-use super::{Shared, State as DashState};
+use super::{Shared, State as DashState, cli_cmd, json};
 
 /// Most failed jobs listed on the failed page.
 const FAILED_PAGE: u32 = 200;
@@ -56,11 +57,6 @@ pub(super) fn admin(state: &DashState) -> Admin {
 /// Who the request acts as: the hook's or token's name, else the dashboard's user.
 pub(super) fn actor(state: &DashState) -> String {
     super::guard::current_actor().unwrap_or_else(|| state.user.clone())
-}
-
-/// `2024-05-01 10:00:00.123456` (UTC), as the pages show times.
-pub(super) fn micros(t: &Timestamp) -> String {
-    t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
 pub(super) fn render(m: &Markup) -> Response {
@@ -151,19 +147,12 @@ pub(super) async fn job(
             ..AuditQuery::default()
         })
         .await?;
-    let payload = serde_json::from_str::<serde_json::Value>(&j.payload)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| j.payload.clone());
+    let now = j.read_at;
     let progress = j
         .meta
         .as_ref()
         .and_then(|m| m.get("progress"))
         .and_then(serde_json::Value::as_f64);
-    let meta = j
-        .meta
-        .as_ref()
-        .and_then(|m| serde_json::to_string_pretty(m).ok());
     let mut timeline: Vec<(&str, Timestamp)> = vec![("created", j.created_at)];
     if let Some(t) = j.first_claimed_at {
         timeline.push(("first claimed", t));
@@ -210,29 +199,30 @@ pub(super) async fn job(
             dt { "attempts" } dd #attempts { (j.attempts) " of " (j.max_attempts) }
             dt { "priority" } dd { (j.priority) }
             dt { "lease owner (locked_by)" } dd { (j.locked_by.as_deref().unwrap_or("–")) }
-            dt { "lease expires" } dd { (j.lease_expires_at.as_ref().map_or_else(|| "–".to_owned(), micros)) }
+            dt { "lease expires" } dd { (time_or_dash(j.lease_expires_at.as_ref(), &now)) }
             @if let Some(k) = &j.dedupe_key { dt { "dedupe key" } dd { (k) } }
             @if let Some(k) = &j.ordering_key { dt { "ordering key" } dd { (k) } }
             @if let Some(k) = &j.concurrency_key { dt { "concurrency key" } dd { (k) } }
             @if let Some(k) = &j.rate_key { dt { "rate key" } dd { (k) " (" (j.rate_limit.as_deref().unwrap_or("no limit")) ")" } }
             (cancel_facts(&j))
         }
-        h2 { "Timeline (UTC; now " (micros(&j.read_at)) ")" }
-        ol.timeline {
-            @for (label, at) in &timeline { li { time { (micros(at)) } " " (label) } }
+        h2 { "Timeline" }
+        p.muted { "“ago” and “in” are measured on the database's clock: " (time(&now, &now)) }
+        ol.timeline #timeline {
+            @for (label, at) in &timeline { li { (time(at, &now)) " " (label) } }
         }
         }
         h2 { "Payload" }
-        pre #payload { (payload) }
-        @if let Some(meta) = &meta {
+        (json::document("payload", &j.payload, &state.url(&format!("/jobs/{id}/payload.json"))))
+        @if let Some(meta) = &j.meta {
             h2 { "Meta" }
             @if let Some(p) = progress { p #progress { "progress " (format!("{p:.0}")) " %" } }
-            pre #meta { (meta) }
+            div.json #meta { (json::value(meta)) }
         }
         h2 { "Last error" }
-        pre #last-error { (j.last_error.as_deref().unwrap_or("–")) }
-        (attempts_table(&attempts))
-        (audit_table(&actions))
+        div.json #last-error { @match &j.last_error { Some(e) => (json::text(e)), None => "–" } }
+        (attempts_table(&attempts, &now))
+        (audit_table(&actions, &now))
         (job_actions(&state, &j))
         @if j.state == JobState::Failed && !state.read_only {
             div.actions {
@@ -249,6 +239,7 @@ pub(super) async fn job(
                 }
             }
         }
+        @if !state.read_only { (cli_cmd::block(&cli_cmd::job(j.id, j.state, &state.user))) }
     };
     Ok(render(&page(&state, &title, "jobs", &body)))
 }
@@ -259,6 +250,7 @@ pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery
     let admin = admin(&state);
     let list = admin.failed(queue, FAILED_PAGE).await?;
     let count = admin.failed_count(queue).await?;
+    let now = db_now(&state.pool).await?;
     let actions = !state.read_only;
     let body = html! {
         h1 { "Failed jobs" }
@@ -267,11 +259,13 @@ pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery
         form method="post" action=(state.url("/failed/retry")) #failed-form {
             @if actions { (csrf(&state)) }
             table #failed {
+                caption { "Failed jobs, newest failure first" }
                 thead { tr {
-                    @if actions { th { "select" } }
-                    th.num { "id" } th { "queue" } th { "kind" } th.num { "attempts" } th { "failed at" }
-                    th { "last error" }
-                    @if actions { th { "action" } }
+                    @if actions { th scope="col" { "select" } }
+                    th.num scope="col" { "id" } th scope="col" { "queue" } th scope="col" { "kind" }
+                    th.num scope="col" { "attempts" } th scope="col" { "failed at" }
+                    th scope="col" { "last error" }
+                    @if actions { th scope="col" { "action" } }
                 } }
                 tbody {
                     @if list.is_empty() { tr { td colspan="8" .muted { "no failed jobs" } } }
@@ -282,7 +276,7 @@ pub(super) async fn failed(State(state): State<Shared>, Query(q): Query<MsgQuery
                             td { (f.queue) }
                             td { (f.kind.as_deref().unwrap_or("–")) }
                             td.num { (f.attempts) "/" (f.max_attempts) }
-                            td { (f.failed_at.as_ref().map_or_else(|| "–".to_owned(), micros)) }
+                            td { (time_or_dash(f.failed_at.as_ref(), &now)) }
                             td.error { (f.last_error.as_deref().unwrap_or("")) }
                             @if actions {
                                 td {

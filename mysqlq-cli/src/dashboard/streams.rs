@@ -28,9 +28,11 @@ pub(super) async fn section(state: &State, queues: &[String]) -> Markup {
         Ok((streams, relayed)) => html! {
             h2 { "Redis streams" }
             table #streams {
+                caption { "Each queue's stream" }
                 thead { tr {
-                    th { "stream" } th.num { "length" } th.num { "unread" } th.num { "pending" }
-                    th.num { "in stream (MySQL)" } th { "consumers (pending, idle)" }
+                    th scope="col" { "stream" } th.num scope="col" { "length" } th.num scope="col" { "unread" }
+                    th.num scope="col" { "pending" } th.num scope="col" { "in stream (MySQL)" }
+                    th scope="col" { "consumers (pending, idle)" }
                 } }
                 tbody {
                     @for s in &streams {

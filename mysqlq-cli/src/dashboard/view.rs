@@ -6,7 +6,8 @@ use mysqlq::admin::{MinutePoint, QueueStats};
 use super::State;
 use super::guard::{CSRF_FIELD, current_csrf};
 
-/// The whole page around `body`.
+/// The whole page around `body`: a skip link, the header with the main navigation, one
+/// `<main id="content">`, and the keyboard shortcuts' help dialog (opened by the script).
 pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> Markup {
     let nav = [
         ("overview", "/", "Overview"),
@@ -21,27 +22,57 @@ pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> M
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
                 title { (title) " · mysqlq" }
                 link rel="stylesheet" href=(state.url("/static/dashboard.css"));
                 script src=(state.url("/static/dashboard.js")) defer {}
                 script src=(state.url("/static/live.js")) defer {}
             }
             body data-api=(state.url("/api/overview")) {
+                a.skip href="#content" { "Skip to content" }
                 header {
                     strong.brand { "mysqlq" }
-                    nav {
+                    nav aria-label="Main" {
                         @for (key, path, label) in nav {
-                            a href=(state.url(path)) class=[(key == active).then_some("active")] { (label) }
+                            a href=(state.url(path)) class=[(key == active).then_some("active")]
+                                aria-current=[(key == active).then_some("page")] { (label) }
                         }
                     }
                     @if state.read_only { span.badge { "read-only" } }
-                    span #live.muted {}
-                    span #live-status.muted role="status" aria-live="polite" {}
+                    span #live {}
+                    span #live-status role="status" aria-live="polite" {}
                     button #live-pause type="button" aria-pressed="false" hidden { "Pause live" }
+                    button #kbd-open type="button" hidden aria-label="Keyboard shortcuts" aria-haspopup="dialog" { "?" }
                     noscript { span.muted { "static page — refresh: " a href="?" { "off" } " · " a href="?refresh=5" { "5 s" } " · " a href="?refresh=30" { "30 s" } } }
                 }
-                main { (body) }
+                main #content { (body) }
+                (shortcuts_help())
             }
+        }
+    }
+}
+
+/// The shortcuts `static/dashboard.js` handles, in a dialog it opens on `?`.
+fn shortcuts_help() -> Markup {
+    let keys = [
+        ("/", "search jobs (on the jobs page)"),
+        ("j", "next row of the jobs list"),
+        ("k", "previous row"),
+        ("x", "select or unselect the row"),
+        ("Enter", "open the row's job"),
+        ("?", "this help"),
+    ];
+    html! {
+        dialog #kbd-help aria-labelledby="kbd-help-title" {
+            h2 #kbd-help-title { "Keyboard shortcuts" }
+            table.keys {
+                caption { "Keys are ignored while you type in a field, and with Ctrl, Alt or Meta." }
+                thead { tr { th scope="col" { "key" } th scope="col" { "does" } } }
+                tbody {
+                    @for (key, what) in keys { tr { td { kbd { (key) } } td { (what) } } }
+                }
+            }
+            form method="dialog" { button type="submit" { "Close" } }
         }
     }
 }
@@ -70,12 +101,14 @@ pub(super) fn age(secs: Option<i64>) -> String {
 pub(super) fn queue_table(state: &State, queues: &[QueueStats], actions: bool) -> Markup {
     html! {
         table #queues data-live {
+            caption { "Jobs per queue" }
             thead { tr {
-                th { "queue" } th.num { "ready" } th.num { "running" } th.num { "scheduled" }
-                th.num { "failed" } th.num { "oldest ready" }
-                th.num title="ready, but waiting for a rate limit, a global limit or a 429 hold" { "rate-limited" }
-                th { "state" }
-                @if actions { th { "action" } }
+                th scope="col" { "queue" } th.num scope="col" { "ready" } th.num scope="col" { "running" }
+                th.num scope="col" { "scheduled" } th.num scope="col" { "failed" }
+                th.num scope="col" { "oldest ready" }
+                th.num scope="col" title="ready, but waiting for a rate limit, a global limit or a 429 hold" { "rate-limited" }
+                th scope="col" { "state" }
+                @if actions { th scope="col" { "action" } }
             } }
             tbody {
                 @if queues.is_empty() { tr { td colspan="9" .muted { "no queues yet" } } }
@@ -111,7 +144,9 @@ pub(super) fn enc(v: &str) -> String {
     form_urlencoded::byte_serialize(v.as_bytes()).collect()
 }
 
-/// Completions (green) and failures (red) per minute over the last hour, as inline SVG.
+/// Completions and failures per minute over the last hour, as inline SVG drawn with CSS
+/// classes (its colours follow the light or dark palette), labelled, with the same figures as
+/// a table in a `<details>`.
 pub(super) fn chart(points: &[MinutePoint]) -> Markup {
     let mut done = [0u64; 60];
     let mut failed = [0u64; 60];
@@ -142,19 +177,38 @@ pub(super) fn chart(points: &[MinutePoint]) -> Markup {
     html! {
         figure.chart #chart data-live {
             svg viewBox=(format!("0 0 {} {}", w + 5, h + 20)) role="img"
-                aria-label=(format!("completions and failures per minute over the last hour: {total_done} completed, {total_failed} failed")) {
-                line x1=(left) y1=(h) x2=(w) y2=(h) stroke="#999" {}
-                line x1=(left) y1=(top) x2=(left) y2=(h) stroke="#999" {}
-                text x="2" y=(top + 8) font-size="10" fill="#555" { (max) }
-                text x="2" y=(h) font-size="10" fill="#555" { "0" }
-                text x=(left) y=(h + 14) font-size="10" fill="#555" { "-60 min" }
-                text x=(w - 20) y=(h + 14) font-size="10" fill="#555" { "now" }
-                polyline points=(line(&done)) fill="none" stroke="#2a8a3e" stroke-width="2" {}
-                polyline points=(line(&failed)) fill="none" stroke="#c0392b" stroke-width="2" {}
+                aria-label=(format!("completions and failures per minute over the last hour: {total_done} completed, {total_failed} failed; the most in one minute {max}")) {
+                line.axis x1=(left) y1=(h) x2=(w) y2=(h) {}
+                line.axis x1=(left) y1=(top) x2=(left) y2=(h) {}
+                text.tick x="2" y=(top + 8) { (max) }
+                text.tick x="2" y=(h) { "0" }
+                text.tick x=(left) y=(h + 14) { "-60 min" }
+                text.tick x=(w - 20) y=(h + 14) { "now" }
+                polyline.series.ok points=(line(&done)) {}
+                polyline.series.bad points=(line(&failed)) {}
             }
             figcaption {
                 span.ok { "■ completed " (total_done) } " · " span.bad { "■ failed " (total_failed) }
                 " per minute, last hour (refreshes on reload)"
+            }
+            details.chart-table {
+                summary { "The chart as a table" }
+                table #chart-table {
+                    caption { "Completions and failures per minute, last hour (minutes with neither left out)" }
+                    thead { tr { th scope="col" { "minute" } th.num scope="col" { "completed" } th.num scope="col" { "failed" } } }
+                    tbody {
+                        @if total_done + total_failed == 0 { tr { td colspan="3" .muted { "none in the last hour" } } }
+                        @for i in 0..60usize {
+                            @if done[i] + failed[i] > 0 {
+                                tr {
+                                    td { @if i == 59 { "this minute" } @else { (59 - i) " min ago" } }
+                                    td.num { (done[i]) }
+                                    td.num { (failed[i]) }
+                                }
+                            }
+                        }
+                    }
+                }
             }
         }
     }

@@ -12,8 +12,9 @@ use mysqlq::admin::{WorkflowDetail, WorkflowQuery, WorkflowStep};
 use serde::Deserialize;
 
 use super::pages::{Fail, Res, admin, render};
+use super::time::{db_now, time};
 use super::view::{csrf, enc, notice, page};
-use super::{Shared, State as DashState};
+use super::{Shared, State as DashState, cli_cmd};
 
 /// Workflows per page of the list.
 const PAGE: u32 = 50;
@@ -38,6 +39,7 @@ pub(super) async fn list(State(state): State<Shared>, Query(q): Query<ListQuery>
             ..WorkflowQuery::default()
         })
         .await?;
+    let now = db_now(&state.pool).await?;
     let body = html! {
         h1 { "Workflows and batches" }
         (notice(q.msg.as_deref()))
@@ -51,9 +53,11 @@ pub(super) async fn list(State(state): State<Shared>, Query(q): Query<ListQuery>
             " " button type="submit" { "Filter" }
         }
         table #workflows {
+            caption { "Workflows and batches, newest first" }
             thead { tr {
-                th.num { "id" } th { "kind" } th { "name" } th { "state" } th { "created (UTC)" }
-                th.num { "steps" } th { "by state" }
+                th.num scope="col" { "id" } th scope="col" { "kind" } th scope="col" { "name" }
+                th scope="col" { "state" } th scope="col" { "created" }
+                th.num scope="col" { "steps" } th scope="col" { "by state" }
             } }
             tbody {
                 @if rows.is_empty() { tr { td colspan="7" .muted { "no workflows" } } }
@@ -63,7 +67,7 @@ pub(super) async fn list(State(state): State<Shared>, Query(q): Query<ListQuery>
                         td { (w.kind) }
                         td { (w.name) }
                         td { span class=(format!("state {}", w.state)) { (w.state) } }
-                        td { (w.created_at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (time(&w.created_at, &now)) }
                         td.num { (w.steps.total()) }
                         td { (counts(&w.steps)) }
                     }
@@ -113,7 +117,8 @@ pub(super) async fn show(
                 @if open > 0 {
                     form method="post" action=(state.url(&format!("/workflows/{id}/cancel"))) {
                         (csrf(&state))
-                        input type="text" name="reason" placeholder="reason (optional)";
+                        label { "reason " input type="text" name="reason" maxlength="1024" placeholder="optional"; }
+                        " "
                         button type="submit" { "Cancel " (open) " open steps" }
                     }
                 }
@@ -124,10 +129,16 @@ pub(super) async fn show(
                     }
                 }
             }
+            (cli_cmd::block(&cli_cmd::workflow(id, open, w.steps.failed, &state.user)))
         }
         h2 { "Steps" }
         table #steps {
-            thead { tr { th { "step" } th.num { "job" } th { "kind" } th { "state" } th.num { "attempts" } th { "after" } th { "note" } } }
+            caption { "The workflow's steps" }
+            thead { tr {
+                th scope="col" { "step" } th.num scope="col" { "job" } th scope="col" { "kind" }
+                th scope="col" { "state" } th.num scope="col" { "attempts" } th scope="col" { "after" }
+                th scope="col" { "note" }
+            } }
             tbody {
                 @for s in &d.steps {
                     tr {
@@ -186,18 +197,6 @@ fn step_names(d: &WorkflowDetail) -> HashMap<u64, String> {
             (s.job.0, n)
         })
         .collect()
-}
-
-/// The fill colour of a step's state.
-fn colour(state: &str) -> &'static str {
-    match state {
-        "waiting" => "#bdbdbd",
-        "pending" => "#5b8def",
-        "processing" => "#f0a830",
-        "completed" => "#2a8a3e",
-        "failed" => "#c0392b",
-        _ => "#555555",
-    }
 }
 
 /// One drawn node: a step, or a fan-out's steps collapsed into one.
@@ -311,31 +310,37 @@ fn graph(state: &DashState, d: &WorkflowDetail) -> Markup {
     let width = pad * 2 + u32::try_from(columns.max(1)).unwrap_or(1) * (nw + gx);
     html! {
         figure.graph {
-            svg #workflow-graph viewBox=(format!("0 0 {width} {height}")) role="img"
-                aria-label=(format!("the workflow's {} steps and their dependencies", d.steps.len())) {
+            svg #workflow-graph viewBox=(format!("0 0 {width} {height}")) width=(width) height=(height) role="group"
+                aria-label=(format!("the workflow's {} steps and their dependencies (the steps' table below lists them)", d.steps.len())) {
                 @for (to, n) in nodes.iter().enumerate() {
                     @for &from in &n.deps {
                         @let (x1, y1) = (pos[from].0 + nw, pos[from].1 + nh / 2);
                         @let (x2, y2) = (pos[to].0, pos[to].1 + nh / 2);
                         @if broken.contains(&(from, to)) {
-                            line x1=(x1) y1=(y1) x2=(x2) y2=(y2) stroke="#c0392b" stroke-dasharray="4 3" class="edge broken" {}
+                            line x1=(x1) y1=(y1) x2=(x2) y2=(y2) class="edge broken" {}
                         } @else {
-                            line x1=(x1) y1=(y1) x2=(x2) y2=(y2) stroke="#888" class="edge" {}
+                            line x1=(x1) y1=(y1) x2=(x2) y2=(y2) class="edge" {}
                         }
                     }
                 }
                 @for (i, n) in nodes.iter().enumerate() {
                     a href=(state.url(&format!("/jobs/{}", n.job))) class="step" {
                         rect x=(pos[i].0) y=(pos[i].1) width=(nw) height=(nh) rx="5"
-                            fill=(colour(&n.state)) data-state=(n.state) {}
-                        text x=(pos[i].0 + 8) y=(pos[i].1 + 21) font-size="12" fill="#fff" {
+                            class=(format!("node {}", n.state)) data-state=(n.state) {}
+                        text x=(pos[i].0 + 8) y=(pos[i].1 + 21) class=(format!("label {}", n.state)) {
                             (truncate(&n.label, 26))
                         }
                         title { (n.label) " — " (n.state) }
                     }
                 }
             }
-            figcaption.muted { "grey waiting · blue pending · amber running · green completed · red failed · dark cancelled; dashed red: the dependency that cancelled a step" }
+            figcaption {
+                "Each step is a link to its job, coloured by its state: "
+                @for s in ["waiting", "pending", "processing", "completed", "failed", "cancelled"] {
+                    span class=(format!("state {s}")) { (s) } " "
+                }
+                "· a dashed line: the dependency whose failure cancelled a step."
+            }
         }
     }
 }
