@@ -560,6 +560,9 @@ async fn the_token_guards_every_route() {
             .send("GET", path, &[("Authorization", "Bearer wrong")], None)
             .await;
         assert_eq!(r.status, 401, "{path} with a wrong token");
+        // A live poll of the page is the same GET behind the same guard.
+        let r = d.send("GET", path, &[("X-Mysqlq-Live", "1")], None).await;
+        assert_eq!(r.status, 401, "{path} polled live without the token");
     }
     let r = d
         .send(
