@@ -24,7 +24,7 @@ pub(crate) enum JobsCommand {
     RunNow(JobsActArgs),
     /// Send failed jobs back to pending (attempts reset, runnable now).
     Retry(JobsActArgs),
-    /// Cancel waiting, ready, scheduled, retrying and running jobs.
+    /// Cancel jobs not finished yet: waiting, ready, rate-limited, scheduled, retrying, running.
     Cancel(JobsActArgs),
     /// Delete jobs that are not running and not workflow steps, with their attempt history.
     Delete(JobsActArgs),

@@ -95,8 +95,13 @@ async fn search(db: &Db, a: &JobsSearchArgs) -> Result<(), CliError> {
         println!("{}", to_json(&page)?);
         return Ok(());
     }
-    if page.rows.is_empty() && page.window.is_none() {
-        println!("no job matches {}", named(&filter));
+    if page.rows.is_empty() {
+        let part = if page.window.is_some() {
+            " in the part searched"
+        } else {
+            ""
+        };
+        println!("no job matches {}{part}", named(&filter));
     } else {
         print!("{}", table(&page).render());
     }
