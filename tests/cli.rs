@@ -1722,21 +1722,25 @@ async fn jobs_commands_with_filter_max_and_dry_run() {
             assert_eq!((status.as_str(), by), ("pending", None), "job {id} changed");
         }
     }
-    let (action, actor, reason, detail, expected, jobs, state): (
+    type Trail = (
         String,
         String,
         Option<String>,
         Option<String>,
         Option<u64>,
         u64,
-        Option<String>,
-    ) = sqlx::query_as(
+    );
+    let (action, actor, reason, detail, expected, jobs): Trail = sqlx::query_as(
         "SELECT action, CAST(actor AS CHAR), CAST(reason AS CHAR), CAST(detail AS CHAR), \
-         expected, jobs, CAST(state AS CHAR) FROM mysqlq_audit",
+         expected, jobs FROM mysqlq_audit",
     )
     .fetch_one(&db.pool)
     .await
     .unwrap();
+    let state: Option<String> = sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM mysqlq_audit")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(
         (
             action.as_str(),

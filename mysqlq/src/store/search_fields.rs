@@ -235,7 +235,7 @@ async fn bounded_lock_wait(conn: &mut MySqlConnection) -> Result<(), Error> {
     Ok(())
 }
 
-/// What [`search_field_add`] did.
+/// What [`Admin::add_search_field`](crate::admin::Admin::add_search_field) did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SearchFieldAdded {
     /// The field, as declared now.
