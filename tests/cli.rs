@@ -1531,3 +1531,493 @@ async fn workflow_list_show_cancel_and_retry() {
         .collect();
     assert_eq!(states, ["waiting", "pending"], "after, bad: {json}");
 }
+
+/// One job of `kind` in queue `q`, `pending` due in `due_secs` (negative: due already).
+async fn insert_due(db: &TestDb, kind: &str, due_secs: i64) -> u64 {
+    sqlx::query(
+        "INSERT INTO job_queue (queue_name, kind, payload, status, available_at) \
+         VALUES ('q', ?, '{\"n\": 1}', 'pending', UTC_TIMESTAMP(6) + INTERVAL ? SECOND)",
+    )
+    .bind(kind)
+    .bind(due_secs)
+    .execute(&db.pool)
+    .await
+    .expect("insert job")
+    .last_insert_id()
+}
+
+/// `(status, cancelled_by)` of every job, by id.
+async fn statuses(db: &TestDb) -> Vec<(u64, String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT id, CAST(status AS CHAR), CAST(cancelled_by AS CHAR) FROM job_queue ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn jobs_commands_with_filter_max_and_dry_run() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let mut scheduled_k = Vec::new();
+    for _ in 0..5 {
+        scheduled_k.push(insert_due(&db, "k", 3600).await);
+    }
+    let mut scheduled_other = Vec::new();
+    for _ in 0..3 {
+        scheduled_other.push(insert_due(&db, "other", 3600).await);
+    }
+    let ready_k = [
+        insert_due(&db, "k", -60).await,
+        insert_due(&db, "k", -60).await,
+    ];
+    let horizon = *ready_k.last().unwrap();
+    let q = "state:scheduled kind:k";
+
+    // Count and search.
+    let c: Value = serde_json::from_str(&ok(&url, &["jobs", "count", q, "--json"])).unwrap();
+    assert_eq!(
+        (
+            c["count"].as_u64(),
+            c["horizon"].as_u64(),
+            c["filter"].as_str()
+        ),
+        (Some(5), Some(horizon), Some(q))
+    );
+    assert_eq!(
+        ok(&url, &["jobs", "count", "kind:k"]).trim(),
+        format!("7 jobs match `kind:k` (ids up to {horizon})")
+    );
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut args = vec!["jobs", "search", "kind:k", "--limit", "3", "--json"];
+        if let Some(c) = &cursor {
+            args.extend(["--cursor", c.as_str()]);
+        }
+        let page: Value = serde_json::from_str(&ok(&url, &args)).unwrap();
+        seen.extend(
+            page["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_u64().unwrap()),
+        );
+        match page["next"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let mut want: Vec<u64> = scheduled_k.iter().chain(&ready_k).copied().collect();
+    want.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(seen, want, "kind:k, newest id first, each once");
+    let table = ok(&url, &["jobs", "search", "kind:k", "--limit", "2"]);
+    assert!(
+        table.starts_with("ID") && table.contains("CREATED (UTC)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("next page: `mysqlq-test-worker jobs search 'kind:k' --cursor i.0."),
+        "{table}"
+    );
+
+    // Bad searches name the token and what to write.
+    let e = fails(&url, &["jobs", "search", "state:done"], 2);
+    assert!(e.contains("unknown state `done` in `state:done`"), "{e}");
+    let e = fails(
+        &url,
+        &["jobs", "cancel", "--filter", "tenant:acme", "--yes"],
+        2,
+    );
+    assert!(e.contains("did you mean `meta.tenant:acme`"), "{e}");
+    let e = fails(&url, &["jobs", "search", "kind:k", "--cursor", "x.1"], 2);
+    assert!(e.contains("`x.1` is not a page cursor"), "{e}");
+    let e = fails(
+        &url,
+        &["jobs", "retry", "--filter", "state:scheduled", "--yes"],
+        2,
+    );
+    assert!(
+        e.contains("retry applies to none of the states of `state:scheduled`")
+            && e.contains("search for failed jobs"),
+        "{e}"
+    );
+
+    let before = statuses(&db).await;
+    let audits = || db.scalar("SELECT COUNT(*) FROM mysqlq_audit");
+
+    // A dry run says the count, the horizon and a sample, and changes nothing.
+    let dry = ok(&url, &["jobs", "cancel", "--filter", q, "--dry-run"]);
+    assert!(
+        dry.contains(&format!("5 jobs match `{q}` (ids up to {horizon})")),
+        "{dry}"
+    );
+    for id in &scheduled_k {
+        assert!(
+            dry.contains(&format!("\n{id} ")),
+            "the sample lacks {id}: {dry}"
+        );
+    }
+    assert!(
+        dry.contains(&format!(
+            "dry run: would cancel 5 jobs matching `{q}`; nothing changed"
+        )),
+        "{dry}"
+    );
+    assert_eq!(statuses(&db).await, before);
+    assert_eq!(audits().await, 0);
+
+    // More than --max: refused, nothing changed.
+    let e = fails(
+        &url,
+        &["jobs", "cancel", "--filter", q, "--max", "4", "--yes"],
+        1,
+    );
+    assert!(
+        e.contains("5 jobs match now, more than --max 4")
+            && e.contains("run again to see them, or raise --max"),
+        "{e}"
+    );
+    // Not on a terminal and no --yes: refused, nothing changed.
+    let e = fails(&url, &["jobs", "cancel", "--filter", q], 2);
+    assert!(
+        e.contains(&format!(
+            "refusing to cancel 5 jobs matching `{q}` without confirmation"
+        )),
+        "{e}"
+    );
+    assert_eq!(statuses(&db).await, before);
+    assert_eq!(audits().await, 0);
+
+    // The dashboard's command: exactly the count changes, audited under --by.
+    let out = ok(
+        &url,
+        &[
+            "jobs",
+            "cancel",
+            "--filter",
+            q,
+            "--max",
+            "5",
+            "--by",
+            "alice",
+            "--reason",
+            "provider down",
+            "--yes",
+        ],
+    );
+    assert!(
+        out.contains("done: 5 jobs cancelled; 0 jobs match now (audit #"),
+        "{out}"
+    );
+    for (id, status, by) in statuses(&db).await {
+        if scheduled_k.contains(&id) {
+            assert_eq!(
+                (status.as_str(), by.as_deref()),
+                ("cancelled", Some("alice")),
+                "{id}"
+            );
+        } else {
+            assert_eq!((status.as_str(), by), ("pending", None), "job {id} changed");
+        }
+    }
+    type Trail = (
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<u64>,
+        u64,
+    );
+    let (action, actor, reason, detail, expected, jobs): Trail = sqlx::query_as(
+        "SELECT action, CAST(actor AS CHAR), CAST(reason AS CHAR), CAST(detail AS CHAR), \
+         expected, jobs FROM mysqlq_audit",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let state: Option<String> = sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM mysqlq_audit")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            action.as_str(),
+            actor.as_str(),
+            reason.as_deref(),
+            expected,
+            jobs,
+            state.as_deref()
+        ),
+        (
+            "cancel",
+            "alice",
+            Some("provider down"),
+            Some(5),
+            5,
+            Some("done")
+        )
+    );
+    assert!(detail.unwrap().contains(&format!("search `{q}`")));
+
+    // By ids: those the action applies to change; --by defaults to cli:$USER.
+    let ids = [scheduled_other[0], ready_k[0]];
+    let o = cmd(
+        &url,
+        &[
+            "jobs",
+            "run-now",
+            &ids[0].to_string(),
+            &ids[1].to_string(),
+            "--yes",
+        ],
+    )
+    .env("USER", "carol")
+    .output()
+    .unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(out.contains("1 job of the 2 given can be run now"), "{out}");
+    assert!(out.contains("done: 1 job run now; 1 left"), "{out}");
+    let due_now = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM job_queue WHERE id = {} AND available_at <= UTC_TIMESTAMP(6)",
+            ids[0]
+        ))
+        .await;
+    assert_eq!(due_now, 1);
+    let (actor, jobs): (String, u64) = sqlx::query_as(
+        "SELECT CAST(actor AS CHAR), jobs FROM mysqlq_audit WHERE action = 'run_now'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((actor.as_str(), jobs), ("cli:carol", 1));
+    let e = fails(&url, &["jobs", "retry", &ids[1].to_string()], 1);
+    assert!(e.contains("no job was retried"), "{e}");
+}
+
+/// `(column exists, index exists, declared rows)` of a declared field's column.
+async fn field_state(db: &TestDb, column: &str) -> (i64, i64, i64) {
+    let c = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
+             AND table_name = 'job_queue' AND column_name = '{column}' \
+             AND extra LIKE '%VIRTUAL%'"
+        ))
+        .await;
+    let i = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
+             AND table_name = 'job_queue' AND index_name = 'idx_{column}'"
+        ))
+        .await;
+    let r = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM mysqlq_search_field WHERE column_name = '{column}'"
+        ))
+        .await;
+    (c, i, r)
+}
+
+/// Every id `q` finds (all pages) and its count.
+async fn found(admin: &mysqlq::admin::Admin, q: &str) -> (Vec<u64>, u64) {
+    let filter = mysqlq::filter::Filter::parse(q).unwrap();
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = admin.search(&filter, cursor, 4).await.unwrap();
+        ids.extend(page.rows.iter().map(|r| r.id.0));
+        match page.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    (ids, admin.count_matching(&filter).await.unwrap().count)
+}
+
+/// The keys the search's statements read `job_queue` (`j`) by.
+async fn keys(db: &TestDb, q: &str) -> Vec<String> {
+    let mut conn = db.connect().await;
+    let filter = mysqlq::filter::Filter::parse(q).unwrap();
+    let plans = mysqlq::store::search::search_explain(&mut conn, &filter)
+        .await
+        .unwrap();
+    plans
+        .iter()
+        .flat_map(|(_, plan)| plan.iter())
+        .filter(|r| r.table.as_deref() == Some("j"))
+        .map(|r| r.key.clone().unwrap_or_else(|| "none".into()))
+        .collect()
+}
+
+#[tokio::test]
+async fn search_index_add_list_drop() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    for i in 0..60 {
+        let (status, finished) = if i % 3 == 0 {
+            ("completed", "UTC_TIMESTAMP(6)")
+        } else {
+            ("pending", "NULL")
+        };
+        let order = if i % 10 == 0 {
+            format!("\"A-{}\"", i % 8)
+        } else {
+            (i % 8).to_string()
+        };
+        db.exec(&format!(
+            "INSERT INTO job_queue (queue_name, kind, payload, meta, status, finished_at) VALUES \
+             ('q', 'k', '{{\"order_id\": {order}, \"sku\": \"s{i}\"}}', \
+              '{{\"tenant\": \"t{}\"}}', '{status}', {finished})",
+            i % 4
+        ))
+        .await;
+    }
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    let searches = [
+        "args.order_id:3,5",
+        "args.order_id:A-2",
+        "state:completed args.order_id:3",
+        "args.order_id:3 meta.tenant:t3 kind:k",
+        "args.order_id:3 created:>1h",
+    ];
+    let mut before = Vec::new();
+    for q in searches {
+        let (ids, n) = found(&admin, q).await;
+        assert!(!ids.is_empty(), "{q} finds nothing: a useless check");
+        assert_eq!(ids.len() as u64, n, "{q}");
+        assert!(
+            !keys(&db, q).await.iter().any(|k| k.contains("mq_sf")),
+            "{q} before the index"
+        );
+        before.push(ids);
+    }
+    let column = "mq_sf_args__order_id";
+    assert_eq!(field_state(&db, column).await, (0, 0, 0));
+
+    // add: the column, its index and the row; audited.
+    let out = ok(
+        &url,
+        &["search-index", "add", "args.order_id", "--by", "dba"],
+    );
+    assert!(
+        out.contains(&format!(
+            "declared args.order_id: column {column} (VIRTUAL), index idx_{column}"
+        )),
+        "{out}"
+    );
+    assert_eq!(field_state(&db, column).await, (1, 1, 1));
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM mysqlq_audit WHERE action = 'search_index_add' AND actor = 'dba'"
+        )
+        .await,
+        1
+    );
+    assert!(
+        ok(&url, &["search-index", "add", "args.order_id"]).contains("is declared already"),
+        "a second add changes nothing"
+    );
+    let list = ok(&url, &["search-index", "list"]);
+    assert!(
+        list.starts_with("PATH")
+            && list.contains(&format!("args.order_id  {column}  idx_{column}")),
+        "{list}"
+    );
+    assert!(list.trim_end().ends_with("ok"), "{list}");
+    let listed: Value =
+        serde_json::from_str(&ok(&url, &["search-index", "list", "--json"])).unwrap();
+    assert_eq!(listed[0]["path"], "args.order_id");
+    assert_eq!(listed[0]["index_exists"], true);
+    let doctor = stdout(&run(&url, &["doctor"]));
+    assert!(
+        doctor.contains(&format!("search fields  args.order_id (idx_{column})")),
+        "{doctor}"
+    );
+
+    // The search now reads the field's index, and finds the same jobs in the same order.
+    for (q, want) in searches.iter().zip(&before) {
+        let k = keys(&db, q).await;
+        assert!(
+            !k.is_empty() && k.iter().all(|k| *k == format!("idx_{column}")),
+            "{q} does not read the field's index: {k:?}"
+        );
+        let (ids, n) = found(&admin, q).await;
+        assert_eq!(&ids, want, "{q}: other jobs with the index");
+        assert_eq!(n, want.len() as u64, "{q}");
+    }
+    let page: Value = serde_json::from_str(&ok(
+        &url,
+        &["jobs", "search", "args.order_id:3,5", "--json"],
+    ))
+    .unwrap();
+    let ids: Vec<u64> = page["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, before[0]);
+    // `*` and an id still take the other walks.
+    assert!(
+        !keys(&db, "args.order_id:*")
+            .await
+            .iter()
+            .any(|k| k.contains("mq_sf"))
+    );
+    assert!(
+        !keys(&db, "id:5 args.order_id:3")
+            .await
+            .iter()
+            .any(|k| k.contains("mq_sf"))
+    );
+
+    // drop: forgotten, index and column gone; the search reads the rows again.
+    let out = ok(&url, &["search-index", "drop", "args.order_id"]);
+    assert!(
+        out.contains(&format!(
+            "dropped args.order_id: index idx_{column} and column {column} removed"
+        )),
+        "{out}"
+    );
+    assert_eq!(field_state(&db, column).await, (0, 0, 0));
+    for (q, want) in searches.iter().zip(&before) {
+        assert!(
+            !keys(&db, q).await.iter().any(|k| k.contains("mq_sf")),
+            "{q}"
+        );
+        assert_eq!(&found(&admin, q).await.0, want, "{q} after the drop");
+    }
+    assert!(ok(&url, &["search-index", "list"]).contains("no declared search fields"));
+
+    // A bad path is refused, naming it; nothing is made.
+    for (bad, says) in [
+        (
+            "args.\"a b\"",
+            "segment `a b` has characters other than A-Z a-z 0-9 _ -",
+        ),
+        ("order_id", "not a field path"),
+        ("args.x;DROP", "not a field path"),
+    ] {
+        let e = fails(&url, &["search-index", "add", bad], 2);
+        assert!(
+            e.contains(&format!("`{bad}`")) && e.contains(says) && e.contains("e.g. args.order_id"),
+            "{bad}: {e}"
+        );
+    }
+    let e = fails(&url, &["search-index", "drop", "args.nope"], 2);
+    assert!(
+        e.contains("`args.nope` is not a declared search field (none is declared)"),
+        "{e}"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
+             AND table_name = 'job_queue' AND column_name LIKE 'mq!_sf!_%' ESCAPE '!'"
+        )
+        .await,
+        0
+    );
+}

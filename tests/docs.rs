@@ -34,14 +34,33 @@ const DOCTOR: Sample = ("docs/cli.md", "$ worker doctor");
 const PAUSE: Sample = ("docs/cli.md", "$ mysqlq-cli pause");
 const ENQUEUE: Sample = ("docs/cli.md", "$ worker enqueue");
 const LIMITS: Sample = ("docs/cli.md", "$ mysqlq-cli limits");
+const JOBS: Sample = ("docs/cli.md", "$ worker jobs search");
+const SEARCH_INDEX: Sample = ("docs/cli.md", "$ mysqlq-cli search-index");
 
 /// The sessions this file runs, one test each.
-const SESSIONS: [Sample; 10] = [
-    WORK, MIGRATE, STATS, FAILED, CANCEL, PURGE, DOCTOR, PAUSE, ENQUEUE, LIMITS,
+const SESSIONS: [Sample; 12] = [
+    WORK,
+    MIGRATE,
+    STATS,
+    FAILED,
+    CANCEL,
+    PURGE,
+    DOCTOR,
+    PAUSE,
+    ENQUEUE,
+    LIMITS,
+    JOBS,
+    SEARCH_INDEX,
 ];
 
 /// Samples of output checked by other test files.
-const CHECKED_ELSEWHERE: [(&str, &str, &str); 3] = [
+const CHECKED_ELSEWHERE: [(&str, &str, &str); 4] = [
+    (
+        "docs/dashboard.md",
+        "before: EXPLAIN of the first statement",
+        "tests/cli.rs: search_index_add_list_drop (a search on a declared field reads its index; \
+         the EXPLAIN itself is the server's, pasted from a run on 200,000 jobs)",
+    ),
     (
         "README.md",
         "error: no jobs are linked into this binary",
@@ -471,4 +490,50 @@ async fn the_enqueue_sample_is_what_enqueue_prints() {
     ))
     .await;
     session(&db.url(), ENQUEUE, same);
+}
+
+/// A page cursor holds the due time of its last row in µs: the sample's and the run's differ.
+fn cursor_time(line: &str) -> String {
+    match line.split_once("--cursor d.") {
+        Some((head, tail)) => {
+            let id = tail.split_once('.').map_or("", |(_, id)| id);
+            format!("{head}--cursor d.<us>.{id}")
+        }
+        None => line.to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_jobs_sample_is_what_jobs_prints() {
+    let db = TestDb::new().await;
+    // Three retrying (due in 10, 20, 30 minutes), one failed, one ready.
+    let mut setup = Vec::new();
+    for (id, minutes) in [(101, 10), (102, 20), (103, 30)] {
+        setup.push(format!(
+            "INSERT INTO job_queue (id, queue_name, kind, payload, max_attempts, attempts, \
+             available_at, last_error) VALUES ({id}, 'order-email', 'send_order_email', \
+             '{{\"order_id\": {}}}', 6, 1, UTC_TIMESTAMP(6) + INTERVAL {minutes} MINUTE, \
+             'mail server said no: 503')",
+            id - 60
+        ));
+    }
+    setup.push(
+        "INSERT INTO job_queue (id, queue_name, kind, payload, max_attempts, status, attempts, \
+         last_error, finished_at) VALUES (104, 'order-email', 'send_order_email', \
+         '{\"order_id\": 44}', 6, 'failed', 6, 'mail server said no: 503', UTC_TIMESTAMP(6))"
+            .to_owned(),
+    );
+    setup.push(
+        "INSERT INTO job_queue (id, queue_name, kind, payload, max_attempts) VALUES \
+         (105, 'order-email', 'send_order_email', '{\"order_id\": 45}', 6)"
+            .to_owned(),
+    );
+    db.exec(&setup.join(";\n")).await;
+    session(&db.url(), JOBS, cursor_time);
+}
+
+#[tokio::test]
+async fn the_search_index_sample_is_what_search_index_prints() {
+    let db = TestDb::new().await;
+    session(&db.url(), SEARCH_INDEX, same);
 }

@@ -81,6 +81,10 @@ pub(crate) enum Command {
     /// List operator actions (cancel, retry, discard, delete, pause, resume, purge): who, when,
     /// what, why, and how many jobs each changed; newest first.
     Audit(AuditArgs),
+    /// Search jobs, count them, run now, retry, cancel or delete every job a search matches.
+    Jobs(crate::args_jobs::JobsArgs),
+    /// Index a payload or meta field searched often (args.order_id), list or drop such indexes.
+    SearchIndex(crate::cmd_search_index::SearchIndexArgs),
     /// Serve the web dashboard: queues, jobs, failed jobs (retry/discard), pause/resume.
     #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),

@@ -102,7 +102,8 @@ fn print(checks: &[Check]) -> u8 {
         let fix = c.fix.as_deref().map_or(String::new(), |f| {
             crate::program::rename(&format!("; fix: {f}"))
         });
-        println!("{tag:<4}  {:<width$}  {}{fix}", c.name, c.detail);
+        let detail = crate::program::rename(&c.detail);
+        println!("{tag:<4}  {:<width$}  {detail}{fix}", c.name);
     }
     let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
     if worst == Level::Fail {

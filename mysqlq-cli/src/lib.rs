@@ -18,7 +18,8 @@
 //! defined in the binary itself (in `src/main.rs` or its modules) need no such line.
 //!
 //! That binary has every command: `work`, `migrate`, `stats`, `failed list|show|retry|discard`,
-//! `purge`, `doctor`, `pause`, `resume`, `enqueue`, `dashboard` (a web UI, also mountable in
+//! `purge`, `doctor`, `pause`, `resume`, `enqueue`, `jobs search|count|run-now|retry|cancel|delete`,
+//! `search-index add|list|drop`, `dashboard` (a web UI, also mountable in
 //! your own server: [`dashboard::router`]). Handlers that need application state (a client, a
 //! configuration, a pool of their own) get it from [`Cli`]:
 //! `mysqlq_cli::Cli::new().state(app).run()`, read in the job with
@@ -48,6 +49,8 @@ mod app;
 #[cfg(feature = "cli")]
 mod args;
 #[cfg(feature = "cli")]
+mod args_jobs;
+#[cfg(feature = "cli")]
 mod cmd_audit;
 #[cfg(feature = "cli")]
 mod cmd_cancel;
@@ -56,9 +59,13 @@ mod cmd_doctor;
 #[cfg(feature = "cli")]
 mod cmd_failed;
 #[cfg(feature = "cli")]
+mod cmd_jobs;
+#[cfg(feature = "cli")]
 mod cmd_limits;
 #[cfg(feature = "cli")]
 mod cmd_misc;
+#[cfg(feature = "cli")]
+mod cmd_search_index;
 #[cfg(feature = "cli")]
 mod cmd_stats;
 #[cfg(feature = "cli")]
@@ -275,6 +282,8 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
             .await
             .map(|()| 0),
         Command::Audit(a) => cmd_audit::audit(&target?, &a).await.map(|()| 0),
+        Command::Jobs(a) => cmd_jobs::jobs(&target?, a).await,
+        Command::SearchIndex(a) => cmd_search_index::search_index(&target?, a).await,
         Command::Limits(a) => cmd_limits::limits(&target?, &a).await.map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,

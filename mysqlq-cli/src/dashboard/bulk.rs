@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Redirect};
 use hmac::{Hmac, KeyInit, Mac};
 use maud::html;
 use mysqlq::JobId;
-use mysqlq::admin::{Action, AuditQuery, AuditRecord, Counted, OpState, Target};
+use mysqlq::admin::{Action, AuditQuery, AuditRecord, Counted, Target};
 use mysqlq::filter::Filter;
 use sha2::Sha256;
 
@@ -69,49 +69,9 @@ fn verb(a: Action) -> &'static str {
     }
 }
 
-/// The states an action can change.
-fn eligible(a: Action) -> &'static [OpState] {
-    use OpState as O;
-    match a {
-        Action::RunNow => &[O::Scheduled, O::Retrying],
-        Action::Retry => &[O::Failed],
-        Action::Cancel => &[
-            O::Waiting,
-            O::Ready,
-            O::RateLimited,
-            O::Scheduled,
-            O::Retrying,
-            O::Running,
-        ],
-        _ => &[
-            O::Waiting,
-            O::Ready,
-            O::RateLimited,
-            O::Scheduled,
-            O::Retrying,
-            O::Completed,
-            O::Failed,
-            O::Cancelled,
-        ],
-    }
-}
-
-/// `filter` narrowed to the states `action` can change, so the count a confirmation shows is
-/// the count the action can reach; `None` when none of the search's states can be changed.
+/// `filter` narrowed to the states `action` can change ([`Action::narrow`]).
 pub(super) fn narrow(filter: &Filter, action: Action) -> Option<Filter> {
-    let ok = eligible(action);
-    let mut f = filter.clone();
-    f.states = if filter.states.is_empty() {
-        ok.to_vec()
-    } else {
-        filter
-            .states
-            .iter()
-            .copied()
-            .filter(|s| ok.contains(s))
-            .collect()
-    };
-    (!f.states.is_empty()).then_some(f)
+    action.narrow(filter)
 }
 
 /// The actions offered for a search: those that can change some of its states.
@@ -174,7 +134,8 @@ pub(super) async fn confirm(State(state): State<Shared>, body: String) -> Res {
         return Err(bad(format!(
             "{} applies to none of the states searched; search for {} jobs",
             verb(action),
-            eligible(action)
+            action
+                .states()
                 .iter()
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
@@ -485,7 +446,8 @@ pub(super) async fn selected(State(state): State<Shared>, body: String) -> Res {
         form_urlencoded::parse(body.as_bytes()).any(|(k, v)| k == "confirmed" && v == "1");
     if ids.len() > 1 && !confirmed {
         let what = format!("{} {} selected jobs", verb(action), ids.len());
-        let states = eligible(action)
+        let states = action
+            .states()
             .iter()
             .map(|s| s.as_str())
             .collect::<Vec<_>>()

@@ -236,6 +236,9 @@ async fn doctor(
                 Some("restore them from mysqlq/migrations/0001_job_queue.sql (claims and stats would scan the table)"),
             ));
         }
+        if let Some(c) = search_fields_check(conn).await? {
+            checks.push(c);
+        }
         let queues = match admin::stats_queues(conn).await {
             Ok(queues) => {
                 checks.push(stranded_check(registered, &queues));
@@ -313,6 +316,59 @@ async fn doctor(
     }
 
     Ok(())
+}
+
+/// The declared search fields (`mysqlq-cli search-index`): listed, or a warning naming those
+/// whose column or index is missing. `None` before migration 10 made their table.
+async fn search_fields_check(conn: &mut MySqlConnection) -> Result<Option<Check>, Error> {
+    let fields = match store::search_fields::search_field_list(conn).await {
+        Ok(f) => f,
+        Err(e) if e.server_code() == Some(1146) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if fields.is_empty() {
+        return Ok(Some(check(
+            Level::Info,
+            "search fields",
+            "none declared (`mysqlq-cli search-index add args.PATH` indexes a field searched often)",
+            None,
+        )));
+    }
+    let broken: Vec<String> = fields
+        .iter()
+        .filter(|f| !f.column_exists || !f.index_exists)
+        .map(|f| {
+            let what = match (f.column_exists, f.index_exists) {
+                (false, _) => "column",
+                _ => "index",
+            };
+            format!(
+                "{} (its {what} `{}` is missing)",
+                f.path,
+                if f.column_exists { &f.index } else { &f.column }
+            )
+        })
+        .collect();
+    if broken.is_empty() {
+        let listed: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{} ({})", f.path, f.index))
+            .collect();
+        return Ok(Some(check(
+            Level::Ok,
+            "search fields",
+            listed.join(", "),
+            None,
+        )));
+    }
+    Ok(Some(check(
+        Level::Warn,
+        "search fields",
+        format!("{}: searches on them fail", broken.join(", ")),
+        Some(
+            "run `mysqlq-cli search-index add PATH` again to make them, or `mysqlq-cli search-index drop PATH`",
+        ),
+    )))
 }
 
 /// Below this many pending jobs in the queue, the claim's plan is not judged.

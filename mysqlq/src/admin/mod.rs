@@ -32,6 +32,7 @@ mod doctor;
 mod doctor_galera;
 mod latency;
 mod search;
+mod search_fields;
 mod states;
 mod stats;
 mod workflow;
@@ -46,6 +47,7 @@ pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
 pub use latency::{LatencyRow, Percentiles, SeriesCounts};
 pub use search::{COUNT_TIMEOUT_SECONDS, Counted};
+pub use search_fields::{SearchField, SearchFieldAdded};
 pub use stats::{PerMinute, Stats};
 
 /// Which failed jobs a bulk operation touches.

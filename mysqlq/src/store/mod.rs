@@ -53,6 +53,7 @@ mod queues;
 mod rate;
 mod relay;
 pub mod search;
+pub mod search_fields;
 pub mod server;
 mod sql;
 mod states;

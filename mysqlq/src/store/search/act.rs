@@ -9,6 +9,7 @@ use super::run::{closed_queues, now};
 use super::sql::{self, Bind, Sql};
 use super::{Plan, Walk};
 use crate::filter::Filter;
+use crate::state::OpState;
 use crate::store::admin::CancelParams;
 use crate::{Error, JobId};
 
@@ -36,6 +37,53 @@ impl Action {
             Self::Cancel => "cancel",
             Self::Delete => "delete",
         }
+    }
+
+    /// The operator states the action can change: run now scheduled and retrying jobs, retry
+    /// failed ones, cancel any not finished, delete any but running ones.
+    pub fn states(self) -> &'static [OpState] {
+        use OpState as O;
+        match self {
+            Self::RunNow => &[O::Scheduled, O::Retrying],
+            Self::Retry => &[O::Failed],
+            Self::Cancel => &[
+                O::Waiting,
+                O::Ready,
+                O::RateLimited,
+                O::Scheduled,
+                O::Retrying,
+                O::Running,
+            ],
+            Self::Delete => &[
+                O::Waiting,
+                O::Ready,
+                O::RateLimited,
+                O::Scheduled,
+                O::Retrying,
+                O::Completed,
+                O::Failed,
+                O::Cancelled,
+            ],
+        }
+    }
+
+    /// `filter` narrowed to the [`states`](Self::states) the action can change (those of its
+    /// states among them, or all of them when it names none), so that a count of it is what
+    /// the action can reach; `None` when it can change none of the states searched.
+    pub fn narrow(self, filter: &Filter) -> Option<Filter> {
+        let ok = self.states();
+        let mut f = filter.clone();
+        f.states = if filter.states.is_empty() {
+            ok.to_vec()
+        } else {
+            filter
+                .states
+                .iter()
+                .copied()
+                .filter(|s| ok.contains(s))
+                .collect()
+        };
+        (!f.states.is_empty()).then_some(f)
     }
 
     /// The jobs the action may change, as SQL on `j` (with `now` bound).

@@ -8,6 +8,7 @@
 //! | waiting, ready, rate-limited, scheduled, retrying | [`Walk::Due`]: `idx_job_recover`, one range per status (`(status, NULL lease, available_at, id)`), merged | due first |
 //! | completed, failed, cancelled | [`Walk::Finished`]: `idx_job_finished`, one range per status, merged | newest first |
 //! | running | [`Walk::Ids`] on `idx_job_recover`'s `processing` range (sorted: running rows only) | newest id first |
+//! | (before the states) a declared field's texts, no `id:` | [`Walk::Ids`] on the field's index, one `ref` per text, merged (`field.rs`) | newest id first |
 //! | none, or a mix | [`Walk::Ids`] on `PRIMARY` | newest id first |
 //!
 //! Filters the walk's entries hold (queue, kind, attempts, ids) read at most [`INDEX_CAP`]
@@ -73,6 +74,8 @@ pub enum FieldTest {
 pub struct FieldFilter {
     /// Payload or meta.
     pub source: Source,
+    /// The path as searched (`args.order_id`): the name of a declared search field.
+    pub qualifier: String,
     /// The JSON path (`$."order_id"`), bound, never formatted into SQL.
     pub path: String,
     /// ORed.
@@ -136,6 +139,7 @@ impl Plan {
                         S::Args => Source::Args,
                         S::Meta => Source::Meta,
                     },
+                    qualifier: f.qualifier(),
                     path: f.json_path(),
                     tests: f
                         .values
@@ -159,7 +163,7 @@ pub enum Walk {
     Due,
     /// `idx_job_finished`: finished time, then id, descending.
     Finished,
-    /// `PRIMARY` (or the running range): id descending.
+    /// Id descending: `PRIMARY`, the running range, or a declared search field's index.
     Ids,
 }
 
@@ -290,7 +294,7 @@ fn ser_cursor<S: serde::Serializer>(c: &Option<Cursor>, s: S) -> Result<S::Ok, S
 
 /// One index range of a walk.
 struct Part {
-    index: &'static str,
+    index: String,
     range: Sql,
 }
 
@@ -298,10 +302,13 @@ struct Part {
 fn walk_of(plan: &Plan, now: Timestamp) -> (Walk, Vec<Part>) {
     use OpState as O;
     let s = &plan.states;
-    let part = |index, text: &str| {
+    let part = |index: &str, text: &str| {
         let mut range = Sql::default();
         range.push(text);
-        Part { index, range }
+        Part {
+            index: index.to_owned(),
+            range,
+        }
     };
     let due_states = [
         O::Waiting,
@@ -448,6 +455,7 @@ fn select_pos(walk: Walk) -> String {
 }
 
 mod act;
+mod field;
 mod run;
 
 pub use act::{Action, Actor, BulkState, audit_bulk_state, job_act_chunk};

@@ -34,15 +34,57 @@ pub(super) async fn closed_queues(
     .await?)
 }
 
+/// A filter planned at `now`: the walk, its parts, what is left to check beyond them, and
+/// whether the walk is a declared field's index (whose entries hold only the field and id).
+struct Planned {
+    plan: Plan,
+    walk: Walk,
+    parts: Vec<Part>,
+    on_field: bool,
+}
+
+/// Plans `filter` at `now`: a declared field's walk when one applies (`field.rs`), else the
+/// states' walk.
+async fn planned(
+    conn: &mut MySqlConnection,
+    filter: &Filter,
+    now: Timestamp,
+) -> Result<Planned, Error> {
+    let plan = Plan::of(filter, now);
+    let declared = super::field::declared(conn, &plan).await?;
+    if let Some((parts, rest)) = super::field::walk(&plan, &declared) {
+        return Ok(Planned {
+            plan: rest,
+            walk: Walk::Ids,
+            parts,
+            on_field: true,
+        });
+    }
+    let (walk, parts) = walk_of(&plan, now);
+    Ok(Planned {
+        plan,
+        walk,
+        parts,
+        on_field: false,
+    })
+}
+
 /// What a plan checks beyond its walk's ranges, and how many positions a page may read for it.
-fn residual(plan: &Plan, walk: Walk, now: Timestamp, closed: &[String]) -> (Sql, Option<u64>) {
+/// On a declared field's index (`on_field`) every filter reads the row.
+fn residual(
+    plan: &Plan,
+    walk: Walk,
+    now: Timestamp,
+    closed: &[String],
+    on_field: bool,
+) -> (Sql, Option<u64>) {
     let mut s = sql::entry_filters(plan);
-    let mut rows = false;
     let entries = !s.text.is_empty();
+    let mut rows = on_field && entries;
     if !plan.states.is_empty() && walk != Walk::Finished {
         s.push(" AND ")
             .append(sql::states_predicate(&plan.states, now, closed));
-        rows |= plan.states.iter().any(|st| *st != OpState::Waiting);
+        rows |= on_field || plan.states.iter().any(|st| *st != OpState::Waiting);
     }
     let r = sql::row_filters(plan, walk);
     rows |= !r.text.is_empty();
@@ -156,9 +198,13 @@ pub async fn search(
     limit: u32,
 ) -> Result<SearchPage, Error> {
     let now = now(conn).await?;
-    let plan = &Plan::of(filter, now);
+    let Planned {
+        plan,
+        walk,
+        parts,
+        on_field,
+    } = planned(conn, filter, now).await?;
     let closed = closed_queues(conn, now).await?;
-    let (walk, parts) = walk_of(plan, now);
     if let Some(c) = cursor
         && c.walk != walk
     {
@@ -169,7 +215,7 @@ pub async fn search(
     }
     let pos = cursor.map(|c| (c.at_us, c.id));
     let limit = limit.clamp(1, MAX_PAGE);
-    let (res, cap) = residual(plan, walk, now, &closed);
+    let (res, cap) = residual(&plan, walk, now, &closed, on_field);
     let mut bottom: Option<Pos> = None;
     if let Some(cap) = cap {
         for part in &parts {
@@ -287,10 +333,14 @@ pub async fn count_matching(
         return Ok((0, 0));
     };
     let now = now(conn).await?;
-    let plan = &Plan::of(filter, now);
+    let Planned {
+        plan,
+        walk,
+        parts,
+        on_field,
+    } = planned(conn, filter, now).await?;
     let closed = closed_queues(conn, now).await?;
-    let (walk, parts) = walk_of(plan, now);
-    let (res, _) = residual(plan, walk, now, &closed);
+    let (res, _) = residual(&plan, walk, now, &closed, on_field);
     let mut inner = Sql::default();
     inner.push("CAST(COUNT(*) AS SIGNED) FROM (");
     for (i, part) in parts.iter().enumerate() {
@@ -341,10 +391,14 @@ pub async fn search_explain(
     filter: &Filter,
 ) -> Result<Vec<(String, Vec<crate::store::admin::PlanRow>)>, Error> {
     let now = now(conn).await?;
-    let plan = &Plan::of(filter, now);
+    let Planned {
+        plan,
+        walk,
+        parts,
+        on_field,
+    } = planned(conn, filter, now).await?;
     let closed = closed_queues(conn, now).await?;
-    let (walk, parts) = walk_of(plan, now);
-    let (res, cap) = residual(plan, walk, now, &closed);
+    let (res, cap) = residual(&plan, walk, now, &closed, on_field);
     let mut out = Vec::new();
     let mid = (now.timestamp_micros(), 1_000_000);
     for pos in [None, Some(mid)] {
