@@ -43,6 +43,7 @@ mod explain;
 mod gauges;
 mod guarded;
 mod insert;
+mod insight;
 mod lanes;
 mod latency;
 mod limits;
@@ -90,6 +91,12 @@ pub use guarded::{
 pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{InsertRow, job_insert_many, job_insert_one};
+#[cfg(feature = "__internal-store")]
+pub use insight::insight_explain;
+pub use insight::{
+    DEPTH_STATES, DepthRow, QueueSettings, ThroughputRow, depth_minute_read, depth_minute_write,
+    queue_settings_all, run_minute_queue,
+};
 pub use lanes::{RatePlan, RateReport};
 #[cfg(feature = "__internal-store")]
 pub use latency::RUN_MINUTE_CHUNK;
