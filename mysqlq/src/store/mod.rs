@@ -59,6 +59,7 @@ mod sql;
 mod states;
 mod testing;
 mod workers;
+mod workers_page;
 pub mod workflow;
 
 pub use attempts::{Attempt, AttemptRecord, job_attempt_delete, job_attempts};
@@ -126,4 +127,9 @@ pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id}
 pub use workers::{
     StatsFlush, WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup,
     worker_stopped,
+};
+#[cfg(feature = "__internal-store")]
+pub use workers_page::workers_page_explain;
+pub use workers_page::{
+    RUNNING_READ, RunningRow, WorkerLiveRow, workers_leader, workers_live, workers_running,
 };
