@@ -149,8 +149,10 @@ pub(crate) fn holder(locked_by: Option<&str>) -> Option<Holder> {
 /// The settings `config` (JSON, `worker/stats.rs::config_json`) gives; `queues` (the
 /// comma-separated column) when there is none.
 fn worker_of(r: WorkerLiveRow, leader: Option<&str>) -> LiveWorker {
-    let config: Option<serde_json::Value> =
-        r.config.as_deref().and_then(|c| serde_json::from_str(c).ok());
+    let config: Option<serde_json::Value> = r
+        .config
+        .as_deref()
+        .and_then(|c| serde_json::from_str(c).ok());
     let field = |name: &str| config.as_ref().and_then(|c| c.get(name));
     let u32_of = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
     let settings = field("queues").and_then(serde_json::Value::as_object);
@@ -172,8 +174,7 @@ fn worker_of(r: WorkerLiveRow, leader: Option<&str>) -> LiveWorker {
             }
         })
         .collect();
-    let stale =
-        r.stopped_at.is_none() && Duration::from_micros(r.last_seen_age_us) > STALE_AFTER;
+    let stale = r.stopped_at.is_none() && Duration::from_micros(r.last_seen_age_us) > STALE_AFTER;
     LiveWorker {
         leader: r.stopped_at.is_none() && leader.is_some_and(|l| is_instance_of(l, &r.worker_id)),
         version: field("version")

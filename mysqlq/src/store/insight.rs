@@ -97,12 +97,12 @@ pub struct DepthRow {
 
 const DEPTH_READ_SQL: &str = "/* mysqlq:depth_minute_read */ \
     SELECT minute, CAST(TIMESTAMPDIFF(MINUTE, minute, UTC_TIMESTAMP()) AS SIGNED) AS ago, \
-      CAST(state AS CHAR) AS state, n \
+      CAST(state AS CHAR) AS st, n \
     FROM mysqlq_depth_minute \
-    WHERE minute > UTC_TIMESTAMP() - INTERVAL 60 MINUTE AND queue_name = ? \
-    ORDER BY minute, state";
+    WHERE minute > UTC_TIMESTAMP() - INTERVAL 60 MINUTE AND queue_name = ?";
 
-/// `depth_minute_read`: `queue`'s depth rows of the last hour, oldest first.
+/// `depth_minute_read`: `queue`'s depth rows of the last hour, oldest first, each minute's in
+/// [`DEPTH_STATES`] order (sorted here: at most 60 × 7 rows, and the server would filesort).
 pub async fn depth_minute_read(
     conn: &mut MySqlConnection,
     queue: &str,
@@ -113,7 +113,7 @@ pub async fn depth_minute_read(
         .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let Ok(state) = r.try_get::<String, _>("state")?.parse::<OpState>() else {
+        let Ok(state) = r.try_get::<String, _>("st")?.parse::<OpState>() else {
             continue;
         };
         out.push(DepthRow {
@@ -123,6 +123,7 @@ pub async fn depth_minute_read(
             n: r.try_get("n")?,
         });
     }
+    out.sort_by_key(|r| (r.minute, r.state));
     Ok(out)
 }
 
@@ -190,8 +191,8 @@ pub struct QueueSettings {
 const MAX_SETTINGS: u32 = 10_000;
 
 const SETTINGS_SQL: &str = "/* mysqlq:queue_settings_all */ \
-    SELECT CAST(queue_name AS CHAR) AS queue_name, CAST(paused AS SIGNED) AS paused, rate_limit, rate_period_us, \
-      global_limit \
+    SELECT CAST(queue_name AS CHAR) AS q, CAST(paused AS SIGNED) AS paused, rate_limit, \
+      rate_period_us, global_limit \
     FROM mysqlq_queue FORCE INDEX (PRIMARY) ORDER BY queue_name LIMIT ?";
 
 /// `queue_settings_all`: every queue that has a `mysqlq_queue` row (paused, or with limits), by
@@ -204,7 +205,7 @@ pub async fn queue_settings_all(conn: &mut MySqlConnection) -> Result<Vec<QueueS
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         out.push(QueueSettings {
-            queue: r.try_get("queue_name")?,
+            queue: r.try_get("q")?,
             paused: r.try_get::<i64, _>("paused")? != 0,
             limits: super::QueueLimits {
                 rate: stored_rate(r.try_get("rate_limit")?, r.try_get("rate_period_us")?),

@@ -229,8 +229,10 @@ async fn gauges(
     if s.metrics.queue_gauges_due(every) || depth {
         let queues = store::queue_gauges(conn).await?;
         let written = if depth {
-            let rows: Vec<(&str, crate::state::StateCounts)> =
-                queues.iter().map(|g| (g.queue.as_str(), g.states)).collect();
+            let rows: Vec<(&str, crate::state::StateCounts)> = queues
+                .iter()
+                .map(|g| (g.queue.as_str(), g.states))
+                .collect();
             store::depth_minute_write(conn, &rows).await.map(|_| {
                 *last_depth = Some(now.0);
             })
@@ -276,9 +278,15 @@ mod tests {
 
     #[test]
     fn a_depth_row_is_due_once_a_minute_ten_seconds_in() {
-        assert!(depth_due(None, (100, 59)), "the first round as leader writes");
+        assert!(
+            depth_due(None, (100, 59)),
+            "the first round as leader writes"
+        );
         assert!(!depth_due(Some(100), (100, 59)), "never twice in a minute");
-        assert!(!depth_due(Some(100), (101, 9)), "not before 10 s into the next");
+        assert!(
+            !depth_due(Some(100), (101, 9)),
+            "not before 10 s into the next"
+        );
         assert!(depth_due(Some(100), (101, 10)));
         assert!(depth_due(Some(100), (103, 30)), "a late round writes");
         // Rounds every 5 s write every minute exactly once.
