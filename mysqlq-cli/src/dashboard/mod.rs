@@ -2,7 +2,9 @@
 //!
 //! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
 //! pages; cancel), job detail (attempt history; cancel / delete, and retry / discard when
-//! failed), failed jobs (retry / discard) and queues (pause / resume). Everything
+//! failed), failed jobs (retry / discard), queues (jobs by state, the last hour's throughput
+//! and percentiles, pause / resume), a queue's page (depth and throughput charts, percentiles
+//! per kind, limits). Everything
 //! reads through the typed operator API `mysqlq::admin` (indexed statements only).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
 //! seconds from `GET /api/overview`.
@@ -29,9 +31,11 @@
 
 mod actions;
 mod bulk;
+mod charts;
 mod guard;
 mod jobs;
 mod pages;
+mod queues;
 #[cfg(feature = "redis")]
 mod streams;
 mod view;
@@ -249,13 +253,21 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/failed", get(pages::failed))
         .route("/failed/retry", post(pages::failed_retry))
         .route("/failed/discard", post(pages::failed_discard))
-        .route("/queues", get(pages::queues))
+        .route("/queues", get(queues::list))
+        .route("/queues/{q}", get(queues::show))
+        .route("/queues/{q}/limits", post(queues::set_limits))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/cancel", post(workflows::cancel))
         .route("/workflows/{id}/retry", post(workflows::retry))
-        .route("/queues/pause", post(pages::queue_pause))
-        .route("/queues/resume", post(pages::queue_resume))
+        .route(
+            "/queues/pause",
+            post(queues::queue_pause).get(queues::show_named),
+        )
+        .route(
+            "/queues/resume",
+            post(queues::queue_resume).get(queues::show_named),
+        )
         .route("/api/overview", get(pages::api_overview))
         .route("/static/dashboard.js", get(pages::script))
         .route("/static/dashboard.css", get(pages::stylesheet))
