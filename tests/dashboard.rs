@@ -515,6 +515,7 @@ async fn read_only_hides_and_refuses_actions() {
     );
     assert!(!r.body.contains("limits-form") && !r.body.contains("Save limits"));
     assert!(!r.body.contains("Pause") && !r.body.contains("<form method=\"post\""));
+    assert_eq!(d.get("/workers").await.status, 200);
     for (path, form) in [
         ("/failed/retry", format!("only={a}&mysqlq_csrf={token}")),
         ("/failed/discard", format!("only={a}&mysqlq_csrf={token}")),
@@ -562,6 +563,7 @@ async fn the_token_guards_every_route() {
         "/actions",
         "/actions/1",
         "/queues/test",
+        "/workers",
     ] {
         let r = d.get(path).await;
         assert_eq!(r.status, 401, "{path}");
@@ -875,10 +877,15 @@ async fn every_dashboard_query_uses_an_index() {
          ANALYZE TABLE mysqlq_depth_minute, mysqlq_run_minute, mysqlq_queue, mysqlq_worker",
     )
     .await;
-    let own: Vec<(&str, Vec<admin::PlanRow>)> =
+    let mut own: Vec<(&str, Vec<admin::PlanRow>)> =
         mysqlq::store::insight_explain(&mut conn, "test")
             .await
             .unwrap();
+    own.extend(
+        mysqlq::store::workers_page_explain(&mut conn)
+            .await
+            .unwrap(),
+    );
     let tags: Vec<&str> = own.iter().map(|(t, _)| *t).collect();
     assert_eq!(
         tags,
@@ -886,6 +893,9 @@ async fn every_dashboard_query_uses_an_index() {
             "depth_minute_read",
             "run_minute_queue",
             "queue_settings_all",
+            "workers_live",
+            "workers_leader",
+            "workers_running",
         ]
     );
     for (tag, plan) in &own {
@@ -1339,6 +1349,114 @@ async fn the_limits_form_writes_and_audits_the_limits() {
         r.header("location")
     );
     assert!(d.get("/queues/test").await.body.contains("Resume test"));
+}
+
+#[tokio::test]
+async fn the_workers_page_lists_each_worker_its_jobs_and_the_leader() {
+    let db = TestDb::new().await;
+    let config = r#"{"queues": {"test": {"concurrency": 4}, "other": {"concurrency": null, "rate": "5/s"}}, "concurrency": 8, "lease_ms": 30000, "version": "9.9.9", "redis": false}"#;
+    insert_worker(&db, "w-1", "test,other", 4, None, config).await;
+    insert_worker(&db, "w-stale", "test", 300, None, config).await;
+    insert_worker(&db, "w-stopped", "test", 600, Some(600), config).await;
+    insert_worker(&db, "w-gone", "test", 7200, Some(7200), config).await;
+    db.exec(
+        "UPDATE mysqlq_leader SET leader_id = 'w-1#0af3', elected_at = UTC_TIMESTAMP(6), \
+         expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE WHERE name = 'maintenance'",
+    )
+    .await;
+    insert_running(&db, "test", "w-1", 55).await;
+    insert_running(&db, "test", "redis-relay:w-stale#9e1c", 2).await;
+    insert_running(&db, "other", "ghost", 1).await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let r = d.get("/workers").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let card = |id: &str| {
+        let at = r
+            .body
+            .find(&format!(r#"data-worker="{id}""#))
+            .unwrap_or_else(|| panic!("no card of {id}: {}", r.body));
+        let card = &r.body[at..];
+        card[..card.find("</section>").unwrap()].to_owned()
+    };
+    let w1 = card("w-1");
+    assert!(w1.contains(r#"<span class="badge leader""#), "{w1}");
+    for want in [
+        "host-a",
+        "<dd>42</dd>",
+        "9.9.9",
+        "test=4, other (rate 5/s)",
+        "3 / 8",
+        "4 s ago",
+    ] {
+        assert!(w1.contains(want), "{want} in {w1}");
+    }
+    assert!(!w1.contains("stale") && !w1.contains("badge stopped"));
+    let ids = linked_ids(&w1);
+    assert_eq!(ids.len(), 50, "50 running jobs listed");
+    assert!(w1.contains("and 5 more →"), "{w1}");
+    assert!(
+        w1.contains(r#"href="/jobs?q=state%3Arunning+worker%3Aw-1""#),
+        "the rest are a search away: {w1}"
+    );
+    assert!(
+        w1.contains("2m 0s") || w1.contains("2m 1s"),
+        "running for: {w1}"
+    );
+    assert!(
+        w1.contains("in 59m") || w1.contains("in 1h 0m"),
+        "lease: {w1}"
+    );
+    assert!(w1.contains(r#"<td class="num">1/5</td>"#), "attempt: {w1}");
+    let stale = card("w-stale");
+    assert!(
+        stale.contains("badge stale") && !stale.contains("badge leader"),
+        "{stale}"
+    );
+    assert!(stale.contains("5 min ago"));
+    assert!(card("w-stopped").contains("badge stopped"));
+    assert!(!r.body.contains("w-gone"), "stopped over an hour ago");
+    let at = r.body.find(r#"id="in-streams""#).expect("the relayed jobs");
+    let streams = &r.body[at..];
+    assert!(streams.contains("relayed by w-stale: 2"), "{streams}");
+    let at = r
+        .body
+        .find(r#"id="other-holders""#)
+        .expect("jobs of unlisted holders");
+    assert!(r.body[at..].contains("ghost: 1"));
+    // The listed jobs are the worker's, and so are the search's.
+    let list = ids
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let held = format!(
+        "SELECT COUNT(*) FROM job_queue WHERE id IN ({list}) AND status = 'processing' \
+         AND locked_by = 'w-1'"
+    );
+    assert_eq!(db.scalar(&held).await, 50);
+    let found = linked_ids(&d.get("/jobs?q=state%3Arunning+worker%3Aw-1").await.body);
+    let list = found
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let held = format!("SELECT COUNT(*) FROM job_queue WHERE id IN ({list}) AND locked_by = 'w-1'");
+    assert_eq!(db.scalar(&held).await, 50, "{found:?}");
+
+    // Past 5,000 running jobs: counts per worker only, and the page says so.
+    insert_running(&db, "test", "w-1", 4950).await;
+    let r = d.get("/workers").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body.contains(r#"id="running-capped""#),
+        "{}",
+        &r.body[..2000.min(r.body.len())]
+    );
+    assert!(
+        !r.body.contains("running-jobs"),
+        "no job listed past the cap"
+    );
+    assert!(r.body.contains("3 / 8"), "the worker's own count");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2154,5 +2272,114 @@ async fn in_chromium_the_queues_page_shows_depth_latency_and_limits() {
         "resumed; the row stays for its limit"
     );
     worker.shutdown().await.unwrap();
+    browser.quit().await;
+}
+
+/// §10 browser test 6: two workers with blocking jobs are listed, the first (which leads
+/// before the second starts) with the leader badge, their running jobs linked; stopping one
+/// marks it stopped within 2 s.
+#[tokio::test]
+async fn in_chromium_the_workers_page_lists_workers_their_jobs_and_the_leader() {
+    use mysqlq_tests::jobs::Nap;
+    let db = TestDb::new().await;
+    let browser = Browser::start().await;
+    let slow = mysqlq::EnqueueOptions::new().queue("slow");
+    let mut jobs: Vec<(&str, u64)> = Vec::new();
+    for _ in 0..2 {
+        jobs.push((
+            "alpha-w",
+            Nap { ms: 60_000 }.enqueue(&db.pool).await.unwrap().id().0,
+        ));
+        let id = Nap { ms: 60_000 }
+            .enqueue_with(&db.pool, &slow)
+            .await
+            .unwrap();
+        jobs.push(("beta-w", id.id().0));
+    }
+    let grace = Duration::from_millis(200);
+    let alpha = db
+        .worker()
+        .worker_id("alpha-w")
+        .shutdown_timeout(grace)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "alpha-w leads",
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'alpha-w#%' \
+         AND expires_at > UTC_TIMESTAMP(6)",
+        Duration::from_secs(20),
+    )
+    .await;
+    let beta = db
+        .worker()
+        .worker_id("beta-w")
+        .queues(["slow"])
+        .shutdown_timeout(grace)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the four naps running",
+        "SELECT COUNT(*) = 4 FROM job_queue WHERE status = 'processing'",
+        Duration::from_secs(20),
+    )
+    .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let base = format!("http://{}", d.addr);
+    browser.goto(&format!("{base}/workers")).await;
+    for (worker, id) in &jobs {
+        let link = format!(r#"section[data-worker="{worker}"] a[href="/jobs/{id}"]"#);
+        assert_eq!(count(&browser, &link).await, 1, "{link}");
+    }
+    assert_eq!(
+        count(&browser, r#"section[data-worker="alpha-w"] .badge.leader"#).await,
+        1
+    );
+    assert_eq!(count(&browser, ".badge.leader").await, 1, "one leader");
+    assert_eq!(count(&browser, ".badge.stopped").await, 0);
+    let queues = browser
+        .text(r#"section[data-worker="beta-w"] dd.queues"#)
+        .await;
+    assert_eq!(queues, "slow");
+    browser.screenshot("dashboard-workers.png").await;
+    let (_, first) = jobs[0];
+    browser
+        .click(&format!(
+            r#"section[data-worker="alpha-w"] a[href="/jobs/{first}"]"#
+        ))
+        .await;
+    browser.wait_contains("h1", &format!("Job {first}")).await;
+
+    // Stopping beta-w: its card says so within 2 s of the shutdown.
+    beta.shutdown().await.unwrap();
+    let stopped_at = Instant::now();
+    loop {
+        browser.goto(&format!("{base}/workers")).await;
+        if count(&browser, r#"section[data-worker="beta-w"] .badge.stopped"#).await == 1 {
+            break;
+        }
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(2),
+            "beta-w not shown stopped within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("stopped shown after {:?}", stopped_at.elapsed());
+    assert_eq!(
+        count(
+            &browser,
+            r#"section[data-worker="beta-w"] table.running-jobs"#
+        )
+        .await,
+        0,
+        "its jobs were handed back"
+    );
+    assert_eq!(
+        count(&browser, r#"section[data-worker="alpha-w"] .badge.leader"#).await,
+        1
+    );
+    browser.screenshot("dashboard-workers-stopped.png").await;
+    alpha.shutdown().await.unwrap();
     browser.quit().await;
 }

@@ -183,6 +183,11 @@ pub(super) fn ago_us(us: u64) -> String {
     }
 }
 
+/// `2024-05-01 10:00:01 UTC`.
+pub(super) fn utc(t: &Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! pages; cancel), job detail (attempt history; cancel / delete, and retry / discard when
 //! failed), failed jobs (retry / discard), queues (jobs by state, the last hour's throughput
 //! and percentiles, pause / resume), a queue's page (depth and throughput charts, percentiles
-//! per kind, limits). Everything
+//! per kind, limits) and workers (settings, leader, running jobs). Everything
 //! reads through the typed operator API `mysqlq::admin` (indexed statements only).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
 //! seconds from `GET /api/overview`.
@@ -39,6 +39,7 @@ mod queues;
 #[cfg(feature = "redis")]
 mod streams;
 mod view;
+mod workers;
 mod workflows;
 
 #[cfg(feature = "cli")]
@@ -256,6 +257,7 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/queues", get(queues::list))
         .route("/queues/{q}", get(queues::show))
         .route("/queues/{q}/limits", post(queues::set_limits))
+        .route("/workers", get(workers::list))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/cancel", post(workflows::cancel))
