@@ -98,6 +98,12 @@ pub(super) fn stacked(id: &str, what: &str, series: &[Series<'_>], columns: &[Co
                 text.axis-label x="2" y=(H) { "0" }
                 text.axis-label x=(LEFT) y=(H + 14) { "-60 min" }
                 text.axis-label x=(W - 20) y=(H + 14) { "now" }
+                // A tick under the axis for each minute with data, so that a minute counted
+                // as all zeros reads apart from a minute not counted.
+                @for c in columns {
+                    rect.counted x=(LEFT + u64::from(59 - c.minutes_ago.min(59)) * bar) y=(H + 1)
+                        width=(bar - 1) height="2" data-minutes-ago=(c.minutes_ago) {}
+                }
                 @for b in &bars {
                     rect class=(format!("series-{}", b.class)) x=(b.x) y=(b.y) width=(bar - 1) height=(b.h)
                         data-minutes-ago=(b.minutes_ago) data-n=(b.n) {
