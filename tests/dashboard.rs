@@ -505,10 +505,23 @@ async fn read_only_hides_and_refuses_actions() {
             .body
             .contains("id=\"retry\"")
     );
+    let r = d.get("/queues/test").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains(r#"id="limit-rate">none<"#),
+        "the limits show"
+    );
+    assert!(!r.body.contains("limits-form") && !r.body.contains("Save limits"));
+    assert!(!r.body.contains("/queues/pause") && !r.body.contains("<form method=\"post\""));
+    assert_eq!(d.get("/workers").await.status, 200);
     for (path, form) in [
         ("/failed/retry", format!("only={a}&mysqlq_csrf={token}")),
         ("/failed/discard", format!("only={a}&mysqlq_csrf={token}")),
         ("/queues/pause", format!("queue=test&mysqlq_csrf={token}")),
+        (
+            "/queues/test/limits",
+            format!("rate=1%2Fs&global=1&mysqlq_csrf={token}"),
+        ),
         (
             "/jobs/confirm",
             format!("action=retry&q=state:failed&mysqlq_csrf={token}"),
@@ -552,6 +565,8 @@ async fn the_token_guards_every_route() {
         "/actions",
         "/actions/1",
         "/jobs/1/payload.json",
+        "/queues/test",
+        "/workers",
     ] {
         let r = d.get(path).await;
         assert_eq!(r.status, 401, "{path}");
@@ -591,6 +606,13 @@ async fn the_token_guards_every_route() {
     // POSTs need the token too, before CSRF is even looked at.
     let r = d.post("/queues/pause", None, "queue=test").await;
     assert_eq!(r.status, 401);
+    let r = d.post("/queues/test/limits", None, "global=1").await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_queue").await,
+        0,
+        "no limit set"
+    );
 }
 
 #[tokio::test]
@@ -894,6 +916,60 @@ async fn every_dashboard_query_uses_an_index() {
             plans.push((tag.to_owned(), plan));
         }
     }
+    // The queues and workers pages' own statements, each through an index (on tables with rows).
+    db.exec(
+        "INSERT INTO mysqlq_depth_minute (minute, queue_name, state, n) SELECT \
+           DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL seq MINUTE, '%Y-%m-%d %H:%i:00'), \
+           IF(seq % 2 = 0, 'test', 'other'), 'ready', seq FROM seq_1_to_300; \
+         INSERT INTO mysqlq_run_minute (minute, queue_name, kind, series, bucket, n) SELECT \
+           DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL seq MINUTE, '%Y-%m-%d %H:%i:00'), \
+           IF(seq % 2 = 0, 'test', 'other'), 'noop', 'completed', 20, seq FROM seq_1_to_300; \
+         INSERT INTO mysqlq_queue (queue_name, paused) SELECT CONCAT('q', seq), 1 FROM seq_1_to_50; \
+         INSERT INTO mysqlq_worker (worker_id, started_at, last_seen_at) SELECT CONCAT('w', seq), \
+           UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL seq MINUTE FROM seq_1_to_3000; \
+         UPDATE mysqlq_leader SET leader_id = 'w1#x', expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR; \
+         ANALYZE TABLE mysqlq_depth_minute, mysqlq_run_minute, mysqlq_queue, mysqlq_worker",
+    )
+    .await;
+    let mut own: Vec<(&str, Vec<admin::PlanRow>)> =
+        mysqlq::store::insight_explain(&mut conn, "test")
+            .await
+            .unwrap();
+    own.extend(
+        mysqlq::store::workers_page_explain(&mut conn)
+            .await
+            .unwrap(),
+    );
+    let tags: Vec<&str> = own.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        tags,
+        [
+            "depth_minute_read",
+            "run_minute_queue",
+            "queue_settings_all",
+            "workers_live",
+            "workers_leader",
+            "workers_running",
+        ]
+    );
+    for (tag, plan) in &own {
+        let want = match *tag {
+            "workers_live" => "idx_worker_seen",
+            "workers_running" => "idx_job_recover",
+            _ => "PRIMARY",
+        };
+        assert!(
+            plan.iter().any(|row| row.key.as_deref() == Some(want))
+                && plan.iter().all(|row| row.access.as_deref() != Some("ALL")),
+            "{tag} does not read {want}: {plan:?}"
+        );
+        assert!(
+            plan.iter()
+                .all(|row| !row.extra.as_deref().unwrap_or("").contains("filesort")),
+            "{tag} sorts: {plan:?}"
+        );
+    }
+    plans.extend(own.into_iter().map(|(t, p)| (t.to_owned(), p)));
     assert!(plans.len() >= 4, "{plans:?}");
     for (name, plan) in &plans {
         for row in plan {
@@ -944,6 +1020,497 @@ async fn the_cli_serves_the_dashboard() {
     for flag in ["--addr", "--read-only", "--token", "127.0.0.1:8080"] {
         assert!(help.contains(flag), "{help}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the queues and workers pages
+
+/// `/jobs?q=queue:<queue> state:<state>` as the queues pages link it.
+fn state_search(queue: &str, state: &str) -> String {
+    let q: String = form_urlencoded_serialize(&format!("queue:{queue} state:{state}"));
+    format!("/jobs?q={q}")
+}
+
+/// A query value percent-encoded as the dashboard writes it (`application/x-www-form-urlencoded`).
+fn form_urlencoded_serialize(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                char::from(b).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The ids of the job links (`/jobs/<id>"`) in a page.
+fn linked_ids(body: &str) -> Vec<u64> {
+    body.match_indices("href=\"/jobs/")
+        .filter_map(|(i, _)| {
+            let rest = &body[i + 12..];
+            rest[..rest.find('"')?].parse().ok()
+        })
+        .collect()
+}
+
+/// The microseconds the latency tables show for a bucket's estimate.
+fn estimate_us(ms: u64) -> u128 {
+    mysqlq::latency::estimate(mysqlq::latency::bucket_of(Duration::from_millis(ms))).as_micros()
+}
+
+/// A `mysqlq_worker` row: `seen` seconds since its last report, stopped `stopped` seconds ago.
+async fn insert_worker(
+    db: &TestDb,
+    id: &str,
+    queues: &str,
+    seen: u32,
+    stopped: Option<u32>,
+    config: &str,
+) {
+    sqlx::query(
+        "INSERT INTO mysqlq_worker (worker_id, host, pid, queues, concurrency, running, \
+         started_at, last_seen_at, stopped_at, config) VALUES (?, 'host-a', 42, ?, 8, 3, \
+         UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6) - INTERVAL ? SECOND, \
+         UTC_TIMESTAMP(6) - INTERVAL ? SECOND, ?)",
+    )
+    .bind(id)
+    .bind(queues)
+    .bind(seen)
+    .bind(stopped)
+    .bind(config)
+    .execute(&db.pool)
+    .await
+    .expect("insert a worker row");
+}
+
+/// `n` running rows of `queue` held by `holder`, claimed 2 minutes ago, their lease 1 h ahead.
+async fn insert_running(db: &TestDb, queue: &str, holder: &str, n: u32) {
+    sqlx::query(
+        "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, locked_by, \
+         claim_token, claimed_at, lease_expires_at) \
+         SELECT ?, 'noop', '{}', 'processing', 1, ?, UUID(), UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE, \
+           UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_10000 WHERE seq <= ?",
+    )
+    .bind(queue)
+    .bind(holder)
+    .bind(n)
+    .execute(&db.pool)
+    .await
+    .expect("insert running rows");
+}
+
+#[tokio::test]
+async fn the_queues_pages_show_states_the_last_hour_limits_and_workers() {
+    let db = TestDb::new().await;
+    let ready = enqueue_noops(&db, 3).await;
+    let failed = insert_failed(&db, "test", "{}", "e").await;
+    db.exec(
+        "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, available_at) VALUES \
+         ('test', 'noop', '{}', 'pending', 0, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR), \
+         ('test', 'noop', '{}', 'pending', 1, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR), \
+         ('test', 'noop', '{}', 'waiting', 0, UTC_TIMESTAMP(6)), \
+         ('limited', 'noop', '{}', 'pending', 0, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND), \
+         ('limited', 'noop', '{}', 'pending', 0, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)",
+    )
+    .await;
+    insert_running(&db, "test", "w-1", 2).await;
+    insert_running(&db, "limited", "w-1", 1).await;
+    let rate: mysqlq::Rate = "10/s".parse().unwrap();
+    mysqlq::admin::Admin::new(db.pool.clone())
+        .set_queue_limits(
+            "limited",
+            mysqlq::admin::QueueLimits {
+                rate: Some(rate),
+                global: Some(1),
+            },
+        )
+        .await
+        .unwrap();
+    let bucket = |ms| mysqlq::latency::bucket_of(Duration::from_millis(ms));
+    db.exec(&format!(
+        "INSERT INTO mysqlq_run_minute (minute, queue_name, kind, series, bucket, n) VALUES \
+         (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 1 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'noop', 'completed', {b20}, 30), \
+         (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 1 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'noop', 'failed', {b20}, 3), \
+         (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 1 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'noop', 'pickup', {b5}, 33); \
+         INSERT INTO mysqlq_depth_minute (minute, queue_name, state, n) VALUES \
+         (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 2 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'ready', 3), \
+         (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 1 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'ready', 5), \
+         (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 1 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'running', 1)",
+        b20 = bucket(20),
+        b5 = bucket(5),
+    ))
+    .await;
+    insert_worker(
+        &db,
+        "w-1",
+        "test,limited",
+        4,
+        None,
+        r#"{"queues": {"test": {"concurrency": 4}, "limited": {"concurrency": null, "global": 1}}, "concurrency": 8, "lease_ms": 30000, "version": "9.9.9", "redis": false}"#,
+    )
+    .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+
+    // `/queues`: each count is a link to its search.
+    let r = d.get("/queues").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let row = |queue: &str| {
+        let at = r
+            .body
+            .find(&format!(r#"<tr data-queue="{queue}">"#))
+            .unwrap_or_else(|| panic!("no row of {queue}: {}", r.body));
+        let row = &r.body[at..];
+        row[..row.find("</tr>").unwrap()].to_owned()
+    };
+    let test = row("test");
+    for (state, n) in [
+        ("waiting", 1),
+        ("ready", 3),
+        ("rate-limited", 0),
+        ("scheduled", 1),
+        ("retrying", 1),
+        ("running", 2),
+        ("failed", 1),
+    ] {
+        let cell = format!(
+            r#"<td class="num" data-state="{state}"><a href="{}">{n}</a></td>"#,
+            state_search("test", state)
+        );
+        assert!(test.contains(&cell), "{cell} in {test}");
+    }
+    let limited = row("limited");
+    for (state, n) in [("ready", 0), ("rate-limited", 2), ("running", 1)] {
+        let cell = format!(
+            r#"<td class="num" data-state="{state}"><a href="{}">{n}</a></td>"#,
+            state_search("limited", state)
+        );
+        assert!(limited.contains(&cell), "{cell} in {limited}");
+    }
+    assert!(
+        limited.contains(r#"data-f="limits">rate 10/s · global 1<"#),
+        "{limited}"
+    );
+    assert!(test.contains(r#"data-f="limits">none<"#), "{test}");
+    assert!(
+        test.contains(r#"data-f="completed-per-min">0.5<"#),
+        "{test}"
+    );
+    assert!(test.contains(r#"data-f="failed-share">9.1 %<"#), "{test}");
+    assert!(
+        test.contains(&format!(
+            r#"data-f="run-p95" data-us="{}""#,
+            estimate_us(20)
+        )),
+        "{test}"
+    );
+    assert!(
+        test.contains(&format!(
+            r#"data-f="pickup-p95" data-us="{}""#,
+            estimate_us(5)
+        )),
+        "{test}"
+    );
+    assert!(test.contains(r#"data-f="paused">running<"#));
+    assert!(test.contains(r#"<a href="/queues/test">test</a>"#));
+    assert!(test.contains("Pause test"));
+    // The links search what they count.
+    let found = linked_ids(&d.get(&state_search("test", "ready")).await.body);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(ready.iter().all(|id| found.contains(id)) && !found.contains(&failed));
+    let found = linked_ids(&d.get(&state_search("test", "failed")).await.body);
+    assert_eq!(found, [failed]);
+    assert_eq!(
+        linked_ids(&d.get(&state_search("limited", "rate-limited")).await.body).len(),
+        2
+    );
+
+    // `/queues/test`: the depth and throughput charts, percentiles per kind, the workers.
+    let r = d.get("/queues/test").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let at = r.body.find(r#"id="depth-chart""#).expect("the depth chart");
+    let depth = &r.body[at..at + r.body[at..].find("</figure>").unwrap()];
+    for (class, ago, n) in [("ready", 2, 3), ("ready", 1, 5), ("running", 1, 1)] {
+        let bar = format!(r#"data-minutes-ago="{ago}" data-n="{n}""#);
+        let found = depth.match_indices(&bar).any(|(i, _)| {
+            depth[..i]
+                .rsplit("<rect ")
+                .next()
+                .unwrap()
+                .contains(&format!("series-{class}"))
+        });
+        assert!(found, "a {class} bar {bar} in {depth}");
+    }
+    assert!(
+        depth.contains(r#"role="img""#) && depth.contains("aria-label=\"Jobs by state per minute")
+    );
+    assert!(depth.contains("latest minute: waiting 0, ready 5, rate-limited 0, scheduled 0, retrying 0, running 1, failed 0"), "{depth}");
+    assert!(depth.contains("<details>") && depth.contains(r#"<td class="num">5</td>"#));
+    assert!(!depth.contains("fill="), "colours come from CSS classes");
+    let at = r
+        .body
+        .find(r#"id="throughput-chart""#)
+        .expect("the throughput chart");
+    let through = &r.body[at..at + r.body[at..].find("</figure>").unwrap()];
+    assert!(
+        through.contains(r#"class="series-completed""#) && through.contains(r#"data-n="30""#),
+        "{through}"
+    );
+    assert!(through.contains(r#"class="series-failed""#) && through.contains(r#"data-n="3""#));
+    let at = r
+        .body
+        .find(r#"<tr data-kind="noop">"#)
+        .expect("the kind's row");
+    let kind = &r.body[at..at + r.body[at..].find("</tr>").unwrap()];
+    for (f, ms) in [
+        ("run-p50", 20),
+        ("run-p99", 20),
+        ("pickup-p50", 5),
+        ("pickup-p95", 5),
+    ] {
+        assert!(
+            kind.contains(&format!(r#"data-f="{f}" data-us="{}""#, estimate_us(ms))),
+            "{f} in {kind}"
+        );
+    }
+    assert!(r.body.contains(r#"<tr data-kind="*">"#));
+    let at = r
+        .body
+        .find(r#"<tr data-worker="w-1">"#)
+        .expect("the worker's row");
+    let worker = &r.body[at..at + r.body[at..].find("</tr>").unwrap()];
+    assert!(
+        worker.contains(r#"data-f="queue-concurrency">4<"#),
+        "{worker}"
+    );
+    assert!(r.body.contains("work --queues test=N"), "the flag is named");
+    assert!(r.body.contains("cannot change while it runs"));
+    assert!(r.body.contains(r#"id="limit-rate">none<"#));
+    assert!(r.body.contains(r#"id="limits-form""#) && form_token(&r.body).is_some());
+    let r = d.get("/queues/limited").await;
+    assert!(r.body.contains(r#"id="limit-rate">10/s<"#), "{}", r.body);
+    assert!(r.body.contains(r#"id="limit-global">1<"#));
+    assert!(
+        r.body.contains(r#"value="10/s""#),
+        "the form holds the current rate"
+    );
+    assert!(
+        r.body.contains("shares the worker&#39;s slots")
+            || r.body.contains("shares the worker's slots"),
+        "{}",
+        r.body
+    );
+    assert_eq!(d.get("/queues/nope").await.status, 404);
+    assert_eq!(d.get("/queues/bad%20name").await.status, 400);
+}
+
+#[tokio::test]
+async fn the_limits_form_writes_and_audits_the_limits() {
+    let db = TestDb::new().await;
+    enqueue_noops(&db, 1).await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let (_, cookie, token) = d.csrf("/queues/test").await;
+    let limits = "SELECT CONCAT_WS(' ', IFNULL(rate_limit, '-'), IFNULL(rate_period_us, '-'), \
+                  IFNULL(global_limit, '-')) FROM mysqlq_queue WHERE queue_name = 'test'";
+    let read = |sql: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(sql)
+                .fetch_optional(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let r = d
+        .post(
+            "/queues/test/limits",
+            Some(&cookie),
+            "rate=100%2Fs&global=5",
+        )
+        .await;
+    assert_eq!(r.status, 403, "no CSRF field: {}", r.body);
+    assert_eq!(read(limits).await, None);
+
+    let r = d
+        .post(
+            "/queues/test/limits",
+            Some(&cookie),
+            &format!("rate=100%2Fs&global=5&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let back = r.header("location").unwrap().to_owned();
+    assert!(back.starts_with("/queues/test?msg="), "{back}");
+    assert_eq!(read(limits).await.as_deref(), Some("100 1000000 5"));
+    let audit = "SELECT CONCAT_WS('|', action, actor, queue_name, detail) FROM mysqlq_audit \
+                 ORDER BY id DESC LIMIT 1";
+    assert_eq!(
+        read(audit).await.as_deref(),
+        Some("limits|dashboard|test|rate 100/s, global 5")
+    );
+    let page = d.get(&back).await;
+    assert!(
+        page.body.contains("limits of test: rate 100/s · global 5"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(r#"id="limit-global">5<"#));
+
+    for bad in ["global=0", "global=many", "rate=fast", "rate=5"] {
+        let r = d
+            .post(
+                "/queues/test/limits",
+                Some(&cookie),
+                &format!("{bad}&mysqlq_csrf={token}"),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+    }
+    assert_eq!(
+        read(limits).await.as_deref(),
+        Some("100 1000000 5"),
+        "unchanged"
+    );
+
+    // Empty fields clear the limits.
+    let r = d
+        .post(
+            "/queues/test/limits",
+            Some(&cookie),
+            &format!("rate=&global=&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    assert_eq!(read(limits).await.as_deref(), Some("- - -"));
+    assert_eq!(
+        read(audit).await.as_deref(),
+        Some("limits|dashboard|test|rate none, global none")
+    );
+
+    // Pause from the queue's page comes back to it.
+    let r = d
+        .post(
+            "/queues/pause",
+            Some(&cookie),
+            &format!("queue=test&from=queue&mysqlq_csrf={token}"),
+        )
+        .await;
+    assert!(
+        r.header("location")
+            .unwrap()
+            .starts_with("/queues/test?msg=paused"),
+        "{:?}",
+        r.header("location")
+    );
+    assert!(d.get("/queues/test").await.body.contains("Resume test"));
+}
+
+#[tokio::test]
+async fn the_workers_page_lists_each_worker_its_jobs_and_the_leader() {
+    let db = TestDb::new().await;
+    let config = r#"{"queues": {"test": {"concurrency": 4}, "other": {"concurrency": null, "rate": "5/s"}}, "concurrency": 8, "lease_ms": 30000, "version": "9.9.9", "redis": false}"#;
+    insert_worker(&db, "w-1", "test,other", 4, None, config).await;
+    insert_worker(&db, "w-stale", "test", 300, None, config).await;
+    insert_worker(&db, "w-stopped", "test", 600, Some(600), config).await;
+    insert_worker(&db, "w-gone", "test", 7200, Some(7200), config).await;
+    db.exec(
+        "UPDATE mysqlq_leader SET leader_id = 'w-1#0af3', elected_at = UTC_TIMESTAMP(6), \
+         expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE WHERE name = 'maintenance'",
+    )
+    .await;
+    insert_running(&db, "test", "w-1", 55).await;
+    insert_running(&db, "test", "redis-relay:w-stale#9e1c", 2).await;
+    insert_running(&db, "other", "ghost", 1).await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let r = d.get("/workers").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let card = |id: &str| {
+        let at = r
+            .body
+            .find(&format!(r#"data-worker="{id}""#))
+            .unwrap_or_else(|| panic!("no card of {id}: {}", r.body));
+        let card = &r.body[at..];
+        card[..card.find("</section>").unwrap()].to_owned()
+    };
+    let w1 = card("w-1");
+    assert!(w1.contains(r#"<span class="badge leader""#), "{w1}");
+    for want in [
+        "host-a",
+        "<dd>42</dd>",
+        "9.9.9",
+        "test=4, other (rate 5/s)",
+        "3 / 8",
+        "4 s ago",
+    ] {
+        assert!(w1.contains(want), "{want} in {w1}");
+    }
+    assert!(!w1.contains("stale") && !w1.contains("badge stopped"));
+    let ids = linked_ids(&w1);
+    assert_eq!(ids.len(), 50, "50 running jobs listed");
+    assert!(w1.contains("and 5 more →"), "{w1}");
+    assert!(
+        w1.contains(r#"href="/jobs?q=state%3Arunning+worker%3Aw-1""#),
+        "the rest are a search away: {w1}"
+    );
+    assert!(
+        w1.contains("2m 0s") || w1.contains("2m 1s"),
+        "running for: {w1}"
+    );
+    assert!(
+        w1.contains("in 59m") || w1.contains("in 1h 0m"),
+        "lease: {w1}"
+    );
+    assert!(w1.contains(r#"<td class="num">1/5</td>"#), "attempt: {w1}");
+    let stale = card("w-stale");
+    assert!(
+        stale.contains("badge stale") && !stale.contains("badge leader"),
+        "{stale}"
+    );
+    assert!(stale.contains("5 min ago"));
+    assert!(card("w-stopped").contains("badge stopped"));
+    assert!(!r.body.contains("w-gone"), "stopped over an hour ago");
+    let at = r.body.find(r#"id="in-streams""#).expect("the relayed jobs");
+    let streams = &r.body[at..];
+    assert!(streams.contains("relayed by w-stale: 2"), "{streams}");
+    let at = r
+        .body
+        .find(r#"id="other-holders""#)
+        .expect("jobs of unlisted holders");
+    assert!(r.body[at..].contains("ghost: 1"));
+    // The listed jobs are the worker's, and so are the search's.
+    let list = ids
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let held = format!(
+        "SELECT COUNT(*) FROM job_queue WHERE id IN ({list}) AND status = 'processing' \
+         AND locked_by = 'w-1'"
+    );
+    assert_eq!(db.scalar(&held).await, 50);
+    let found = linked_ids(&d.get("/jobs?q=state%3Arunning+worker%3Aw-1").await.body);
+    let list = found
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let held = format!("SELECT COUNT(*) FROM job_queue WHERE id IN ({list}) AND locked_by = 'w-1'");
+    assert_eq!(db.scalar(&held).await, 50, "{found:?}");
+
+    // Past 5,000 running jobs: counts per worker only, and the page says so.
+    insert_running(&db, "test", "w-1", 4950).await;
+    let r = d.get("/workers").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body.contains(r#"id="running-capped""#),
+        "{}",
+        &r.body[..2000.min(r.body.len())]
+    );
+    assert!(
+        !r.body.contains("running-jobs"),
+        "no job listed past the cap"
+    );
+    assert!(r.body.contains("3 / 8"), "the worker's own count");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1662,4 +2229,306 @@ async fn ticked_jobs_run_now_after_a_confirmation_and_the_others_are_left() {
         2
     );
     assert_eq!(db.status(failed).await.as_deref(), Some("failed"));
+}
+
+/// The microseconds a cell of the queue page's latency table holds (`data-us`).
+async fn cell_us(browser: &Browser, css: &str) -> Option<u64> {
+    browser
+        .find(css)
+        .await
+        .attr("data-us")
+        .await
+        .unwrap_or_else(|e| panic!("WebDriver attr of {css} failed: {e}"))
+        .map(|v| v.parse().unwrap())
+}
+
+/// How many elements match `css` now (no implicit wait for absent ones).
+async fn count(browser: &Browser, css: &str) -> u64 {
+    let js = format!("return document.querySelectorAll({}).length;", json!(css));
+    browser.script(&js).await.as_u64().unwrap()
+}
+
+/// §10 browser test 5: a worker runs 20 ms naps on `test` and then 200 ms naps on `slow`;
+/// each queue's page shows a run-time p50 within the histograms' 9.1% of the true one — which
+/// lies between the nap and the longest run the worker measured for those naps (its exact
+/// `max_us`, read before the next queue's naps) —, a pickup p95 and depth points; a global
+/// limit set in the form is written and audited; Pause and Resume by click.
+#[tokio::test]
+async fn in_chromium_the_queues_page_shows_depth_latency_and_limits() {
+    use mysqlq::latency::MAX_RELATIVE_ERROR;
+    use mysqlq_tests::jobs::Nap;
+    let db = TestDb::new().await;
+    let browser = Browser::start().await;
+    let slow = mysqlq::EnqueueOptions::new().queue("slow");
+    for _ in 0..20 {
+        Nap { ms: 20 }.enqueue(&db.pool).await.unwrap();
+    }
+    for _ in 0..10 {
+        Nap { ms: 200 }.enqueue_with(&db.pool, &slow).await.unwrap();
+    }
+    // `slow` waits, paused, until the 20 ms naps are done (its row gives it a depth row).
+    let admin = mysqlq::admin::Admin::new(db.pool.clone());
+    admin.pause("slow").await.unwrap();
+    let worker = db
+        .worker()
+        .queues(["test", "slow"])
+        .concurrency(32)
+        .start()
+        .await
+        .unwrap();
+    let longest = |what: &str| {
+        let kinds = worker.metrics().kinds();
+        let nap = kinds
+            .get("nap")
+            .unwrap_or_else(|| panic!("no naps ran: {what}"));
+        Duration::from_micros(nap.max_us)
+    };
+    db.wait_for(
+        "the 20 ms naps completed",
+        "SELECT COUNT(*) = 20 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(60),
+    )
+    .await;
+    let longest_20 = longest("20 ms");
+    db.wait_for(
+        "the leader's depth rows of both queues, slow's while paused",
+        "SELECT COUNT(DISTINCT queue_name) = 2 FROM mysqlq_depth_minute",
+        Duration::from_secs(30),
+    )
+    .await;
+    admin.resume("slow").await.unwrap();
+    db.wait_for(
+        "every nap completed",
+        "SELECT COUNT(*) = 30 FROM job_queue WHERE status = 'completed'",
+        Duration::from_secs(60),
+    )
+    .await;
+    let longest_200 = longest("200 ms");
+    db.wait_for(
+        "every run time flushed",
+        "SELECT IFNULL(SUM(n), 0) >= 30 FROM mysqlq_run_minute WHERE series = 'completed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let base = format!("http://{}", d.addr);
+
+    browser.goto(&format!("{base}/queues")).await;
+    assert_eq!(
+        browser
+            .text(r#"tr[data-queue="slow"] td[data-state="failed"]"#)
+            .await,
+        "0"
+    );
+    assert!(
+        cell_us(&browser, r#"tr[data-queue="slow"] td[data-f="run-p95"]"#)
+            .await
+            .is_some()
+    );
+    browser.screenshot("dashboard-queues.png").await;
+    for (queue, ms, longest, n) in [
+        ("slow", 200, longest_200, "10"),
+        ("test", 20, longest_20, "20"),
+    ] {
+        browser.goto(&format!("{base}/queues/{queue}")).await;
+        let row = r#"#latency tr[data-kind="nap"]"#;
+        assert_eq!(browser.text(&format!("{row} td:nth-of-type(1)")).await, n);
+        let us = cell_us(&browser, &format!(r#"{row} td[data-f="run-p50"]"#))
+            .await
+            .expect("a run-time p50");
+        let (nap, p50) = (Duration::from_millis(ms), Duration::from_micros(us));
+        // The true p50 t lies in [nap, longest]; the estimate is within 9.1% of t.
+        let (lo, hi) = (
+            nap.mul_f64(1.0 - MAX_RELATIVE_ERROR),
+            longest.mul_f64(1.0 + MAX_RELATIVE_ERROR),
+        );
+        println!("{queue}: p50 {p50:?} for naps of {nap:?}, the longest run {longest:?}");
+        assert!(
+            (lo..=hi).contains(&p50),
+            "{queue}: p50 {p50:?} is not within 9.1% of a run between {nap:?} and {longest:?}"
+        );
+        assert!(
+            cell_us(&browser, &format!(r#"{row} td[data-f="pickup-p95"]"#))
+                .await
+                .is_some(),
+            "{queue}: a pickup p95"
+        );
+        let counted = count(&browser, r#"#depth-chart svg[role="img"] rect.counted"#).await;
+        assert!(
+            counted >= 1,
+            "{queue}: the depth chart has a counted minute"
+        );
+        let bars = r#"#depth-chart svg[role="img"] rect[class^="series-"]"#;
+        if queue == "slow" {
+            // Counted while paused with its 10 naps ready.
+            assert!(count(&browser, bars).await >= 1, "slow: depth points");
+        }
+        assert!(
+            browser
+                .find(r#"#depth-chart svg[role="img"]"#)
+                .await
+                .attr("aria-label")
+                .await
+                .unwrap()
+                .unwrap()
+                .starts_with("Jobs by state per minute")
+        );
+    }
+
+    // The global limit, set in the form: written, audited, shown.
+    browser.goto(&format!("{base}/queues/test")).await;
+    let global = browser.find("#global").await;
+    global.clear().await.unwrap();
+    global.send_keys("3").await.unwrap();
+    browser.click("#save-limits").await;
+    browser
+        .wait_contains(".notice", "limits of test: global 3")
+        .await;
+    assert_eq!(browser.text("#limit-global").await, "3");
+    assert_eq!(
+        db.scalar(
+            "SELECT CAST(global_limit AS SIGNED) FROM mysqlq_queue WHERE queue_name = 'test'"
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM mysqlq_audit WHERE action = 'limits' AND queue_name = 'test' \
+             AND actor = 'dashboard' AND detail = 'rate none, global 3'"
+        )
+        .await,
+        1
+    );
+    browser.screenshot("dashboard-queue.png").await;
+
+    // Pause and resume by click, back on the queue's page.
+    browser.click(r#"button[value="pause"]"#).await;
+    browser.wait_contains(".notice", "paused queue test").await;
+    assert_eq!(browser.text("#queue-state").await, "paused");
+    assert_eq!(
+        db.scalar("SELECT CAST(paused AS SIGNED) FROM mysqlq_queue WHERE queue_name = 'test'")
+            .await,
+        1
+    );
+    browser.click(r#"button[value="resume"]"#).await;
+    browser.wait_contains(".notice", "resumed queue test").await;
+    assert_eq!(browser.text("#queue-state").await, "running");
+    assert_eq!(
+        db.scalar("SELECT CAST(paused AS SIGNED) FROM mysqlq_queue WHERE queue_name = 'test'")
+            .await,
+        0,
+        "resumed; the row stays for its limit"
+    );
+    worker.shutdown().await.unwrap();
+    browser.quit().await;
+}
+
+/// §10 browser test 6: two workers with blocking jobs are listed, the first (which leads
+/// before the second starts) with the leader badge, their running jobs linked; stopping one
+/// marks it stopped within 2 s.
+#[tokio::test]
+async fn in_chromium_the_workers_page_lists_workers_their_jobs_and_the_leader() {
+    use mysqlq_tests::jobs::Nap;
+    let db = TestDb::new().await;
+    let browser = Browser::start().await;
+    let slow = mysqlq::EnqueueOptions::new().queue("slow");
+    let mut jobs: Vec<(&str, u64)> = Vec::new();
+    for _ in 0..2 {
+        jobs.push((
+            "alpha-w",
+            Nap { ms: 60_000 }.enqueue(&db.pool).await.unwrap().id().0,
+        ));
+        let id = Nap { ms: 60_000 }
+            .enqueue_with(&db.pool, &slow)
+            .await
+            .unwrap();
+        jobs.push(("beta-w", id.id().0));
+    }
+    let grace = Duration::from_millis(200);
+    let alpha = db
+        .worker()
+        .worker_id("alpha-w")
+        .shutdown_timeout(grace)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "alpha-w leads",
+        "SELECT COUNT(*) FROM mysqlq_leader WHERE leader_id LIKE 'alpha-w#%' \
+         AND expires_at > UTC_TIMESTAMP(6)",
+        Duration::from_secs(20),
+    )
+    .await;
+    let beta = db
+        .worker()
+        .worker_id("beta-w")
+        .queues(["slow"])
+        .shutdown_timeout(grace)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "the four naps running",
+        "SELECT COUNT(*) = 4 FROM job_queue WHERE status = 'processing'",
+        Duration::from_secs(20),
+    )
+    .await;
+    let d = Dash::start(&db, DashboardOptions::new()).await;
+    let base = format!("http://{}", d.addr);
+    browser.goto(&format!("{base}/workers")).await;
+    for (worker, id) in &jobs {
+        let link = format!(r#"section[data-worker="{worker}"] a[href="/jobs/{id}"]"#);
+        assert_eq!(count(&browser, &link).await, 1, "{link}");
+    }
+    assert_eq!(
+        count(&browser, r#"section[data-worker="alpha-w"] .badge.leader"#).await,
+        1
+    );
+    assert_eq!(count(&browser, ".badge.leader").await, 1, "one leader");
+    assert_eq!(count(&browser, ".badge.stopped").await, 0);
+    let queues = browser
+        .text(r#"section[data-worker="beta-w"] dd.queues"#)
+        .await;
+    assert_eq!(queues, "slow");
+    browser.screenshot("dashboard-workers.png").await;
+    let (_, first) = jobs[0];
+    browser
+        .click(&format!(
+            r#"section[data-worker="alpha-w"] a[href="/jobs/{first}"]"#
+        ))
+        .await;
+    browser.wait_contains("h1", &format!("Job {first}")).await;
+
+    // Stopping beta-w: its card says so within 2 s of the shutdown.
+    beta.shutdown().await.unwrap();
+    let stopped_at = Instant::now();
+    loop {
+        browser.goto(&format!("{base}/workers")).await;
+        if count(&browser, r#"section[data-worker="beta-w"] .badge.stopped"#).await == 1 {
+            break;
+        }
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(2),
+            "beta-w not shown stopped within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("stopped shown after {:?}", stopped_at.elapsed());
+    assert_eq!(
+        count(
+            &browser,
+            r#"section[data-worker="beta-w"] table.running-jobs"#
+        )
+        .await,
+        0,
+        "its jobs were handed back"
+    );
+    assert_eq!(
+        count(&browser, r#"section[data-worker="alpha-w"] .badge.leader"#).await,
+        1
+    );
+    browser.screenshot("dashboard-workers-stopped.png").await;
+    alpha.shutdown().await.unwrap();
+    browser.quit().await;
 }

@@ -67,6 +67,8 @@ async fn fixtures(db: &TestDb) -> (u64, u64) {
     db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, available_at) VALUES ('test', 'noop', '{\"far\": true}', 'pending', '7027-12-31 00:00:00')").await;
     db.exec("INSERT INTO job_queue (queue_name, kind, payload, status, finished_at) VALUES ('other', 'noop', '{\"n\": 1}', 'completed', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR)").await;
     db.exec("INSERT INTO mysqlq_stats_minute (minute, worker_id, completions, failures) VALUES (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 2 MINUTE, '%Y-%m-%d %H:%i:00'), 'w1', 17, 2)").await;
+    db.exec("INSERT INTO mysqlq_depth_minute (minute, queue_name, state, n) VALUES (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 3 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'ready', 4), (DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL 3 MINUTE, '%Y-%m-%d %H:%i:00'), 'test', 'failed', 1)").await;
+    db.exec("INSERT INTO mysqlq_worker (worker_id, host, pid, queues, concurrency, running, started_at, last_seen_at, config) VALUES ('w1', 'host-1', 42, 'test', 8, 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6), '{\"queues\": {\"test\": {\"concurrency\": 4}}, \"concurrency\": 8, \"lease_ms\": 30000, \"version\": \"0.1.0\", \"redis\": false}')").await;
     let wf = Workflow::new("checkout")
         .step("charge", Noop { n: 1 })
         .unwrap()
@@ -114,6 +116,9 @@ async fn in_chromium_dark_mode_keyboard_labels_and_times_pass_our_checks() {
         ("queues", "/queues".to_owned()),
         ("workflows", "/workflows".to_owned()),
         ("workflow", format!("/workflows/{wf}")),
+        ("queue", "/queues/test".to_owned()),
+        ("workers", "/workers".to_owned()),
+        ("actions", "/actions".to_owned()),
     ];
 
     // Every page, in both palettes: zero violations. The palettes differ (the body's

@@ -236,6 +236,85 @@ async fn the_leader_reports_jobs_by_operator_state() {
     worker.shutdown().await.unwrap();
 }
 
+/// The depth history (`mysqlq_depth_minute`): the leader writes its state counts as the
+/// minute's rows, per queue its non-zero states (a queue with none writes `ready = 0`), and
+/// writes a minute once: a job enqueued after the first write does not change that minute's
+/// rows, however many rounds run; a later minute (if the test crossed into one) has it.
+#[tokio::test]
+async fn the_leader_writes_its_state_counts_once_a_minute_as_depth_history() {
+    let db = TestDb::new().await;
+    // alpha: ready ×3, scheduled ×2, running ×1, failed ×2; retrying ×1 and waiting ×1 below.
+    insert_mix(&db, "alpha", &[100, 50, 10], 2, 1, 2, 4).await;
+    insert_mix(&db, "gamma", &[], 0, 0, 0, 3).await;
+    db.exec(
+        "INSERT INTO job_queue (queue_name, kind, payload, status, attempts, available_at) \
+         VALUES ('alpha', 'noop', '{}', 'pending', 1, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR), \
+           ('alpha', 'noop', '{}', 'waiting', 0, UTC_TIMESTAMP(6))",
+    )
+    .await;
+    let worker = gauge_worker(&db).await;
+    db.wait_for(
+        "the first depth rows",
+        "SELECT COUNT(*) FROM mysqlq_depth_minute",
+        Duration::from_secs(30),
+    )
+    .await;
+    let first: chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT MIN(minute) FROM mysqlq_depth_minute")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let read = |minute: chrono::NaiveDateTime| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, String, u64)>(
+                "SELECT CAST(queue_name AS CHAR), CAST(state AS CHAR), n FROM mysqlq_depth_minute \
+                 WHERE minute = ? ORDER BY queue_name, state",
+            )
+            .bind(minute)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let want: Vec<(String, String, u64)> = [
+        ("alpha", "waiting", 1),
+        ("alpha", "ready", 3),
+        ("alpha", "scheduled", 2),
+        ("alpha", "retrying", 1),
+        ("alpha", "running", 1),
+        ("alpha", "failed", 2),
+        ("gamma", "ready", 0),
+    ]
+    .into_iter()
+    .map(|(q, s, n)| (q.to_owned(), s.to_owned(), n))
+    .collect();
+    assert_eq!(read(first).await, want);
+    // The same counts as `Admin::state_counts`.
+    let counted = Admin::new(db.pool.clone()).state_counts().await.unwrap();
+    let alpha = &counted.iter().find(|q| q.queue == "alpha").unwrap().states;
+    assert_eq!(
+        (alpha.ready, alpha.scheduled, alpha.retrying, alpha.running),
+        (3, 2, 1, 1)
+    );
+
+    // One more ready job, then rounds: the first minute keeps its rows.
+    db.exec("INSERT INTO job_queue (queue_name, kind, payload) VALUES ('alpha', 'noop', '{}')")
+        .await;
+    rounds(&worker, 10).await;
+    assert_eq!(read(first).await, want, "the minute was written again");
+    let later: Vec<(String, u64)> = sqlx::query_as(
+        "SELECT CAST(state AS CHAR), n FROM mysqlq_depth_minute \
+         WHERE minute > ? AND queue_name = 'alpha' AND state = 'ready'",
+    )
+    .bind(first)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(later.iter().all(|(_, n)| *n == 4), "{later:?}");
+    worker.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn only_the_leader_reports_gauges_and_a_worker_that_loses_the_lease_stops_at_once() {
     let db = TestDb::new().await;

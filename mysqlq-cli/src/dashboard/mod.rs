@@ -2,7 +2,9 @@
 //!
 //! Pages: overview (per-queue counts and a chart of the last hour), jobs (filtered, keyset
 //! pages; cancel), job detail (attempt history; cancel / delete, and retry / discard when
-//! failed), failed jobs (retry / discard) and queues (pause / resume). Everything
+//! failed), failed jobs (retry / discard), queues (jobs by state, the last hour's throughput
+//! and percentiles, pause / resume), a queue's page (depth and throughput charts, percentiles
+//! per kind, limits) and workers (settings, leader, running jobs). Everything
 //! reads through the typed operator API `mysqlq::admin` (indexed statements only), but the
 //! database's clock of the pages whose statements do not return it (`SELECT UTC_TIMESTAMP(6)`).
 //! The pages work without JavaScript; a small vendored script refreshes the numbers every few
@@ -33,16 +35,19 @@
 
 mod actions;
 mod bulk;
+mod charts;
 mod cli_cmd;
 mod guard;
 mod jobs;
 mod json;
 mod live;
 mod pages;
+mod queues;
 #[cfg(feature = "redis")]
 mod streams;
 mod time;
 mod view;
+mod workers;
 mod workflows;
 
 #[cfg(feature = "cli")]
@@ -262,13 +267,22 @@ pub fn router(pool: MySqlPool, options: DashboardOptions) -> Router {
         .route("/failed", get(pages::failed))
         .route("/failed/retry", post(pages::failed_retry))
         .route("/failed/discard", post(pages::failed_discard))
-        .route("/queues", get(pages::queues))
+        .route("/queues", get(queues::list))
+        .route("/queues/{q}", get(queues::show))
+        .route("/queues/{q}/limits", post(queues::set_limits))
+        .route("/workers", get(workers::list))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/cancel", post(workflows::cancel))
         .route("/workflows/{id}/retry", post(workflows::retry))
-        .route("/queues/pause", post(pages::queue_pause))
-        .route("/queues/resume", post(pages::queue_resume))
+        .route(
+            "/queues/pause",
+            post(queues::queue_pause).get(queues::show_named),
+        )
+        .route(
+            "/queues/resume",
+            post(queues::queue_resume).get(queues::show_named),
+        )
         .route("/api/overview", get(pages::api_overview))
         .route("/static/dashboard.js", get(pages::script))
         .route("/static/dashboard.css", get(pages::stylesheet))

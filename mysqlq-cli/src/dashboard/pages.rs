@@ -376,46 +376,6 @@ pub(super) async fn failed_discard(State(state): State<Shared>, body: String) ->
     Ok(after_action(&state, &ids, false, &msg))
 }
 
-/// `GET /queues`: counts and pause / resume.
-pub(super) async fn queues(State(state): State<Shared>, Query(q): Query<MsgQuery>) -> Res {
-    let queues = admin(&state).queues().await?;
-    let body = html! {
-        h1 { "Queues" }
-        (notice(q.msg.as_deref()))
-        (queue_table(&state, &queues, !state.read_only))
-        p.muted { "A paused queue keeps its jobs; workers stop claiming from it (running jobs finish)." }
-    };
-    Ok(render(&page(&state, "Queues", "queues", &body)))
-}
-
-async fn set_paused(state: &DashState, body: &str, paused: bool) -> Res {
-    let queue = form_urlencoded::parse(body.as_bytes())
-        .find(|(k, _)| k == "queue")
-        .map(|(_, v)| v.into_owned())
-        .ok_or_else(|| Fail(StatusCode::BAD_REQUEST, "error: no queue given".to_owned()))?;
-    let admin = admin(state);
-    if paused {
-        admin.pause(&queue).await?;
-    } else {
-        admin.resume(&queue).await?;
-    }
-    let msg = format!(
-        "{} queue {queue}",
-        if paused { "paused" } else { "resumed" }
-    );
-    Ok(Redirect::to(&format!("{}?msg={}", state.url("/queues"), enc(&msg))).into_response())
-}
-
-/// `POST /queues/pause`.
-pub(super) async fn queue_pause(State(state): State<Shared>, body: String) -> Res {
-    set_paused(&state, &body, true).await
-}
-
-/// `POST /queues/resume`.
-pub(super) async fn queue_resume(State(state): State<Shared>, body: String) -> Res {
-    set_paused(&state, &body, false).await
-}
-
 /// `GET /static/dashboard.js` (vendored; no build step).
 pub(super) async fn script() -> Response {
     (

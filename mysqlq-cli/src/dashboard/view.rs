@@ -15,6 +15,8 @@ pub(super) fn page(state: &State, title: &str, active: &str, body: &Markup) -> M
         ("failed", "/failed", "Failed"),
         ("queues", "/queues", "Queues"),
         ("workflows", "/workflows", "Workflows"),
+        ("workers", "/workers", "Workers"),
+        ("actions", "/actions", "Actions"),
     ];
     html! {
         (DOCTYPE)

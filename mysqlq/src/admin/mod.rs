@@ -30,11 +30,13 @@ mod causal;
 mod check;
 mod doctor;
 mod doctor_galera;
+mod insight;
 mod latency;
 mod search;
 mod search_fields;
 mod states;
 mod stats;
+mod workers;
 mod workflow;
 
 pub use crate::store::admin::{AuditQuery, AuditRecord};
@@ -45,10 +47,14 @@ pub use crate::store::workflow::admin::{
 pub use bulk::{ActReport, Target};
 pub use cancel::{CancelReport, DeleteReport, JobSelection};
 pub use check::{Check, Level};
+pub use insight::{DEPTH_STATES, DepthRow, QueueHistory, QueueSettings, ThroughputRow};
 pub use latency::{LatencyRow, Percentiles, SeriesCounts};
 pub use search::{COUNT_TIMEOUT_SECONDS, Counted};
 pub use search_fields::{SearchField, SearchFieldAdded};
 pub use stats::{PerMinute, Stats};
+pub use workers::{
+    Holder, LiveWorker, RUNNING_CAP, RunningJob, RunningJobs, STALE_AFTER, WorkerQueue, Workers,
+};
 
 /// Which failed jobs a bulk operation touches.
 #[derive(Debug, Clone, Copy)]

@@ -43,6 +43,7 @@ mod explain;
 mod gauges;
 mod guarded;
 mod insert;
+mod insight;
 mod lanes;
 mod latency;
 mod limits;
@@ -59,6 +60,7 @@ mod sql;
 mod states;
 mod testing;
 mod workers;
+mod workers_page;
 pub mod workflow;
 
 pub use attempts::{Attempt, AttemptRecord, job_attempt_delete, job_attempts};
@@ -91,6 +93,12 @@ pub use guarded::{
 pub use insert::INSERT_CHUNK_ROWS;
 pub(crate) use insert::job_dedupe_holder;
 pub use insert::{InsertRow, job_insert_many, job_insert_one};
+#[cfg(feature = "__internal-store")]
+pub use insight::insight_explain;
+pub use insight::{
+    DEPTH_STATES, DepthRow, QueueSettings, ThroughputRow, depth_minute_read, depth_minute_write,
+    queue_settings_all, run_minute_queue,
+};
 pub use lanes::{RatePlan, RateReport};
 #[cfg(feature = "__internal-store")]
 pub use latency::RUN_MINUTE_CHUNK;
@@ -122,4 +130,9 @@ pub use testing::{ClaimNext, Next, job_claim_next, job_list_pending, job_max_id}
 pub use workers::{
     StatsFlush, WorkerRow, stats_flush, stats_prune, worker_register, worker_session_setup,
     worker_stopped,
+};
+#[cfg(feature = "__internal-store")]
+pub use workers_page::workers_page_explain;
+pub use workers_page::{
+    RUNNING_READ, RunningRow, WorkerLiveRow, workers_leader, workers_live, workers_running,
 };

@@ -12,13 +12,15 @@
 //!    every `gauge_interval` with index-backed statements (`store/gauges.rs`). A worker that is
 //!    not the leader, or stops being it, shows none, so exactly one worker reports them; a
 //!    reading the leader could not renew disappears after two intervals instead of going stale.
+//!    Once a minute the same reading is also written as the minute's **depth history**
+//!    (`mysqlq_depth_minute`, one statement for every queue; the queues page charts it).
 //!
 //! When the leader dies its lease expires and another worker takes over within `leader_ttl`;
 //! a clean shutdown resigns at once. Periodic jobs are not enqueued here but by a service of
 //! their own that wakes at each tick ([`super::scheduler`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::store::{self, PruneStatus};
 use crate::worker::{Shared, WorkerEvent, sleep_or_cancel, unit_random};
@@ -41,8 +43,10 @@ pub(crate) async fn run(s: Arc<Shared>) {
     let mut was_leader = false;
     // When the pruner last ran (`None`: due at the next round as leader).
     let mut last_prune = None;
+    // The minute (this host's clock) of the last depth row written.
+    let mut last_depth = None;
     loop {
-        let r = run_once(&s, &mut last_prune).await;
+        let r = run_once(&s, &mut last_prune, &mut last_depth).await;
         if r.leader != was_leader {
             tracing::info!(worker = %s.worker_id, instance = %s.instance, leader = r.leader, "leadership changed");
             s.emit(WorkerEvent::Leadership { leader: r.leader });
@@ -67,6 +71,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
 pub(crate) async fn run_once(
     s: &Arc<Shared>,
     last_prune: &mut Option<tokio::time::Instant>,
+    last_depth: &mut Option<u64>,
 ) -> Report {
     let mut report = Report::default();
     let mut conn = match s.db.acquire().await {
@@ -96,9 +101,13 @@ pub(crate) async fn run_once(
             }
             Err(e) => failed(s, "pruner", &e),
         }
-        if let Err(e) = gauges(s, &mut conn).await {
-            failed(s, "queue gauges", &e);
-        }
+    }
+    // Every round, not only with the pruner: `gauges` reads at most every `gauge_interval`
+    // (and the depth row once a minute), and a reading is valid for two of those intervals.
+    if report.leader
+        && let Err(e) = gauges(s, &mut conn, last_depth).await
+    {
+        failed(s, "queue gauges and depth history", &e);
     }
     report
 }
@@ -207,15 +216,89 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     Ok((pruned, backlog))
 }
 
-/// Reads the queue gauges when the last reading is `gauge_interval` old (the leader only).
-async fn gauges(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(), crate::Error> {
+/// Reads the queue gauges when the last reading is `gauge_interval` old, or a depth row is
+/// due ([`depth_due`]); then writes that reading as the minute's depth rows (the leader only).
+async fn gauges(
+    s: &Shared,
+    conn: &mut sqlx::MySqlConnection,
+    last_depth: &mut Option<u64>,
+) -> Result<(), crate::Error> {
     let every = s.config.gauge_interval;
-    if s.metrics.queue_gauges_due(every) {
+    let now = wall_minute();
+    let depth = depth_due(*last_depth, now);
+    if s.metrics.queue_gauges_due(every) || depth {
         let queues = store::queue_gauges(conn).await?;
+        let written = if depth {
+            let rows: Vec<(&str, crate::state::StateCounts)> = queues
+                .iter()
+                .map(|g| (g.queue.as_str(), g.states))
+                .collect();
+            store::depth_minute_write(conn, &rows).await.map(|_| {
+                *last_depth = Some(now.0);
+            })
+        } else {
+            Ok(())
+        };
         let workflows = store::workflow_gauges(conn).await?;
         // A reading is renewed within `every` + one round; one missed renewal is tolerated.
         let valid_for = (every + s.config.maintenance_interval) * 2;
         s.metrics.set_queue_gauges(queues, workflows, valid_for);
+        written?;
     }
     Ok(())
+}
+
+/// This host's minute (since the Unix epoch) and the second within it.
+fn wall_minute() -> (u64, u64) {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (secs / 60, secs % 60)
+}
+
+/// From this second of a minute on, the minute's depth row is due.
+const DEPTH_AT_SECOND: u64 = 10;
+
+/// Whether a depth row is due at `(minute, second)` of this host's clock, the last written in
+/// minute `last`: at the first round as leader, then at the first round of each later minute
+/// that is [`DEPTH_AT_SECOND`] seconds into it. The row carries the database's minute
+/// (`UTC_TIMESTAMP()`), so writing 10 s into the host's minute writes each database minute
+/// once while the two clocks are within 10 s of each other; the rounds (every
+/// `maintenance_interval`, 5 s by default) leave no minute without its row.
+fn depth_due(last: Option<u64>, (minute, second): (u64, u64)) -> bool {
+    match last {
+        None => true,
+        Some(m) => minute > m && second >= DEPTH_AT_SECOND,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_depth_row_is_due_once_a_minute_ten_seconds_in() {
+        assert!(
+            depth_due(None, (100, 59)),
+            "the first round as leader writes"
+        );
+        assert!(!depth_due(Some(100), (100, 59)), "never twice in a minute");
+        assert!(
+            !depth_due(Some(100), (101, 9)),
+            "not before 10 s into the next"
+        );
+        assert!(depth_due(Some(100), (101, 10)));
+        assert!(depth_due(Some(100), (103, 30)), "a late round writes");
+        // Rounds every 5 s write every minute exactly once.
+        let mut last = None;
+        let mut written = Vec::new();
+        for t in (7..=7 + 600).step_by(5) {
+            let now = (t / 60, t % 60);
+            if depth_due(last, now) {
+                last = Some(now.0);
+                written.push(now.0);
+            }
+        }
+        assert_eq!(written, (0..10).collect::<Vec<u64>>());
+    }
 }
