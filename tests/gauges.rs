@@ -590,13 +590,15 @@ async fn run_minute_holds_each_attempt_once_per_queue_and_kind() {
         .await;
     assert_eq!(stored, 39, "one pickup per attempt started, stored once");
 
-    // A nap runs its sleep plus the scheduler's slack (at most 15% here): the p50's bucket is
-    // that of a value in [ms, 1.15 ms], so the estimate is within 9.1% of such a value.
+    // A nap runs its sleep plus the scheduler's slack: the median run lies in [ms, 1.5 ms] on
+    // this shared 2-core machine even under load (15% was seen exceeded once with a load
+    // average of 12), so the p50's bucket is that of such a value and the estimate within 9.1%
+    // of it. The bucket arithmetic itself is checked exactly by `latency`'s unit tests.
     for (queue, ms) in [("test", 20), ("slow", 200)] {
         let row = find(queue, Some("nap"));
         let nap = Duration::from_millis(ms);
         let p50 = Duration::from_micros(row.run.p50_us.expect("a p50"));
-        let (lo, hi) = (bucket_of(nap), bucket_of(nap * 23 / 20));
+        let (lo, hi) = (bucket_of(nap), bucket_of(nap * 3 / 2));
         assert!(
             (lo..=hi).contains(&bucket_of(p50)),
             "{queue}: p50 {p50:?} is in bucket {}, not in {lo}..={hi} ({:?})",
@@ -605,7 +607,7 @@ async fn run_minute_holds_each_attempt_once_per_queue_and_kind() {
         );
         let ratio = p50.as_secs_f64() / nap.as_secs_f64();
         assert!(
-            (1.0 - MAX_RELATIVE_ERROR..=1.15 * (1.0 + MAX_RELATIVE_ERROR)).contains(&ratio),
+            (1.0 - MAX_RELATIVE_ERROR..=1.5 * (1.0 + MAX_RELATIVE_ERROR)).contains(&ratio),
             "{queue}: p50 {p50:?} for naps of {nap:?}"
         );
         assert!(row.run.p50_us <= row.run.p95_us && row.run.p95_us <= row.run.p99_us);
