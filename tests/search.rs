@@ -381,6 +381,7 @@ async fn every_walk_reads_job_queue_through_an_index() {
         "state:ready due:<1h args.order_id:3",
         "args.order_id:3",
         "id:5",
+        "id:5,9 state:completed kind:k2",
     ] {
         let filter = Filter::parse(q).unwrap();
         let sorted_states = filter
@@ -398,6 +399,13 @@ async fn every_walk_reads_job_queue_through_an_index() {
                     continue;
                 }
                 assert_ne!(row.access.as_deref(), Some("ALL"), "{name} scans: {plan:?}");
+                if !filter.ids.is_empty() {
+                    // Ids are looked up, never found by walking down from the newest job.
+                    assert!(
+                        matches!(row.access.as_deref(), Some("range" | "const" | "eq_ref")),
+                        "{name} walks to its ids: {plan:?}"
+                    );
+                }
                 assert!(row.key.is_some(), "{name} uses no index: {plan:?}");
                 if row.extra.as_deref().is_some_and(|e| e.contains("filesort")) {
                     sorts += 1;

@@ -129,7 +129,7 @@ fn pause_form(state: &DashState, queue: &str, paused: bool, from: &str) -> Marku
 /// `GET /queues`: one row per queue.
 pub(super) async fn list(State(state): State<Shared>, Query(q): Query<Msg>) -> Res {
     let admin = admin(&state);
-    let queues = admin.state_counts().await?;
+    let queues = admin.open_state_counts().await?;
     let settings = admin.queue_settings().await?;
     let latency = admin.latency(HOUR).await?;
     let settings: HashMap<&str, &QueueSettings> =
@@ -205,7 +205,7 @@ pub(super) async fn show(
 ) -> Res {
     mysqlq::validate_queue_name(&queue)?;
     let admin = admin(&state);
-    let counts = admin.state_counts().await?;
+    let counts = admin.open_state_counts().await?;
     let settings = admin.queue_settings().await?;
     let history = admin.queue_history(&queue).await?;
     let latency: Vec<LatencyRow> = admin

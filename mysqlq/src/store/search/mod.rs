@@ -10,6 +10,7 @@
 //! | running | [`Walk::Ids`] on `idx_job_recover`'s `processing` range (sorted: running rows only) | newest id first |
 //! | (before the states) a declared field's texts, no `id:` | [`Walk::Ids`] on the field's index, one `ref` per text, merged (`field.rs`) | newest id first |
 //! | none, or a mix | [`Walk::Ids`] on `PRIMARY` | newest id first |
+//! | any, with `id:` | [`Walk::Ids`]: primary-key lookups of the ids (at most 16) | newest id first |
 //!
 //! Filters the walk's entries hold (queue, kind, attempts, ids) read at most [`INDEX_CAP`]
 //! entries a page; filters that read the row (payload, meta, worker, error, times, priority,
@@ -310,6 +311,19 @@ fn walk_of(plan: &Plan, now: Timestamp) -> (Walk, Vec<Part>) {
             range,
         }
     };
+    if !plan.ids.is_empty() {
+        // At most 16 ids: primary-key lookups, whatever else the search asks (checked on the
+        // rows), never a walk from the newest job down to them.
+        let mut p = part("PRIMARY", "j.id IN (");
+        for (i, id) in plan.ids.iter().enumerate() {
+            if i > 0 {
+                p.range.push(", ");
+            }
+            p.range.bind(Bind::U64(*id));
+        }
+        p.range.push(")");
+        return (Walk::Ids, vec![p]);
+    }
     let due_states = [
         O::Waiting,
         O::Ready,
