@@ -327,7 +327,17 @@ impl Report<'_> {
                 String::new(),
             ]);
         }
-        text.push_str(&t.render());
+        // A run of scenarios without throughput figures (periodic, workflow, rate alone) has
+        // nothing in this table: print none.
+        let any = values(&self.fw)
+            .into_iter()
+            .chain(values(&self.bl))
+            .any(|(_, v)| v.is_some())
+            || self.fw.idle_statements.is_some()
+            || self.bl.idle_statements.is_some();
+        if any {
+            text.push_str(&t.render());
+        }
         if b.redis.server.is_some() {
             let mysql: Vec<Option<f64>> = values(&self.fw)
                 .into_iter()
