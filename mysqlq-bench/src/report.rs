@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
+use crate::scenario::dashboard::DashboardRun;
 use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
@@ -228,6 +229,7 @@ impl Report<'_> {
             "periodic": b.periodic.as_ref().map_or(Value::Null, PeriodicRun::json),
             "workflow": b.workflow.as_ref().map_or(Value::Null, WorkflowRun::json),
             "rate": b.rate.as_ref().map_or(Value::Null, RateRun::json),
+            "dashboard": b.dashboard.as_ref().map_or(Value::Null, DashboardRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -354,6 +356,9 @@ impl Report<'_> {
         }
         if let Some(r) = &b.rate {
             text.push_str(&r.human());
+        }
+        if let Some(d) = &b.dashboard {
+            text.push_str(&d.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(
