@@ -258,6 +258,8 @@ pub(crate) struct Finished {
     pub(crate) workflow: Option<crate::scenario::workflow::WorkflowRun>,
     /// The rate scenario (`None`: not run).
     pub(crate) rate: Option<crate::scenario::rate::RateRun>,
+    /// The dashboard scenario (`None`: not run).
+    pub(crate) dashboard: Option<crate::scenario::dashboard::DashboardRun>,
 }
 
 pub(crate) async fn run(
@@ -375,6 +377,12 @@ pub(crate) async fn run(
     } else {
         None
     };
+    // Only when asked for: it writes a million rows first.
+    let dashboard = if a.scenario == Scenario::Dashboard {
+        Some(b.dashboard(a.rows).await?)
+    } else {
+        None
+    };
     let over_redis = match (&a.redis_url, a.scenario) {
         (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds()).await?,
         (None, Scenario::Redis) => {
@@ -405,6 +413,7 @@ pub(crate) async fn run(
             periodic,
             workflow,
             rate,
+            dashboard,
         },
     ))
 }

@@ -53,6 +53,10 @@
 //!   unlimited rate against the same processes without the keys (`--rate-plain-secs`, run before
 //!   and after), an unlimited job's pickup beside `--rate-hol-jobs` jobs of a full key, lock
 //!   waits.
+//! - [`scenario::dashboard`] (only with `--scenario dashboard`): the dashboard's pages over
+//!   `--rows` jobs (1,000,000 completed and 100,000 unfinished by default;
+//!   [`scenario::dashboard_data`]), each called in-process through the router 3 + 20 times from
+//!   the call until its body is read (p50, p95, max), and two uncapped confirmation counts.
 //!
 //! Every run checks that each job ran exactly once and that its row is `completed` (or, for
 //! enqueue runs, that every row was written). Exit codes: 0 success, 1 error or a failed

@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
+use crate::scenario::dashboard::DashboardRun;
 use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
@@ -228,6 +229,7 @@ impl Report<'_> {
             "periodic": b.periodic.as_ref().map_or(Value::Null, PeriodicRun::json),
             "workflow": b.workflow.as_ref().map_or(Value::Null, WorkflowRun::json),
             "rate": b.rate.as_ref().map_or(Value::Null, RateRun::json),
+            "dashboard": b.dashboard.as_ref().map_or(Value::Null, DashboardRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -327,7 +329,17 @@ impl Report<'_> {
                 String::new(),
             ]);
         }
-        text.push_str(&t.render());
+        // A run of scenarios without throughput figures (periodic, workflow, rate alone) has
+        // nothing in this table: print none.
+        let any = values(&self.fw)
+            .into_iter()
+            .chain(values(&self.bl))
+            .any(|(_, v)| v.is_some())
+            || self.fw.idle_statements.is_some()
+            || self.bl.idle_statements.is_some();
+        if any {
+            text.push_str(&t.render());
+        }
         if b.redis.server.is_some() {
             let mysql: Vec<Option<f64>> = values(&self.fw)
                 .into_iter()
@@ -344,6 +356,9 @@ impl Report<'_> {
         }
         if let Some(r) = &b.rate {
             text.push_str(&r.human());
+        }
+        if let Some(d) = &b.dashboard {
+            text.push_str(&d.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(

@@ -320,6 +320,144 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
     assert_eq!(left, 0, "the scratch database {name} was not dropped");
 }
 
+/// The dashboard scenario on a tiny data set: the JSON's keys, every page answered 200, the
+/// counts, the scratch database dropped. Timings are printed figures, never asserted.
+#[tokio::test(flavor = "multi_thread")]
+async fn dashboard_scenario_times_every_page_and_counts_for_a_confirmation() {
+    let db = TestDb::new().await;
+    let out = Command::new(BIN)
+        .args(["--json", "--scenario", "dashboard", "--rows", "3300"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn mysqlq-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+    let d = &v["dashboard"];
+    assert_eq!(d["rows"], 3300, "{d:#}");
+    // 10/11 completed, the rest in the proportions, each group at least one job.
+    assert_eq!(d["data_set"]["completed"], 3001, "{d:#}");
+    for group in [
+        "ready",
+        "rate_limited",
+        "scheduled",
+        "retrying",
+        "waiting",
+        "running",
+        "failed",
+        "cancelled",
+    ] {
+        assert!(
+            d["data_set"][group].as_u64().is_some_and(|n| n >= 1),
+            "{group}: {d:#}"
+        );
+    }
+    for index in ["idx_job_recover", "idx_job_finished"] {
+        assert!(positive(&d["index_mib"][index], index) > 0.0, "{d:#}");
+    }
+    assert_eq!(d["runs"], 20, "{d:#}");
+    assert_eq!(d["warmups"], 3, "{d:#}");
+    let pages = d["pages"].as_array().expect("pages");
+    for p in pages {
+        let path = p["path"].as_str().expect("path");
+        assert_eq!(p["status"], 200, "{path}: {p}");
+        let p50 = positive(&p["p50_ms"], "p50_ms");
+        let p95 = positive(&p["p95_ms"], "p95_ms");
+        let max = positive(&p["max_ms"], "max_ms");
+        assert!(p50 <= p95 && p95 <= max, "{p}");
+        assert!(p["within_target"].is_boolean(), "{p}");
+        assert!(
+            ["none", "entries", "rows"].contains(&p["cap"].as_str().unwrap_or("")),
+            "{p}"
+        );
+        if path.starts_with("/jobs?") {
+            assert!(p["rows"].as_u64().is_some(), "{p}");
+        }
+    }
+    let paths: Vec<&str> = pages.iter().filter_map(|p| p["path"].as_str()).collect();
+    let labels: Vec<&str> = pages.iter().filter_map(|p| p["label"].as_str()).collect();
+    for want in [
+        "/",
+        "/queues",
+        "/jobs",
+        "/jobs?q=state%3Aready",
+        "/jobs?q=state%3Arate-limited",
+        "/jobs?q=state%3Afailed%2Ccancelled",
+        "/jobs?q=queue%3Arare%20state%3Aready",
+        "/jobs?q=state%3Acompleted%20meta.tenant%3Aacme7",
+    ] {
+        assert!(paths.contains(&want), "no page {want}: {paths:?}");
+    }
+    for want in [
+        "state:completed, 50 pages deep by cursor",
+        "job page, 100 KiB payload",
+        "live poll of state:ready, a new session each (rendered)",
+        "worker:bench-worker-2 state:running",
+    ] {
+        assert!(labels.contains(&want), "no page {want}: {labels:?}");
+    }
+    // The list pages show their jobs (50 a page where that many match).
+    let rows_of = |label: &str| {
+        pages
+            .iter()
+            .find(|p| p["label"] == label)
+            .and_then(|p| p["rows"].as_u64())
+    };
+    assert_eq!(rows_of("state:completed"), Some(50), "{d:#}");
+    assert_eq!(
+        rows_of("state:completed, 50 pages deep by cursor"),
+        Some(50),
+        "{d:#}"
+    );
+    assert_eq!(rows_of("state:rate-limited"), Some(1), "{d:#}");
+    // Pages the dashboard lacks here are listed, not timed.
+    for s in d["skipped"].as_array().expect("skipped") {
+        assert_eq!(s["status"], 404, "{s}");
+    }
+    assert!(d["over_target"].is_array(), "{d:#}");
+    let confirm = d["confirm"].as_array().expect("confirm");
+    assert_eq!(confirm.len(), 2, "{d:#}");
+    for c in confirm {
+        assert!(c["filter"].as_str().is_some(), "{c}");
+        positive(&c["ms"], "confirm.ms");
+        assert!(c["count"].as_u64().is_some_and(|n| n > 0), "{c}");
+        assert_eq!(c["errors"].as_array().map(Vec::len), Some(0), "{c}");
+    }
+    assert_eq!(
+        confirm[1]["filter"], "state:completed meta.tenant:acme7",
+        "{d:#}"
+    );
+    // acme7 is one tenant in 50, among the completed jobs and the big payload's.
+    assert!(
+        confirm[1]["count"]
+            .as_u64()
+            .is_some_and(|n| (55..=65).contains(&n)),
+        "{d:#}"
+    );
+    for key in ["loadavg_before", "loadavg_after"] {
+        assert_eq!(d[key].as_array().map(Vec::len), Some(3), "{key}: {d:#}");
+    }
+    assert_eq!(v["verification"]["passed"], true, "{v:#}");
+    let name = v["database"].as_str().expect("database");
+    assert_eq!(v["database_dropped"], true, "{name}");
+    let left: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+    )
+    .bind(name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "the scratch database {name} was not dropped");
+}
+
 #[test]
 fn bench_refuses_bad_arguments_with_one_line() {
     let o = Command::new(BIN)

@@ -1,6 +1,8 @@
 //! One file per scenario; each adds its runs to [`crate::bench::Bench`].
 
 pub(crate) mod consumer;
+pub(crate) mod dashboard;
+pub(crate) mod dashboard_data;
 pub(crate) mod drain;
 pub(crate) mod enqueue_bulk;
 pub(crate) mod enqueue_single;
