@@ -399,40 +399,31 @@ fn ts_of_us(us: i64) -> Timestamp {
 
 /// `AND` the keyset condition: strictly after `pos` in the walk's order.
 fn after(s: &mut Sql, walk: Walk, pos: Pos) {
-    match walk.time_column() {
-        None => {
-            s.push(" AND j.id < ").bind(Bind::U64(pos.1));
-        }
-        Some(col) => {
-            let (lt, op) = if walk.ascending() {
-                (">", ">")
-            } else {
-                ("<", "<")
-            };
-            let t = ts_of_us(pos.0);
-            s.push(&format!(" AND ({col} {lt} "))
-                .bind(Bind::Ts(t))
-                .push(&format!(" OR ({col} = "))
-                .bind(Bind::Ts(t))
-                .push(&format!(" AND j.id {op} "))
-                .bind(Bind::U64(pos.1))
-                .push("))");
-        }
-    }
+    keyset(s, walk, pos, true);
 }
 
 /// `AND` the floor: not past `pos` in the walk's order (inclusive).
 fn not_past(s: &mut Sql, walk: Walk, pos: Pos) {
+    keyset(s, walk, pos, false);
+}
+
+/// `AND` a position bound in the walk's order: strictly after `pos` (`after`), or up to and
+/// including it. Spelled out (`t > ? OR (t = ? AND id > ?)`), not as a row constructor, which
+/// MariaDB plans as a full range.
+fn keyset(s: &mut Sql, walk: Walk, pos: Pos, after: bool) {
+    // Ascending walks go up from a cursor and stop below a floor; descending ones the reverse.
+    let up = walk.ascending() == after;
+    let (lt, op) = match (up, after) {
+        (true, true) => (">", ">"),
+        (false, true) => ("<", "<"),
+        (true, false) => (">", ">="),
+        (false, false) => ("<", "<="),
+    };
     match walk.time_column() {
         None => {
-            s.push(" AND j.id >= ").bind(Bind::U64(pos.1));
+            s.push(&format!(" AND j.id {op} ")).bind(Bind::U64(pos.1));
         }
         Some(col) => {
-            let (lt, op) = if walk.ascending() {
-                ("<", "<=")
-            } else {
-                (">", ">=")
-            };
             let t = ts_of_us(pos.0);
             s.push(&format!(" AND ({col} {lt} "))
                 .bind(Bind::Ts(t))

@@ -69,6 +69,38 @@ async fn planned(
     })
 }
 
+/// A search made ready to run: the database clock it was resolved at, the walk and its parts,
+/// the queues a limit closes, what is checked beyond the walk's ranges and its read cap.
+struct Resolved {
+    now: Timestamp,
+    walk: Walk,
+    parts: Vec<Part>,
+    closed: Vec<String>,
+    res: Sql,
+    cap: Option<u64>,
+}
+
+/// Reads the clock and the closed queues and plans `filter` ([`planned`], [`residual`]).
+async fn resolve(conn: &mut MySqlConnection, filter: &Filter) -> Result<Resolved, Error> {
+    let now = now(conn).await?;
+    let Planned {
+        plan,
+        walk,
+        parts,
+        on_field,
+    } = planned(conn, filter, now).await?;
+    let closed = closed_queues(conn, now).await?;
+    let (res, cap) = residual(&plan, walk, now, &closed, on_field);
+    Ok(Resolved {
+        now,
+        walk,
+        parts,
+        closed,
+        res,
+        cap,
+    })
+}
+
 /// What a plan checks beyond its walk's ranges, and how many positions a page may read for it.
 /// On a declared field's index (`on_field`) every filter reads the row.
 fn residual(
@@ -197,14 +229,14 @@ pub async fn search(
     cursor: Option<Cursor>,
     limit: u32,
 ) -> Result<SearchPage, Error> {
-    let now = now(conn).await?;
-    let Planned {
-        plan,
+    let Resolved {
+        now,
         walk,
         parts,
-        on_field,
-    } = planned(conn, filter, now).await?;
-    let closed = closed_queues(conn, now).await?;
+        closed,
+        res,
+        cap,
+    } = resolve(conn, filter).await?;
     if let Some(c) = cursor
         && c.walk != walk
     {
@@ -215,7 +247,6 @@ pub async fn search(
     }
     let pos = cursor.map(|c| (c.at_us, c.id));
     let limit = limit.clamp(1, MAX_PAGE);
-    let (res, cap) = residual(&plan, walk, now, &closed, on_field);
     let mut bottom: Option<Pos> = None;
     if let Some(cap) = cap {
         for part in &parts {
@@ -332,15 +363,12 @@ pub async fn count_matching(
     let Some(horizon) = horizon else {
         return Ok((0, 0));
     };
-    let now = now(conn).await?;
-    let Planned {
-        plan,
-        walk,
+    let Resolved {
+        walk: _,
         parts,
-        on_field,
-    } = planned(conn, filter, now).await?;
-    let closed = closed_queues(conn, now).await?;
-    let (res, _) = residual(&plan, walk, now, &closed, on_field);
+        res,
+        ..
+    } = resolve(conn, filter).await?;
     let mut inner = Sql::default();
     inner.push("CAST(COUNT(*) AS SIGNED) FROM (");
     for (i, part) in parts.iter().enumerate() {
@@ -390,15 +418,14 @@ pub async fn search_explain(
     conn: &mut MySqlConnection,
     filter: &Filter,
 ) -> Result<Vec<(String, Vec<crate::store::admin::PlanRow>)>, Error> {
-    let now = now(conn).await?;
-    let Planned {
-        plan,
+    let Resolved {
+        now,
         walk,
         parts,
-        on_field,
-    } = planned(conn, filter, now).await?;
-    let closed = closed_queues(conn, now).await?;
-    let (res, cap) = residual(&plan, walk, now, &closed, on_field);
+        res,
+        cap,
+        ..
+    } = resolve(conn, filter).await?;
     let mut out = Vec::new();
     let mid = (now.timestamp_micros(), 1_000_000);
     for pos in [None, Some(mid)] {
