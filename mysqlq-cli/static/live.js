@@ -22,6 +22,7 @@
     doc.querySelectorAll("[data-live][id]").forEach(function (fresh) {
       var cur = document.getElementById(fresh.id);
       if (!cur || cur.innerHTML === fresh.innerHTML) { return; }
+      if (cur.matches(":hover")) { return; } // the pointer is on it, maybe to click: next time
       var active = document.activeElement;
       if (active && active !== document.body && cur.contains(active) &&
           active.matches("input:not([type=checkbox]), textarea, select")) {

@@ -106,13 +106,17 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no element {css}: {e}"))
     }
 
-    /// Clicks the element `css` selects.
+    /// Clicks the element `css` selects. A live page may have swapped the element between the
+    /// find and the click (a stale reference): it is found again, at most three times.
     pub async fn click(&self, css: &str) {
-        self.find(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver click on {css} failed: {e}"));
+        let mut tries = 0;
+        loop {
+            match self.find(css).await.click().await {
+                Ok(()) => return,
+                Err(e) if tries < 3 && e.to_string().contains("stale element") => tries += 1,
+                Err(e) => panic!("WebDriver click on {css} failed: {e}"),
+            }
+        }
     }
 
     /// The rendered text of the element `css` selects.
