@@ -438,6 +438,73 @@ async fn stale_token_changes_nothing_and_is_reported() {
     assert_eq!((report.lost, report.settled), (stale.to_vec(), vec![]));
 }
 
+/// A token-guarded write names its rows by id and never waits for a row it does not name —
+/// whatever index the optimizer would pick. Before: the completion's UPDATE (`WHERE id IN (64
+/// ids) AND status = 'processing' AND (id, claim_token) IN (…)`), retried after its first
+/// COMMIT reply was lost (60 of the 64 completed already), was planned on `idx_job_finished`
+/// (`status = 'processing'`: 5 entries against 64 ids) and waited for another worker's running
+/// row held by its own transaction — a lock wait timeout in CI's workflow test.
+#[tokio::test]
+async fn guarded_writes_never_wait_for_a_row_they_do_not_name() {
+    let db = TestDb::new().await;
+    let jobs: Vec<NewJob> = (0..66u64)
+        .map(|n| NewJob::from_job(&PlainNoop { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    let ids: Vec<u64> = mysqlq::enqueue_many(&db.pool, jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id().0)
+        .collect();
+    let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    // 64 ours (4 running, 60 completed by the lost write), one other worker's running job and
+    // one ready job, both held by another transaction.
+    db.exec(&format!(
+        "UPDATE job_queue SET status = 'processing', claim_token = CONCAT('t', id), \
+         lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, attempts = 1 WHERE id IN ({})",
+        list(&ids[..65])
+    ))
+    .await;
+    db.exec(&format!(
+        "UPDATE job_queue SET status = 'completed', finished_at = UTC_TIMESTAMP(6) WHERE id IN ({})",
+        list(&ids[4..64])
+    ))
+    .await;
+    db.exec("ANALYZE TABLE job_queue").await;
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id FROM job_queue WHERE id IN ({}) FOR UPDATE",
+        list(&ids[64..])
+    )))
+    .fetch_all(&mut holder)
+    .await
+    .unwrap();
+    let mut conn = db.connect().await;
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 1")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let ours: Vec<Owned> = ids[..64]
+        .iter()
+        .map(|&id| Owned {
+            id: JobId(id),
+            token: format!("t{id}"),
+        })
+        .collect();
+    let beat = store::job_heartbeat(&mut conn, Duration::from_secs(60), &ours)
+        .await
+        .expect("a heartbeat does not wait for another job's row");
+    assert_eq!((beat.done, beat.settled.len()), (4, 60));
+    let done = store::job_complete_many(&mut conn, &ours)
+        .await
+        .expect("a completion does not wait for another job's row");
+    // Settled: the 60 the lost write completed, and (read after this statement) its own 4.
+    assert_eq!((done.done, done.settled.len(), done.lost.len()), (4, 64, 0));
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert_eq!(db.count("completed").await, 64);
+}
+
 #[tokio::test]
 async fn attempt_outcomes_move_jobs_as_documented() {
     let db = TestDb::new().await;

@@ -450,7 +450,7 @@ pub(super) async fn mark_claimed_from(
         ""
     };
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:{tag} */ UPDATE job_queue SET status = 'processing', locked_by = ?, \
+        "/* mysqlq:{tag} */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'processing', locked_by = ?, \
          claim_token = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
          claimed_at = UTC_TIMESTAMP(6){attempt}{released} \
          WHERE id IN ({}) AND status = '{status}'",
@@ -482,7 +482,7 @@ pub(super) async fn restamp_if_slow(
     while took >= p.lease / 10 && tries < 3 {
         tries += 1;
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:{tag}_lease */ UPDATE job_queue SET lease_expires_at = \
+            "/* mysqlq:{tag}_lease */ UPDATE job_queue FORCE INDEX (PRIMARY) SET lease_expires_at = \
              UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
              WHERE id IN ({}) AND status = 'processing' AND claim_token = ?",
             placeholders(padded_len(ids.len()))
@@ -547,7 +547,7 @@ pub async fn job_claim_resolve(
     }
     let ids: Vec<JobId> = in_doubt.iter().map(|j| j.id).collect();
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_claim_resolve */ SELECT id FROM job_queue WHERE id IN ({}) \
+        "/* mysqlq:job_claim_resolve */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
          AND status = 'processing' AND claim_token = ? LOCK IN SHARE MODE",
         placeholders(padded_len(ids.len()))
     ));

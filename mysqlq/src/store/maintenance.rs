@@ -62,13 +62,13 @@ async fn reap_step(
              (job_id, attempt, outcome, worker, started_at, finished_at, error, error_bytes) \
              SELECT id, attempts, '{outcome}', locked_by, NULL, UTC_TIMESTAMP(6), {lost}, \
                     LENGTH({lost}) \
-             FROM job_queue WHERE id IN ({list})",
+             FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({list})",
             lost = lease_lost!()
         ));
         bind_ids(sqlx::query(sql), &ids).execute(&mut *tx).await?;
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:{tag} */ UPDATE job_queue SET {set}, \
+        "/* mysqlq:{tag} */ UPDATE job_queue FORCE INDEX (PRIMARY) SET {set}, \
          locked_by = NULL, claim_token = NULL, lease_expires_at = NULL \
          WHERE id IN ({list}) AND status = 'processing'"
     ));
@@ -195,7 +195,7 @@ pub async fn job_prune(
             .execute(&mut *tx)
             .await?;
         let rows = AssertSqlSafe(format!(
-            "/* mysqlq:job_prune */ DELETE FROM job_queue WHERE id IN ({list})"
+            "/* mysqlq:job_prune */ DELETE job_queue FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({list})"
         ));
         n = bind_ids(sqlx::query(rows), &ids)
             .execute(&mut *tx)

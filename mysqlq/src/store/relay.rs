@@ -71,7 +71,7 @@ pub async fn job_take(conn: &mut MySqlConnection, p: &TakeParams<'_>) -> Result<
         pairs.push_str(if i == 0 { "(?, ?)" } else { ", (?, ?)" });
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_take */ UPDATE job_queue SET locked_by = ?, claim_token = ?, \
+        "/* mysqlq:job_take */ UPDATE job_queue FORCE INDEX (PRIMARY) SET locked_by = ?, claim_token = ?, \
          lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, claimed_at = UTC_TIMESTAMP(6), \
          attempts = attempts + (attempts < 4294967295), \
          first_claimed_at = IFNULL(first_claimed_at, UTC_TIMESTAMP(6)) \
@@ -95,7 +95,7 @@ pub async fn job_take(conn: &mut MySqlConnection, p: &TakeParams<'_>) -> Result<
     // Some were stale: the rows under the new token are the ones taken (the token is new, so
     // nobody else can have written it).
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_take */ SELECT id FROM job_queue WHERE id IN ({}) AND claim_token = ?",
+        "/* mysqlq:job_take */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) AND claim_token = ?",
         placeholders(n)
     ));
     let rows = bind_ids(sqlx::query(sql), &ids)
@@ -138,7 +138,7 @@ pub async fn job_relay_inspect(
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_relay_inspect */ SELECT id, CAST(status AS CHAR) AS status, claim_token, \
          locked_by, CAST(IFNULL(lease_expires_at < UTC_TIMESTAMP(6), 0) AS SIGNED) AS expired, \
-         attempts, max_attempts FROM job_queue WHERE id IN ({})",
+         attempts, max_attempts FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({})",
         placeholders(padded_len(ids.len()))
     ));
     let rows = bind_ids(sqlx::query(sql), ids)
@@ -279,7 +279,7 @@ pub async fn job_relay_claim_ids(
         "/* mysqlq:job_relay_claim_ids */ SELECT j.id, j.queue_name, j.kind, \
          CAST(j.payload AS CHAR) AS payload, j.attempts, j.max_attempts, CAST(j.meta AS CHAR) AS meta, j.workflow_id, \
          TIMESTAMPDIFF(MICROSECOND, GREATEST(j.available_at, j.created_at), UTC_TIMESTAMP(6)) AS waited_us \
-         FROM job_queue j WHERE j.id IN ({list}) AND j.status = 'pending' \
+         FROM job_queue j FORCE INDEX (PRIMARY) WHERE j.id IN ({list}) AND j.status = 'pending' \
            AND j.available_at <= UTC_TIMESTAMP(6) AND j.ordering_key IS NULL \
            AND j.concurrency_key IS NULL AND j.rate_key IS NULL \
            AND NOT EXISTS (SELECT 1 FROM mysqlq_queue pq WHERE pq.queue_name = j.queue_name AND pq.paused = 1) \

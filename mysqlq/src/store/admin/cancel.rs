@@ -200,7 +200,7 @@ pub(crate) async fn cancel_locked(
     p: &CancelParams<'_>,
 ) -> Result<u64, Error> {
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_cancel_operator */ UPDATE job_queue SET status = 'cancelled', \
+        "/* mysqlq:job_cancel_operator */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'cancelled', \
          finished_at = UTC_TIMESTAMP(6), lease_expires_at = NULL, \
          cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, cancel_reason = ? \
          WHERE id IN ({}) AND status IN ('waiting', 'pending', 'processing')",
@@ -216,7 +216,7 @@ async fn lock_active(
     ids: &[JobId],
 ) -> Result<Vec<(JobId, bool)>, Error> {
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_cancel_lock */ SELECT id, CAST(status AS CHAR) AS status FROM job_queue \
+        "/* mysqlq:job_cancel_lock */ SELECT id, CAST(status AS CHAR) AS status FROM job_queue FORCE INDEX (PRIMARY) \
          WHERE id IN ({}) AND status IN ('waiting', 'pending', 'processing') FOR UPDATE",
         placeholders(padded_len(ids.len()))
     ));
@@ -261,7 +261,7 @@ pub async fn job_delete_many(
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:job_delete_lock */ SELECT id, CAST(status AS CHAR) AS status, \
-             workflow_id IS NOT NULL AS step FROM job_queue WHERE id IN ({}) FOR UPDATE",
+             workflow_id IS NOT NULL AS step FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) FOR UPDATE",
             placeholders(padded_len(chunk.len()))
         ));
         let rows = bind_ids(sqlx::query(sql), chunk)
@@ -301,7 +301,7 @@ pub async fn job_delete_many(
 /// locked `ids`; guarded: running jobs and workflow steps stay.
 pub(crate) async fn delete_locked(tx: &mut MySqlConnection, ids: &[JobId]) -> Result<u64, Error> {
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_delete */ DELETE FROM job_queue WHERE id IN ({}) \
+        "/* mysqlq:job_delete */ DELETE job_queue FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
          AND status <> 'processing' AND workflow_id IS NULL",
         placeholders(padded_len(ids.len()))
     ));

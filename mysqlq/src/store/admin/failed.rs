@@ -269,7 +269,7 @@ async fn failed_among(
     skipped: &mut Vec<JobId>,
 ) -> Result<Vec<JobId>, Error> {
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_failed_check */ SELECT id FROM job_queue WHERE id IN ({}) AND status = 'failed' FOR UPDATE",
+        "/* mysqlq:job_failed_check */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) AND status = 'failed' FOR UPDATE",
         placeholders(padded_len(ids.len()))
     ));
     let found: Vec<u64> = bind_ids(sqlx::query(sql), ids)
@@ -296,7 +296,7 @@ async fn failed_among(
 
 fn retry_sql(n: usize) -> AssertSqlSafe<String> {
     AssertSqlSafe(format!(
-        "/* mysqlq:job_retry_failed */ UPDATE job_queue SET status = 'pending', attempts = 0, \
+        "/* mysqlq:job_retry_failed */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'pending', attempts = 0, \
          available_at = UTC_TIMESTAMP(6), finished_at = NULL, locked_by = NULL, \
          claim_token = NULL, lease_expires_at = NULL WHERE id IN ({}) AND status = 'failed'",
         placeholders(padded_len(n))
@@ -414,7 +414,7 @@ pub async fn job_discard_failed(
             continue;
         }
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:job_discard_failed */ DELETE FROM job_queue WHERE id IN ({}) AND status = 'failed'",
+            "/* mysqlq:job_discard_failed */ DELETE job_queue FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) AND status = 'failed'",
             placeholders(padded_len(failed.len()))
         ));
         crate::store::job_attempt_delete(&mut tx, &failed).await?;
@@ -434,7 +434,7 @@ async fn workflow_steps(conn: &mut MySqlConnection, ids: &[JobId]) -> Result<Vec
         return Ok(Vec::new());
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:job_discard_failed */ SELECT id FROM job_queue WHERE id IN ({}) AND workflow_id IS NOT NULL",
+        "/* mysqlq:job_discard_failed */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) AND workflow_id IS NOT NULL",
         placeholders(padded_len(ids.len()))
     ));
     bind_ids(sqlx::query(sql), ids)

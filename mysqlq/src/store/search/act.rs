@@ -150,7 +150,7 @@ pub async fn job_act_chunk(
         .await?;
     let now = now(&mut tx).await?;
     let mut s = Sql::default();
-    s.push("/* mysqlq:job_act_lock */ SELECT j.id FROM job_queue j WHERE j.id IN (");
+    s.push("/* mysqlq:job_act_lock */ SELECT j.id FROM job_queue j FORCE INDEX (PRIMARY) WHERE j.id IN (");
     for (i, id) in candidates.iter().enumerate() {
         if i > 0 {
             s.push(", ");

@@ -299,7 +299,7 @@ async fn rows_of(
          (j.status = 'pending' AND ",
     )
     .append(sql::limited(now, closed))
-    .push(") AS lim FROM job_queue j WHERE j.id IN (");
+    .push(") AS lim FROM job_queue j FORCE INDEX (PRIMARY) WHERE j.id IN (");
     for (i, p) in found.iter().enumerate() {
         if i > 0 {
             s.push(", ");

@@ -138,7 +138,7 @@ pub(super) async fn insert_steps(
         for chunk in of.chunks(1000) {
             let chunk_ids: Vec<JobId> = chunk.iter().map(|&i| ids[i]).collect();
             let sql = AssertSqlSafe(format!(
-                "/* mysqlq:wf_insert */ UPDATE job_queue SET {set} WHERE id IN ({})",
+                "/* mysqlq:wf_insert */ UPDATE job_queue FORCE INDEX (PRIMARY) SET {set} WHERE id IN ({})",
                 placeholders(padded_len(chunk_ids.len()))
             ));
             bind_ids(sqlx::query(sql).bind(wf), &chunk_ids)

@@ -187,7 +187,7 @@ async fn lock_completed(
     let mut held = Vec::new();
     for chunk in missing.chunks(1000) {
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_settle_completed */ SELECT id FROM job_queue \
+            "/* mysqlq:wf_settle_completed */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) \
              WHERE id IN ({}) AND status = 'completed'",
             placeholders(padded_len(chunk.len()))
         ));

@@ -206,7 +206,7 @@ async fn sweep_one(tx: &mut MySqlConnection, dep: u64) -> Result<Option<Swept>, 
         };
         let reason = format!("upstream `{step}` {status}");
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_cancel_upstream */ UPDATE job_queue SET status = 'cancelled', \
+            "/* mysqlq:wf_cancel_upstream */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'cancelled', \
              finished_at = UTC_TIMESTAMP(6), cancelled_at = UTC_TIMESTAMP(6), cancelled_by = ?, \
              cancel_reason = ? WHERE id IN ({}) AND status = 'waiting'",
             placeholders(padded_len(ids.len()))
@@ -334,7 +334,7 @@ pub async fn wf_revive(
         lock_rows(conn, &dependents, false).await?;
         let ids: Vec<JobId> = dependents.iter().map(|&d| JobId(d)).collect();
         let sql = AssertSqlSafe(format!(
-            "/* mysqlq:wf_revive */ SELECT id FROM job_queue WHERE id IN ({}) \
+            "/* mysqlq:wf_revive */ SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
              AND status = 'cancelled' AND cancelled_by = ? \
              AND NOT EXISTS (SELECT 1 FROM mysqlq_wf_edge e WHERE e.dependent_id = job_queue.id \
                AND e.state = 'broken')",
@@ -361,7 +361,7 @@ pub async fn wf_revive(
     for chunk in all.chunks(1000) {
         let sql = AssertSqlSafe(format!(
             "/* mysqlq:wf_revive */ UPDATE mysqlq_workflow SET state = 'running', finished_at = NULL \
-             WHERE state <> 'running' AND id IN (SELECT workflow_id FROM job_queue \
+             WHERE state <> 'running' AND id IN (SELECT workflow_id FROM job_queue FORCE INDEX (PRIMARY) \
                WHERE id IN ({}) AND workflow_id IS NOT NULL)",
             placeholders(padded_len(chunk.len()))
         ));
@@ -381,7 +381,7 @@ async fn revive_rows(
 ) -> Result<(Vec<JobId>, Vec<JobId>), Error> {
     let sql = |n: usize| {
         AssertSqlSafe(format!(
-            "/* mysqlq:wf_revive */ UPDATE job_queue SET status = 'waiting', finished_at = NULL, \
+            "/* mysqlq:wf_revive */ UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'waiting', finished_at = NULL, \
              cancelled_at = NULL, cancelled_by = NULL, cancel_reason = NULL WHERE id IN ({})",
             placeholders(padded_len(n))
         ))
