@@ -66,10 +66,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0010_dashboard",
         sql: include_str!("../migrations/0010_dashboard.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_sql_enqueue",
+        sql: include_str!("../migrations/0011_sql_enqueue.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.
@@ -104,12 +109,16 @@ async fn apply(conn: &mut MySqlConnection, server: &ServerInfo, target: u32) -> 
             expected: SCHEMA_VERSION,
         });
     }
-    let todo = MIGRATIONS
-        .iter()
-        .filter(|m| m.version <= target && !done.contains(&m.version));
-    for m in todo {
-        let sql = server.render_migration(m.sql);
-        migrations::migration_apply(conn, m.version, m.name, statements(&sql)).await?;
+    for m in MIGRATIONS.iter().filter(|m| m.version <= target) {
+        let all = statements(&server.render_migration(m.sql));
+        if done.contains(&m.version) {
+            // Routines the server refused before (`-- mysqlq:optional`): tried again, so that
+            // setting `log_bin_trust_function_creators` and migrating once more installs them.
+            let optional = all.into_iter().filter(|s| s.optional).collect();
+            migrations::migration_retry_optional(conn, optional).await?;
+            continue;
+        }
+        migrations::migration_apply(conn, m.version, m.name, all).await?;
         tracing::info!(version = m.version, name = m.name, "applied migration");
     }
     Ok(target)
@@ -132,26 +141,59 @@ pub async fn check_schema(conn: &mut MySqlConnection) -> Result<(), Error> {
     Ok(())
 }
 
-/// Splits a migration file into statements: `--` comment lines dropped, `;` at a line's end
-/// ends a statement.
-fn statements(sql: &str) -> Vec<String> {
+/// One statement of a migration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Statement {
+    /// The SQL, tagged `/* mysqlq:migrate */`.
+    pub(crate) sql: String,
+    /// Marked `-- mysqlq:optional`: a routine the server may refuse to create (a function
+    /// that writes, with binary logging on and `log_bin_trust_function_creators` off). Its
+    /// refusal does not fail the migration; every later `migrate` tries it again.
+    pub(crate) optional: bool,
+}
+
+/// Splits a migration file into statements: `--` comment lines dropped, the delimiter (`;`,
+/// or what a `DELIMITER x` line sets, as in the `mysql` client, for routine bodies) at a
+/// line's end ends a statement; `-- mysqlq:optional` marks the next statement optional.
+fn statements(sql: &str) -> Vec<Statement> {
     let mut out = Vec::new();
     let mut current = String::new();
+    let mut delimiter = ";".to_owned();
+    let mut optional = false;
+    let mut push = |text: &str, optional: &mut bool| {
+        out.push(Statement {
+            sql: format!("/* mysqlq:migrate */ {text}"),
+            optional: std::mem::take(optional),
+        });
+    };
     for line in sql.lines() {
         let trimmed = line.trim();
+        if trimmed == "-- mysqlq:optional" {
+            optional = true;
+            continue;
+        }
         if trimmed.is_empty() || trimmed.starts_with("--") {
+            continue;
+        }
+        if current.is_empty()
+            && let Some(d) = trimmed.strip_prefix("DELIMITER ")
+        {
+            d.trim().clone_into(&mut delimiter);
             continue;
         }
         current.push_str(line);
         current.push('\n');
-        if trimmed.ends_with(';') {
-            let stmt = current.trim().trim_end_matches(';').to_owned();
-            out.push(format!("/* mysqlq:migrate */ {stmt}"));
+        if trimmed.ends_with(delimiter.as_str()) {
+            let stmt = current
+                .trim()
+                .trim_end_matches(delimiter.as_str())
+                .trim_end();
+            push(stmt, &mut optional);
             current.clear();
         }
     }
     if !current.trim().is_empty() {
-        out.push(format!("/* mysqlq:migrate */ {}", current.trim()));
+        push(current.trim(), &mut optional);
     }
     out
 }
@@ -164,8 +206,52 @@ mod tests {
     fn migrations_split_into_statements() {
         let all = statements(MIGRATIONS[0].sql);
         assert!(all.len() >= 4, "{all:?}");
-        assert!(all[0].contains("CREATE TABLE IF NOT EXISTS job_queue"));
-        assert!(all.iter().all(|s| !s.trim_end().ends_with(';')));
+        assert!(all[0].sql.contains("CREATE TABLE IF NOT EXISTS job_queue"));
+        assert!(
+            all.iter()
+                .all(|s| !s.sql.trim_end().ends_with(';') && !s.optional)
+        );
         assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn routines_split_on_their_delimiter_and_optional_marks_one_statement() {
+        let sql = "DROP PROCEDURE IF EXISTS p;\n\nDELIMITER //\nCREATE PROCEDURE p()\nBEGIN\n  SET @a = 1;\n  SET @b = 2;\nEND//\nDELIMITER ;\n\n-- mysqlq:optional\nDELIMITER //\nCREATE FUNCTION f() RETURNS INT\nBEGIN\n  RETURN 1;\nEND//\nDELIMITER ;\nSELECT 1;\n";
+        let all = statements(sql);
+        let got: Vec<(&str, bool)> = all
+            .iter()
+            .map(|s| {
+                (
+                    s.sql.trim_start_matches("/* mysqlq:migrate */ "),
+                    s.optional,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("DROP PROCEDURE IF EXISTS p", false),
+                (
+                    "CREATE PROCEDURE p()\nBEGIN\n  SET @a = 1;\n  SET @b = 2;\nEND",
+                    false
+                ),
+                (
+                    "CREATE FUNCTION f() RETURNS INT\nBEGIN\n  RETURN 1;\nEND",
+                    true
+                ),
+                ("SELECT 1", false),
+            ]
+        );
+        let eleven = statements(MIGRATIONS[10].sql);
+        assert_eq!(
+            eleven.iter().filter(|s| s.optional).count(),
+            1,
+            "only the function is optional"
+        );
+        assert!(
+            eleven
+                .iter()
+                .any(|s| s.sql.contains("CREATE PROCEDURE mysqlq_enqueue("))
+        );
     }
 }

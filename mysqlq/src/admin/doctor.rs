@@ -22,7 +22,7 @@ impl Admin {
     /// version, on a Galera node its state and settings (`docs/clusters.md`; a node that does
     /// not take queries ends the list there), binary log format, writer (not read-only),
     /// isolation, time zone, schema version,
-    /// indexes, jobs stranded in queues none of `registered` (the queues this binary's jobs use;
+    /// indexes, search fields, the SQL enqueue routines, jobs stranded in queues none of `registered` (the queues this binary's jobs use;
     /// empty when unknown) serves, and the claim's plan on the busiest queue.
     pub async fn doctor(&self, registered: &[String]) -> Result<Vec<Check>, Error> {
         let mut conn = self.pool.acquire().await?;
@@ -239,6 +239,7 @@ async fn doctor(
         if let Some(c) = search_fields_check(conn).await? {
             checks.push(c);
         }
+        checks.push(sql_enqueue_check(conn).await?);
         let queues = match admin::stats_queues(conn).await {
             Ok(queues) => {
                 checks.push(stranded_check(registered, &queues));
@@ -369,6 +370,44 @@ async fn search_fields_check(conn: &mut MySqlConnection) -> Result<Option<Check>
             "run `mysqlq-cli search-index add PATH` again to make them, or `mysqlq-cli search-index drop PATH`",
         ),
     )))
+}
+
+/// The SQL entry points of migration 11 (`docs/other-languages.md`): the procedure must be
+/// there; the function is optional, and when the server refused it the check says why and how
+/// to get it.
+async fn sql_enqueue_check(conn: &mut MySqlConnection) -> Result<Check, Error> {
+    let r = store::migrations::sql_routines(conn).await?;
+    if !r.procedure {
+        return Ok(check(
+            Level::Fail,
+            "sql enqueue",
+            "the procedure mysqlq_enqueue is missing: other languages and triggers cannot enqueue",
+            Some("run `mysqlq-cli migrate` as a user with CREATE ROUTINE on this database"),
+        ));
+    }
+    if r.function {
+        return Ok(check(
+            Level::Ok,
+            "sql enqueue",
+            "CALL mysqlq_enqueue(kind, payload, options) and mysqlq_enqueue_id(…) are installed",
+            None,
+        ));
+    }
+    let why = if r.log_bin && !r.trust_function_creators {
+        "binary logging is on and log_bin_trust_function_creators is off, so the server refused          to create it"
+    } else {
+        "the server refused to create it (CREATE ROUTINE or SUPER missing when `migrate` ran)"
+    };
+    Ok(check(
+        Level::Warn,
+        "sql enqueue",
+        format!(
+            "CALL mysqlq_enqueue(…) is installed; the function mysqlq_enqueue_id(…) is not: {why}              (the procedure does everything the function does)"
+        ),
+        Some(
+            "SET GLOBAL log_bin_trust_function_creators = 1 (and in my.cnf), then run `mysqlq-cli              migrate` again; or use CALL mysqlq_enqueue(…) and SELECT @mysqlq_job_id",
+        ),
+    ))
 }
 
 /// Below this many pending jobs in the queue, the claim's plan is not judged.

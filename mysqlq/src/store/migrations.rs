@@ -53,15 +53,18 @@ pub async fn migration_apply(
     conn: &mut MySqlConnection,
     version: u32,
     name: &str,
-    statements: Vec<String>,
+    statements: Vec<crate::migrate::Statement>,
 ) -> Result<(), Error> {
     for statement in statements {
-        match sqlx::raw_sql(AssertSqlSafe(statement))
+        match sqlx::raw_sql(AssertSqlSafe(statement.sql))
             .execute(&mut *conn)
             .await
         {
             Ok(_) => {}
             Err(e) if matches!(super::sqlx_error_number(&e), Some(1060 | 1061)) => {}
+            Err(e) if statement.optional && is_routine_refused(&e) => {
+                tracing::warn!(version, error = %e, "an optional routine was not created (see `doctor`)");
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -71,6 +74,33 @@ pub async fn migration_apply(
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+/// `migration_retry_optional`: runs the optional statements of an applied migration again
+/// (each creates a routine): "exists already" (1304) and the refusals of
+/// [`is_routine_refused`] leave things as they are.
+pub async fn migration_retry_optional(
+    conn: &mut MySqlConnection,
+    statements: Vec<crate::migrate::Statement>,
+) -> Result<(), Error> {
+    for statement in statements {
+        match sqlx::raw_sql(AssertSqlSafe(statement.sql))
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => tracing::info!("created an optional routine refused before"),
+            Err(e) if matches!(super::sqlx_error_number(&e), Some(1304)) => {}
+            Err(e) if is_routine_refused(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The server refused to create a routine for want of a privilege: a function that writes
+/// with binary logging on needs `log_bin_trust_function_creators` (1418, 1419) or SUPER (1227).
+fn is_routine_refused(e: &sqlx::Error) -> bool {
+    matches!(super::sqlx_error_number(e), Some(1418 | 1419 | 1227))
 }
 
 /// `schema_version`: the newest applied migration, 0 when mysqlq's tables are missing.
@@ -90,4 +120,38 @@ pub async fn schema_version(conn: &mut MySqlConnection) -> Result<u32, Error> {
     .fetch_one(&mut *conn)
     .await?;
     Ok(v.unwrap_or(0))
+}
+
+/// Which SQL entry points of migration 11 exist, and the settings that decide whether the
+/// server lets a function that writes be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlRoutines {
+    /// `mysqlq_enqueue` (procedure).
+    pub procedure: bool,
+    /// `mysqlq_enqueue_id` (function).
+    pub function: bool,
+    /// `log_bin` is on.
+    pub log_bin: bool,
+    /// `log_bin_trust_function_creators` is on.
+    pub trust_function_creators: bool,
+}
+
+/// `sql_routines`: [`SqlRoutines`] of the current database.
+pub async fn sql_routines(conn: &mut MySqlConnection) -> Result<SqlRoutines, Error> {
+    let (procedure, function, log_bin, trust): (i64, i64, i64, i64) = sqlx::query_as(
+        "/* mysqlq:sql_routines */ SELECT \
+           CAST(IFNULL(SUM(ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = 'mysqlq_enqueue'), 0) AS SIGNED), \
+           CAST(IFNULL(SUM(ROUTINE_TYPE = 'FUNCTION' AND ROUTINE_NAME = 'mysqlq_enqueue_id'), 0) AS SIGNED), \
+           CAST(@@global.log_bin AS SIGNED), CAST(@@global.log_bin_trust_function_creators AS SIGNED) \
+         FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() \
+           AND ROUTINE_NAME IN ('mysqlq_enqueue', 'mysqlq_enqueue_id')",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(SqlRoutines {
+        procedure: procedure > 0,
+        function: function > 0,
+        log_bin: log_bin != 0,
+        trust_function_creators: trust != 0,
+    })
 }

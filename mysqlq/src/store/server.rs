@@ -142,9 +142,17 @@ impl ServerInfo {
         } else {
             ("", "DEFAULT CURRENT_TIMESTAMP(6)")
         };
+        // MariaDB keeps JSON as the text given: compacted, a payload stored by SQL is the
+        // bytes serde_json writes. MySQL stores its own binary form.
+        let compact = match self.flavor {
+            ServerFlavor::MariaDb => "JSON_COMPACT",
+            ServerFlavor::MySql => "",
+        };
         sql.replace("{key_collation}", self.key_collation())
             .replace("{utc_default}", utc)
             .replace("{updated_default}", updated)
+            .replace("{isolation_variable}", self.isolation_variable())
+            .replace("{compact_json}", compact)
     }
 }
 
