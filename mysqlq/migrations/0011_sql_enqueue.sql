@@ -40,20 +40,21 @@ BEGIN
   DECLARE v_key TEXT CHARACTER SET utf8mb4;
   DECLARE v_msg VARCHAR(512) CHARACTER SET utf8mb4;
   DECLARE v_i INT DEFAULT 0;
-  DECLARE v_queue TEXT CHARACTER SET utf8mb4 DEFAULT 'default';
+  DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE {key_collation};
+  DECLARE v_queue TEXT CHARACTER SET utf8mb4 COLLATE {key_collation} DEFAULT 'default';
   DECLARE v_priority BIGINT DEFAULT 0;
   DECLARE v_max_attempts BIGINT DEFAULT 5;
   DECLARE v_delay_us BIGINT DEFAULT 0;
   DECLARE v_run_at DATETIME(6) DEFAULT NULL;
-  DECLARE v_dedupe TEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+  DECLARE v_dedupe TEXT CHARACTER SET utf8mb4 COLLATE {key_collation} DEFAULT NULL;
   DECLARE v_until VARCHAR(16) DEFAULT 'finished';
   DECLARE v_window_us BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_replace BOOLEAN DEFAULT FALSE;
-  DECLARE v_ordering TEXT CHARACTER SET utf8mb4 DEFAULT NULL;
-  DECLARE v_ckey TEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+  DECLARE v_ordering TEXT CHARACTER SET utf8mb4 COLLATE {key_collation} DEFAULT NULL;
+  DECLARE v_ckey TEXT CHARACTER SET utf8mb4 COLLATE {key_collation} DEFAULT NULL;
   DECLARE v_climit BIGINT DEFAULT NULL;
   DECLARE v_meta LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
-  DECLARE v_rkey TEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+  DECLARE v_rkey TEXT CHARACTER SET utf8mb4 COLLATE {key_collation} DEFAULT NULL;
   DECLARE v_rlimit BIGINT DEFAULT NULL;
   DECLARE v_rperiod_ms BIGINT DEFAULT NULL;
   DECLARE v_num DOUBLE;
@@ -75,6 +76,9 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
       'mysqlq_enqueue: kind must be 1 to 128 characters (the job''s name, see `worker kinds`)';
   END IF;
+  -- Local variables carry the key collation (binary), so comparing them with the columns is
+  -- byte for byte and never an illegal mix of collations.
+  SET v_kind = p_kind;
 
   -- The payload: a JSON object of the job's arguments by name, at most 1 MiB.
   IF p_payload IS NULL OR NOT JSON_VALID(p_payload) THEN
@@ -244,7 +248,7 @@ BEGIN
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
         'mysqlq_enqueue: option `rate_period_ms` must be 10 to 86400000 (10 ms to 1 day)';
     END IF;
-    SET v_rkey = IFNULL(v_rkey, CONCAT('kind:', p_kind));
+    SET v_rkey = IFNULL(v_rkey, CONCAT('kind:', v_kind));
   END IF;
   SET v_i = 0;
   WHILE v_i < 4 DO
@@ -324,7 +328,7 @@ BEGIN
     INSERT INTO job_queue (queue_name, kind, payload, priority, max_attempts, available_at,
         dedupe_key, dedupe_until, ordering_key, concurrency_key, concurrency_limit, meta,
         dedupe_window_us, rate_key, rate_limit, rate_period_us, status, created_at)
-      VALUES (v_queue, p_kind, v_payload, v_priority, v_max_attempts,
+      VALUES (v_queue, v_kind, v_payload, v_priority, v_max_attempts,
         IFNULL(v_run_at, UTC_TIMESTAMP(6) + INTERVAL LEAST(v_delay_us,
           TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND),
         v_dedupe, v_until, v_ordering, v_ckey, v_climit, v_meta, v_window_us, v_rkey, v_rlimit,
@@ -377,14 +381,14 @@ BEGIN
           available_at = IFNULL(v_run_at, UTC_TIMESTAMP(6) + INTERVAL LEAST(v_delay_us,
             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND),
           id = LAST_INSERT_ID(id)
-          WHERE dedupe_active = v_dedupe AND status = 'pending' AND kind <=> p_kind
+          WHERE dedupe_active = v_dedupe AND status = 'pending' AND kind <=> v_kind
             AND workflow_id IS NULL;
       ELSE
         UPDATE job_queue SET payload = v_payload, priority = v_priority,
           available_at = IFNULL(v_run_at, UTC_TIMESTAMP(6) + INTERVAL LEAST(v_delay_us,
             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), '9999-12-31 23:59:59')) MICROSECOND),
           meta = v_meta, id = LAST_INSERT_ID(id)
-          WHERE dedupe_active = v_dedupe AND status = 'pending' AND kind <=> p_kind
+          WHERE dedupe_active = v_dedupe AND status = 'pending' AND kind <=> v_kind
             AND workflow_id IS NULL;
       END IF;
       IF LAST_INSERT_ID() > 0 THEN
