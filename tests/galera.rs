@@ -109,6 +109,21 @@ async fn drain_with(db: &TestDb, pools: &[MySqlPool], n: usize) -> (u64, Duratio
         "SELECT COUNT(*) FROM (SELECT job_id FROM test_runs GROUP BY job_id HAVING COUNT(*) > 1) t",
     )
     .await;
+    if twice > 0 {
+        let runs: Vec<(u64, u32, String, Option<String>, String)> = sqlx::query_as(
+            "SELECT r.job_id, r.attempt, CAST(r.at AS CHAR), r.claim_token, \
+             CONCAT_WS(' ', j.attempts, j.locked_by, CAST(j.created_at AS CHAR), CAST(j.finished_at AS CHAR)) \
+             FROM test_runs r JOIN job_queue j ON j.id = r.job_id WHERE r.job_id IN \
+             (SELECT job_id FROM test_runs GROUP BY job_id HAVING COUNT(*) > 1) ORDER BY r.job_id, r.at LIMIT 40",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        for r in &runs {
+            println!("  ran twice: {r:?}");
+        }
+        println!("  drain took {took:.1?}, {conflicts} conflicts");
+    }
     assert_eq!(twice, 0, "no job ran twice");
     let by_worker: Vec<(String, i64)> = sqlx::query_as(
         "SELECT locked_by, COUNT(*) FROM job_queue WHERE status = 'completed' GROUP BY locked_by",
@@ -171,6 +186,7 @@ async fn one_writer_claims_without_the_conflicts_of_three() {
 
     doctor_sees_each_nodes_state(&cluster, &db, multi).await;
     stats_count_a_job_another_node_committed_a_moment_ago(&cluster, &db).await;
+    sql_enqueue_on_every_node(&cluster, &db).await;
     bulk_ids_stay_right_when_a_node_leaves_mid_call(&mut cluster, &db).await;
 }
 
@@ -304,6 +320,63 @@ async fn doctor_sees_each_nodes_state(cluster: &GaleraCluster, db: &TestDb, conf
 
 /// `stats` on a node that has not applied another node's latest commit yet (its applier held
 /// back by a read lock) waits for it (`wsrep_sync_wait`) instead of counting without it.
+/// `CALL mysqlq_enqueue` (migration 11, replicated as DDL) on every node: one dedupe key,
+/// taken once across the cluster; the other nodes answer the holder's id (with
+/// `wsrep_sync_wait`, so each reads what the others committed), and every node has the row.
+async fn sql_enqueue_on_every_node(cluster: &GaleraCluster, db: &TestDb) {
+    let mut answers = Vec::new();
+    for i in 0..3 {
+        let mut conn: sqlx::MySqlConnection =
+            <sqlx::MySqlConnection as sqlx::Connection>::connect(&on_db(&cluster.node_url(i), db))
+                .await
+                .unwrap();
+        sqlx::query("SET SESSION wsrep_sync_wait = 3")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(
+            r#"CALL mysqlq_enqueue('noop', JSON_OBJECT('n', ?), '{"queue": "test", "dedupe_key": "galera-sql"}')"#,
+        )
+        .bind(i as u64)
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("CALL mysqlq_enqueue on node {i}: {e}"));
+        let answer: (u64, String) =
+            sqlx::query_as("SELECT @mysqlq_job_id, CAST(@mysqlq_enqueued AS CHAR)")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        answers.push(answer);
+    }
+    let holder = answers[0].0;
+    assert_eq!(
+        answers,
+        [
+            (holder, "inserted".to_owned()),
+            (holder, "duplicate".to_owned()),
+            (holder, "duplicate".to_owned())
+        ]
+    );
+    for i in 0..3 {
+        let pool = pool_on(&on_db(&cluster.node_url(i), db), 1).await;
+        wait_count(
+            &pool,
+            "the SQL-enqueued job on every node",
+            &format!(
+                "SELECT COUNT(*) FROM job_queue WHERE id = {holder} AND dedupe_key = 'galera-sql'"
+            ),
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+        pool.close().await;
+    }
+    sqlx::query("DELETE FROM job_queue")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
 async fn stats_count_a_job_another_node_committed_a_moment_ago(
     cluster: &GaleraCluster,
     db: &TestDb,
