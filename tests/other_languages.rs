@@ -61,8 +61,10 @@ fn run_client(db: &TestDb, program: &str, script: &str, env: &[(&str, String)]) 
 /// none, the refusal named the queue; then a worker runs exactly the committed orders' jobs.
 async fn check_client(program: &str, script: &str) {
     let db = TestDb::new().await;
-    db.exec("CREATE TABLE orders (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, total INT NOT NULL)")
-        .await;
+    db.exec(
+        "CREATE TABLE orders (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, total INT NOT NULL)",
+    )
+    .await;
     let out = run_client(&db, program, script, &[]);
     let ids = |k: &str| -> Vec<u64> {
         out[k]
@@ -74,8 +76,14 @@ async fn check_client(program: &str, script: &str) {
     };
     let committed = ids("committed");
     assert_eq!(committed.len(), 2, "{out}");
-    let error = out["error"].as_array().expect("the refused enqueue's error");
-    assert_eq!(error[0].as_u64(), Some(1644), "SIGNAL's error number: {out}");
+    let error = out["error"]
+        .as_array()
+        .expect("the refused enqueue's error");
+    assert_eq!(
+        error[0].as_u64(),
+        Some(1644),
+        "SIGNAL's error number: {out}"
+    );
     assert!(
         error[1]
             .as_str()
@@ -105,7 +113,11 @@ async fn check_client(program: &str, script: &str) {
         .collect();
     assert_eq!(
         jobs,
-        reported.iter().copied().zip(committed.iter().copied()).collect::<Vec<_>>(),
+        reported
+            .iter()
+            .copied()
+            .zip(committed.iter().copied())
+            .collect::<Vec<_>>(),
         "one job per committed order, with the id the client was given"
     );
 
@@ -124,7 +136,10 @@ async fn check_client(program: &str, script: &str) {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(ran, committed, "the worker ran exactly the committed orders' jobs, once each");
+    assert_eq!(
+        ran, committed,
+        "the worker ran exactly the committed orders' jobs, once each"
+    );
 }
 
 #[tokio::test]

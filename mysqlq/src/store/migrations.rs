@@ -56,16 +56,11 @@ pub async fn migration_apply(
     statements: Vec<crate::migrate::Statement>,
 ) -> Result<(), Error> {
     for statement in statements {
-        match sqlx::raw_sql(AssertSqlSafe(statement.sql))
-            .execute(&mut *conn)
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if matches!(super::sqlx_error_number(&e), Some(1060 | 1061)) => {}
-            Err(e) if statement.optional && is_routine_refused(&e) => {
-                tracing::warn!(version, error = %e, "an optional routine was not created (see `doctor`)");
-            }
-            Err(e) => return Err(e.into()),
+        if !run_statement(conn, statement, &[1060, 1061]).await? {
+            tracing::warn!(
+                version,
+                "an optional routine was not created (see `doctor`)"
+            );
         }
     }
     sqlx::query("/* mysqlq:migrate */ INSERT INTO mysqlq_migrations (version, name) VALUES (?, ?)")
@@ -84,17 +79,27 @@ pub async fn migration_retry_optional(
     statements: Vec<crate::migrate::Statement>,
 ) -> Result<(), Error> {
     for statement in statements {
-        match sqlx::raw_sql(AssertSqlSafe(statement.sql))
-            .execute(&mut *conn)
-            .await
-        {
-            Ok(_) => tracing::info!("created an optional routine refused before"),
-            Err(e) if matches!(super::sqlx_error_number(&e), Some(1304)) => {}
-            Err(e) if is_routine_refused(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
+        run_statement(conn, statement, &[1304]).await?;
     }
     Ok(())
+}
+
+/// Runs one statement of a migration; the server errors in `applied` mean "done before". An
+/// optional statement the server refused ([`is_routine_refused`]) is `Ok(false)`.
+async fn run_statement(
+    conn: &mut MySqlConnection,
+    statement: crate::migrate::Statement,
+    applied: &[u16],
+) -> Result<bool, Error> {
+    match sqlx::raw_sql(AssertSqlSafe(statement.sql))
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if super::sqlx_error_number(&e).is_some_and(|n| applied.contains(&n)) => Ok(true),
+        Err(e) if statement.optional && is_routine_refused(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The server refused to create a routine for want of a privilege: a function that writes
