@@ -92,6 +92,7 @@ mod meta;
 mod metrics;
 mod migrate;
 mod new_job;
+mod payload_schema;
 mod periodic;
 mod queue;
 mod rate;
@@ -222,10 +223,15 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// ```
 pub use mysqlq_macros::job;
 pub use new_job::{DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob};
+pub use payload_schema::payload_schema_of;
 pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use rate::Rate;
 pub use registry::{JobRegistration, PayloadError, Registry};
+/// The [`schemars`](https://docs.rs/schemars) crate (1.x) that describes job payloads
+/// ([`Job::payload_schema`]): derive `mysqlq::schemars::JsonSchema` on an argument type, with
+/// `#[schemars(crate = "mysqlq::schemars")]`, to describe it without a dependency of your own.
+pub use schemars;
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use traceparent::{TRACEPARENT_KEY, Traceparent};
 pub use worker::{
