@@ -33,12 +33,13 @@ const PURGE: Sample = ("docs/cli.md", "$ mysqlq-cli purge");
 const DOCTOR: Sample = ("docs/cli.md", "$ worker doctor");
 const PAUSE: Sample = ("docs/cli.md", "$ mysqlq-cli pause");
 const ENQUEUE: Sample = ("docs/cli.md", "$ worker enqueue");
+const KINDS: Sample = ("docs/cli.md", "$ worker kinds");
 const LIMITS: Sample = ("docs/cli.md", "$ mysqlq-cli limits");
 const JOBS: Sample = ("docs/cli.md", "$ worker jobs search");
 const SEARCH_INDEX: Sample = ("docs/cli.md", "$ mysqlq-cli search-index");
 
 /// The sessions this file runs, one test each.
-const SESSIONS: [Sample; 12] = [
+const SESSIONS: [Sample; 13] = [
     WORK,
     MIGRATE,
     STATS,
@@ -48,6 +49,7 @@ const SESSIONS: [Sample; 12] = [
     DOCTOR,
     PAUSE,
     ENQUEUE,
+    KINDS,
     LIMITS,
     JOBS,
     SEARCH_INDEX,
@@ -501,6 +503,12 @@ fn cursor_time(line: &str) -> String {
         }
         None => line.to_owned(),
     }
+}
+
+/// `kinds` reads no database. (Its `--json` sample is compared by tests/kinds.rs.)
+#[test]
+fn the_kinds_sample_is_what_kinds_prints() {
+    session(NOWHERE, KINDS, same);
 }
 
 #[tokio::test]

@@ -65,7 +65,10 @@ pub(crate) enum Command {
     /// Show a queue's limits every worker obeys (rate, global), or change them.
     Limits(crate::cmd_limits::LimitsArgs),
     /// Enqueue one job by kind name and JSON payload; prints its id.
-    Enqueue(EnqueueArgs),
+    Enqueue(crate::args_kinds::EnqueueArgs),
+    /// List the job kinds linked into this binary with their queue, priority, attempts, backoff,
+    /// timeout, rate limit and arguments (`--json`: with each payload's JSON Schema).
+    Kinds(crate::args_kinds::KindsArgs),
     /// Cancel waiting (ready, scheduled, retrying) and running jobs, by id or by queue and kind.
     /// Running jobs are stopped by their worker at its next heartbeat; their keys are free at
     /// once.
@@ -427,32 +430,6 @@ pub(crate) struct QueueArg {
     pub(crate) acting: Acting,
 }
 
-/// `enqueue`.
-#[derive(Debug, Args)]
-pub(crate) struct EnqueueArgs {
-    /// The job's kind name (as in `#[job(name = ...)]`, default the function's name)
-    pub(crate) kind: String,
-    /// The payload: a JSON object of the job's arguments, `@path` to read it from a file, or `-`
-    /// to read it from standard input
-    #[arg(long, value_name = "PAYLOAD", value_parser = parse_json)]
-    pub(crate) json: serde_json::Value,
-    /// Queue [default: the registered job's queue, else `default`]
-    #[arg(long, value_parser = parse_queue)]
-    pub(crate) queue: Option<String>,
-    /// Runnable after this delay (e.g. 30s, 5m)
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
-    pub(crate) delay: Option<Duration>,
-    /// Claim priority, lower runs first [default: the registered job's, else 0]
-    #[arg(long, allow_negative_numbers = true)]
-    pub(crate) priority: Option<i16>,
-    /// Attempts in all [default: the registered job's, else 5]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_attempts: Option<u32>,
-    /// At most one pending or processing job holds this key
-    #[arg(long)]
-    pub(crate) dedupe_key: Option<String>,
-}
-
 /// `dashboard`.
 #[cfg(feature = "dashboard")]
 #[derive(Debug, Args)]
@@ -522,32 +499,9 @@ fn parse_queue_spec(s: &str) -> Result<(String, Option<usize>), String> {
     Ok((parse_queue(name.trim())?, limit))
 }
 
-fn parse_queue(s: &str) -> Result<String, String> {
+pub(crate) fn parse_queue(s: &str) -> Result<String, String> {
     mysqlq::validate_queue_name(s).map_err(|e| e.to_string())?;
     Ok(s.to_owned())
-}
-
-/// `--json`: the JSON itself, `@path` (a file's contents) or `-` (standard input), for payloads
-/// too large or awkward for a command-line argument.
-fn parse_json(s: &str) -> Result<serde_json::Value, String> {
-    let (text, from) = if s == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| format!("cannot read the payload from standard input: {e}"))?;
-        (text, "standard input".to_owned())
-    } else if let Some(path) = s.strip_prefix('@') {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the payload file `{path}`: {e}"))?;
-        (text, format!("`{path}`"))
-    } else {
-        return serde_json::from_str(s).map_err(|e| {
-            format!(
-                "invalid JSON ({e}); quote it for the shell, e.g. --json '{{\"n\": 1}}', or pass \
-                 --json @file or --json - (standard input)"
-            )
-        });
-    };
-    serde_json::from_str(&text).map_err(|e| format!("invalid JSON in {from} ({e})"))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 use mysqlq::admin::JobState;
 use mysqlq::{EnqueueOptions, Enqueued, NewJob};
 
-use crate::args::{Acting, EnqueueArgs, PurgeArgs, PurgeStatus};
+use crate::args::{Acting, PurgeArgs, PurgeStatus};
+use crate::args_kinds::EnqueueArgs;
 use crate::confirm;
 use crate::db::Target;
 use crate::error::CliError;
@@ -127,7 +128,10 @@ pub(crate) async fn enqueue(target: &Target, a: EnqueueArgs) -> Result<(), CliEr
                 Some(f) if f.is_empty() => {
                     "this job takes no arguments: pass --json '{}'".to_owned()
                 }
-                Some(f) => format!("pass --json with an object of the job's arguments: {f}"),
+                Some(f) => format!(
+                    "pass --json with an object of the job's arguments: {f} (`mysqlq-cli kinds \
+                     --json` gives each job's JSON Schema)"
+                ),
                 None => "pass --json with an object of the job's arguments".to_owned(),
             };
             CliError::usage(

@@ -18,7 +18,7 @@
 //! defined in the binary itself (in `src/main.rs` or its modules) need no such line.
 //!
 //! That binary has every command: `work`, `migrate`, `stats`, `failed list|show|retry|discard`,
-//! `purge`, `doctor`, `pause`, `resume`, `enqueue`, `jobs search|count|run-now|retry|cancel|delete`,
+//! `purge`, `doctor`, `pause`, `resume`, `enqueue`, `kinds`, `jobs search|count|run-now|retry|cancel|delete`,
 //! `search-index add|list|drop`, `dashboard` (a web UI, also mountable in
 //! your own server: [`dashboard::router`]). Handlers that need application state (a client, a
 //! configuration, a pool of their own) get it from [`Cli`]:
@@ -51,6 +51,8 @@ mod args;
 #[cfg(feature = "cli")]
 mod args_jobs;
 #[cfg(feature = "cli")]
+mod args_kinds;
+#[cfg(feature = "cli")]
 mod cmd_audit;
 #[cfg(feature = "cli")]
 mod cmd_cancel;
@@ -60,6 +62,8 @@ mod cmd_doctor;
 mod cmd_failed;
 #[cfg(feature = "cli")]
 mod cmd_jobs;
+#[cfg(feature = "cli")]
+mod cmd_kinds;
 #[cfg(feature = "cli")]
 mod cmd_limits;
 #[cfg(feature = "cli")]
@@ -286,6 +290,7 @@ async fn dispatch(app: Cli, cli: Args) -> Result<u8, CliError> {
         Command::SearchIndex(a) => cmd_search_index::search_index(&target?, a).await,
         Command::Limits(a) => cmd_limits::limits(&target?, &a).await.map(|()| 0),
         Command::Enqueue(a) => cmd_misc::enqueue(&target?, a).await.map(|()| 0),
+        Command::Kinds(a) => cmd_kinds::kinds(&a, app.caller).map(|()| 0),
         Command::Cancel(a) => cmd_cancel::cancel(&target?, &a).await,
         Command::Delete(a) => cmd_cancel::delete(&target?, &a).await,
         Command::Workflow(c) => cmd_workflow::workflow(&target?, c).await,

@@ -130,6 +130,15 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
                 #p::Option::Some(#krate::Rate::__validated(#count, #period_ms));
         }
     });
+    let key_argument = |name: &str, key: &Option<syn::Ident>| {
+        key.as_ref().map(|key| {
+            let name = format_ident!("{}", name);
+            let text = key.unraw().to_string();
+            quote!(const #name: #p::Option<&'static str> = #p::Option::Some(#text);)
+        })
+    };
+    let ordering_key_argument = key_argument("ORDERING_KEY_ARGUMENT", ordering_key);
+    let rate_key_argument = key_argument("RATE_KEY_ARGUMENT", rate_key);
     let rate_key_fn = rate_key.as_ref().map(|key| {
         let call = quote_spanned!(key.span()=> #p::ToString::to_string(&self.#key));
         quote! {
@@ -172,6 +181,26 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
     } else {
         quote!(_)
     };
+
+    // The payload's JSON Schema: each argument's own schema, or any value for a type without
+    // one; optional when it decodes from a missing field (autoref specialisation, so that
+    // neither adds a bound nor an error to the assertions' below).
+    let description = match doc_text(&func.attrs) {
+        Some(text) => quote!(#p::Option::Some(#text)),
+        None => quote!(#p::Option::None),
+    };
+    let arguments = fields.iter().map(|f| {
+        let name = f.ident.unraw().to_string();
+        let ty = &f.ty;
+        let ty_text = type_text(ty);
+        quote! {
+            #p::Argument {
+                name: #name,
+                schema: |g| (&&#p::Probe::<#ty>::NEW).__mysqlq_schema(g, #ty_text),
+                optional: || (&&#p::Probe::<#ty>::NEW).__mysqlq_optional(),
+            }
+        }
+    });
 
     // Type checks on the user's tokens (axum's `debug_handler` trick).
     let arg_checks = fields.iter().map(|f| {
@@ -217,7 +246,15 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
                     #timeout
                 }
 
+                fn payload_schema() -> #p::Option<#p::Value> {
+                    #[allow(unused_imports)]
+                    use #p::{ViaAnyType as _, ViaAnyValue as _, ViaDeserialize as _, ViaJsonSchema as _};
+                    #p::Option::Some(#p::object_schema(#kind, #description, &[#(#arguments),*]))
+                }
+
                 #cron_const
+                #ordering_key_argument
+                #rate_key_argument
                 #ordering_key_fn
                 #rate_limit_const
                 #rate_key_fn
@@ -258,6 +295,34 @@ fn expand(job: &Job, func: &ItemFn) -> TokenStream {
             }
         };
     }
+}
+
+/// The function's doc comment as text (the payload schema's `description`): one line per
+/// `///` line, without the space after `///`; `None` without one.
+fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(syn::MetaNameValue {
+                value:
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }),
+                ..
+            }) => Some(s.value()),
+            _ => None,
+        })
+        .map(|line| {
+            line.strip_prefix(' ')
+                .unwrap_or(&line)
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    let text = lines.join("\n").trim().to_owned();
+    (!text.is_empty()).then_some(text)
 }
 
 /// A type as written, without the token stream's spaces: `Option<Vec<u64>>`, `std::string::String`.

@@ -3,9 +3,14 @@
 
 pub use futures_util::future::BoxFuture;
 pub use inventory;
+pub use schemars;
 pub use serde;
+pub use serde_json::Value;
 pub use sqlx;
 
+pub use crate::payload_schema::{
+    Argument, Probe, ViaAnyType, ViaAnyValue, ViaDeserialize, ViaJsonSchema, object_schema,
+};
 pub use crate::registry::JobRegistration;
 pub use crate::{
     Backoff, Classify, EnqueueOptions, Enqueued, Error, ErrorClass, Job, JobContext, JobError,

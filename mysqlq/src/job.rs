@@ -28,6 +28,12 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// `#[job]`): tools that enqueue by kind name refuse fields the job does not have and list
     /// these in their errors. `None` (a hand-written impl that does not say): not checked.
     const FIELDS: Option<&'static [(&'static str, &'static str)]> = None;
+    /// The argument whose value is [`Job::ordering_key`] (`#[job(ordering_key = customer_id)]`),
+    /// for tools that describe the job to services enqueueing it by kind name. Default: none.
+    const ORDERING_KEY_ARGUMENT: Option<&'static str> = None;
+    /// The argument whose value is [`Job::rate_key`] (`#[job(rate_key = provider)]`), as
+    /// [`Job::ORDERING_KEY_ARGUMENT`]. Default: none.
+    const RATE_KEY_ARGUMENT: Option<&'static str> = None;
     /// At most this many handler starts per period, across every worker, for each rate key
     /// ([`Job::rate_key`]; without one, for the kind as a whole). Default: unlimited.
     const RATE_LIMIT: Option<crate::Rate> = None;
@@ -39,6 +45,15 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
 
     /// Per-attempt time limit; `None` uses the worker's default job timeout.
     fn timeout() -> Option<Duration> {
+        None
+    }
+
+    /// The JSON Schema (draft 2020-12) of the payload: the object of the job's arguments, as
+    /// `mysqlq-cli kinds --json` publishes it to services that enqueue by kind name. `#[job]`
+    /// generates it from the arguments' types. Default: `None` (not described); a hand-written
+    /// impl that derives [`JsonSchema`](schemars::JsonSchema) on its struct returns
+    /// `Some(`[`payload_schema_of::<Self>()`](crate::payload_schema_of)`)`.
+    fn payload_schema() -> Option<serde_json::Value> {
         None
     }
 

@@ -56,6 +56,9 @@
 //! - **Periodic jobs** ([`Periodic`], `#[job(cron = "...")]`): cron in UTC, enqueued exactly once
 //!   per tick by a ledger row written in the enqueue transaction; after downtime the latest missed
 //!   tick runs once.
+//! - **Job catalogue**: each `#[job]` describes its payload in JSON Schema
+//!   ([`Job::payload_schema`]); `mysqlq-cli kinds --json` publishes every linked kind with its
+//!   options and schema for services that enqueue by kind name.
 //! - **Pause/resume** per queue (`mysqlq-cli pause QUEUE`), seen by workers on their next claim.
 //! - **Redis Streams transport** (cargo feature `redis`, module `redis`): a relay moves committed
 //!   jobs into `mysqlq:<queue>` streams, workers read them with the consumer group `mysqlq`; MySQL
@@ -92,6 +95,7 @@ mod meta;
 mod metrics;
 mod migrate;
 mod new_job;
+mod payload_schema;
 mod periodic;
 mod queue;
 mod rate;
@@ -172,6 +176,40 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// - `impl Job` for the struct, and inherent `enqueue` / `enqueue_with` methods (no trait import
 ///   needed) that take `&mut tx`, `&pool` or `&mut conn`.
 /// - An [`inventory`](https://docs.rs/inventory) registration at the attribute's `file:line`.
+/// - [`Job::payload_schema`]: the payload's JSON Schema (below).
+///
+/// # The payload's JSON Schema
+/// The payload is a JSON object of the arguments (the context is not one). `#[job]` describes
+/// it in JSON Schema (draft 2020-12), for services that enqueue the job by kind name
+/// (`mysqlq-cli kinds --json` publishes every linked job's; [`JobRegistration::payload_schema`]):
+/// `title` is the kind, `description` the function's doc comment, `properties` one schema per
+/// argument — the type's [`JsonSchema`](schemars::JsonSchema) (std types, `serde_json::Value`,
+/// and yours once derived) — and `required` every argument a payload may not leave out (all but
+/// `Option`s, as serde decides). Your crate needs no `schemars` of its own: an argument type
+/// without `JsonSchema` still compiles and is described as any value, named by its Rust type;
+/// to describe it, derive it through mysqlq's re-export:
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize, mysqlq::schemars::JsonSchema)]
+/// #[schemars(crate = "mysqlq::schemars")]
+/// pub struct Address {
+///     city: String,
+///     zip: Option<String>,
+/// }
+///
+/// /// Ships an order.
+/// #[mysqlq::job(queue = "shipping")]
+/// async fn ship(order_id: u64, to: Address) -> Result<(), mysqlq::JobError> {
+///     let _ = (order_id, to);
+///     Ok(())
+/// }
+///
+/// use mysqlq::Job as _;
+/// let schema = Ship::payload_schema().unwrap();
+/// assert_eq!(schema["description"], "Ships an order.");
+/// assert_eq!(schema["required"], serde_json::json!(["order_id", "to"]));
+/// assert_eq!(schema["properties"]["to"]["$ref"], "#/$defs/Address");
+/// ```
 ///
 /// # The function
 /// - `async`, not generic, no `self`; each argument a plain name with an owned,
@@ -222,10 +260,15 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_to, schema_vers
 /// ```
 pub use mysqlq_macros::job;
 pub use new_job::{DedupeScope, EnqueueOptions, MAX_KEY_LEN, MAX_PAYLOAD_BYTES, NewJob};
+pub use payload_schema::payload_schema_of;
 pub use periodic::{Periodic, parse_schedule};
 pub use queue::{MAX_QUEUE_NAME, validate_queue_name};
 pub use rate::Rate;
 pub use registry::{JobRegistration, PayloadError, Registry};
+/// The [`schemars`](https://docs.rs/schemars) crate (1.x) that describes job payloads
+/// ([`Job::payload_schema`]): derive `mysqlq::schemars::JsonSchema` on an argument type, with
+/// `#[schemars(crate = "mysqlq::schemars")]`, to describe it without a dependency of your own.
+pub use schemars;
 pub use store::server::{ServerFlavor, ServerInfo};
 pub use traceparent::{TRACEPARENT_KEY, Traceparent};
 pub use worker::{

@@ -25,11 +25,14 @@ pub struct JobRegistration {
     file: &'static str,
     line: u32,
     run: RunFn,
-    check: fn(&str) -> Result<(), serde_json::Error>,
+    check: fn(&str) -> Result<(), PayloadError>,
     retry_policy: fn() -> RetryPolicy,
     timeout: fn() -> Option<Duration>,
     fields: Option<&'static [(&'static str, &'static str)]>,
     rate_limit: Option<crate::Rate>,
+    payload_schema: fn() -> Option<serde_json::Value>,
+    ordering_key_argument: Option<&'static str>,
+    rate_key_argument: Option<&'static str>,
 }
 
 fn run_erased<J: Job>(
@@ -40,8 +43,24 @@ fn run_erased<J: Job>(
     Ok(Box::pin(job.run(ctx)))
 }
 
-fn check_erased<J: Job>(payload: &str) -> Result<(), serde_json::Error> {
-    serde_json::from_str::<J>(payload).map(drop)
+/// Decodes `payload` as `J`, as a worker does; an error says at which field it stopped.
+fn check_erased<J: Job>(payload: &str) -> Result<(), PayloadError> {
+    let mut de = serde_json::Deserializer::from_str(payload);
+    serde_path_to_error::deserialize::<_, J>(&mut de)
+        .map(drop)
+        .map_err(|e| {
+            let field = e.path().to_string();
+            let source = e.into_inner();
+            // `.`: the payload as a whole (a missing field, whose error names it).
+            if field == "." {
+                PayloadError::Decode(source)
+            } else {
+                PayloadError::Field {
+                    field,
+                    error: source,
+                }
+            }
+        })
 }
 
 impl JobRegistration {
@@ -60,6 +79,9 @@ impl JobRegistration {
             timeout: J::timeout,
             fields: J::FIELDS,
             rate_limit: J::RATE_LIMIT,
+            payload_schema: J::payload_schema,
+            ordering_key_argument: J::ORDERING_KEY_ARGUMENT,
+            rate_key_argument: J::RATE_KEY_ARGUMENT,
         }
     }
 
@@ -114,6 +136,17 @@ impl JobRegistration {
         self.rate_limit
     }
 
+    /// The argument whose value orders the job's runs (`#[job(ordering_key = …)]`), if any.
+    pub fn ordering_key_argument(&self) -> Option<&'static str> {
+        self.ordering_key_argument
+    }
+
+    /// The argument whose value partitions the job's rate limit (`#[job(rate_key = …)]`), if
+    /// any.
+    pub fn rate_key_argument(&self) -> Option<&'static str> {
+        self.rate_key_argument
+    }
+
     /// The per-attempt timeout, if the job sets one.
     pub fn timeout(&self) -> Option<Duration> {
         (self.timeout)()
@@ -139,7 +172,22 @@ impl JobRegistration {
         {
             return Err(PayloadError::UnknownField(unknown.clone()));
         }
-        (self.check)(payload).map_err(PayloadError::Decode)
+        (self.check)(payload)
+    }
+
+    /// The JSON Schema (draft 2020-12) of the payloads [`check_payload`](Self::check_payload)
+    /// accepts, from [`Job::payload_schema`] (`None` for a hand-written job without one). When
+    /// the job lists its fields, the schema says `"additionalProperties": false`, as the check
+    /// refuses other fields. The worker's decoding stays the final word on what the schema
+    /// cannot say (serde's `u64` refuses `1.0`, which JSON Schema counts as an integer).
+    pub fn payload_schema(&self) -> Option<serde_json::Value> {
+        let mut schema = (self.payload_schema)()?;
+        if self.fields.is_some()
+            && let Some(object) = schema.as_object_mut()
+        {
+            object.insert("additionalProperties".into(), false.into());
+        }
+        Some(schema)
     }
 
     pub(crate) fn runner(&self) -> RunFn {
@@ -166,12 +214,34 @@ pub enum PayloadError {
     /// The payload is JSON but not an object of the job's arguments.
     #[error("the payload must be a JSON object of the job's arguments")]
     NotAnObject,
-    /// The payload does not decode as the job's arguments (a field missing, of the wrong type, …).
-    #[error(transparent)]
+    /// The payload is not JSON, or does not decode as the job's arguments (a field missing,
+    /// …).
+    #[error("{}", without_position(.0))]
     Decode(serde_json::Error),
+    /// A field of the payload does not decode as its argument's type (`field` is its path:
+    /// `to`, `address.city`, `tags[2]`).
+    #[error("field `{field}`: {}", without_position(error))]
+    Field {
+        /// The path of the field in the payload.
+        field: String,
+        /// What decoding it said (the type it expected).
+        error: serde_json::Error,
+    },
     /// The payload has a field the job does not have (a misspelling?).
     #[error("the job has no field `{0}`")]
     UnknownField(String),
+}
+
+/// What decoding said, without serde_json's ` at line 1 column 12` when the JSON was valid:
+/// the payload checked is rarely the text the user wrote (a tool re-serialises it), and the
+/// field's name says where. A syntax error keeps its position.
+fn without_position(error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    if error.classify() != serde_json::error::Category::Data {
+        return text;
+    }
+    let suffix = format!(" at line {} column {}", error.line(), error.column());
+    text.strip_suffix(&suffix).unwrap_or(&text).to_owned()
 }
 
 /// The jobs a worker can run, sorted by kind name.
