@@ -51,6 +51,8 @@ mod args;
 #[cfg(feature = "cli")]
 mod args_jobs;
 #[cfg(feature = "cli")]
+mod args_telemetry;
+#[cfg(feature = "cli")]
 mod cmd_audit;
 #[cfg(feature = "cli")]
 mod cmd_cancel;
@@ -86,6 +88,8 @@ mod error;
 mod logging;
 #[cfg(feature = "cli")]
 mod metrics_http;
+#[cfg(feature = "otel")]
+mod otel;
 #[cfg(feature = "cli")]
 mod out;
 #[cfg(any(feature = "cli", feature = "dashboard"))]
