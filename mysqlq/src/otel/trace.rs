@@ -199,14 +199,118 @@ fn outcome(cx: &Context, result: &Result<(), JobError>) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::OnceLock;
+
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+
     use super::*;
+    use crate::{JobContext, JobId};
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    /// The global tracer provider of this test binary, exporting to memory.
+    fn exporter() -> &'static InMemorySpanExporter {
+        static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
+        EXPORTER.get_or_init(|| {
+            let exporter = InMemorySpanExporter::default();
+            let provider = SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build();
+            global::set_tracer_provider(provider);
+            exporter
+        })
+    }
+
+    /// Runs job `id` (meta: `traceparent` = [`TP`]) through `hook` with `result`, or drops the
+    /// attempt unfinished when `result` is `None`; returns its process span.
+    async fn attempt(hook: &TraceHook, id: u64, result: Option<Result<(), JobError>>) -> SpanData {
+        let exporter = exporter();
+        let mut meta = crate::Meta::new();
+        meta.insert(crate::TRACEPARENT_KEY.into(), TP.into());
+        let ctx = JobContext::detached(JobId(id), "send_email", "mail");
+        let run = JobRun::new(ctx, tracing::Span::none(), meta);
+        match result {
+            Some(result) => {
+                let got = hook.around_run(&run, Box::pin(async move { result })).await;
+                drop(got);
+            }
+            None => drop(hook.around_run(&run, Box::pin(std::future::pending()))),
+        }
+        let spans = exporter.get_finished_spans().unwrap();
+        let id = id.to_string();
+        spans
+            .into_iter()
+            .find(|s| {
+                s.attributes.iter().any(|a| {
+                    a.key.as_str() == "messaging.message.id" && a.value.as_str() == id.as_str()
+                })
+            })
+            .expect("the attempt's span")
+    }
+
+    fn attribute(span: &SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|a| a.key.as_str() == key)
+            .map(|a| a.value.to_string())
+    }
 
     #[test]
     fn traceparents_round_trip_through_span_contexts() {
-        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let sc = span_context(tp).unwrap();
+        let sc = span_context(TP).unwrap();
         assert!(sc.is_valid() && sc.is_remote() && sc.is_sampled());
-        assert_eq!(traceparent(&sc), tp);
+        assert_eq!(traceparent(&sc), TP);
         assert_eq!(span_context("00-zz-00f067aa0ba902b7-01"), None);
+    }
+
+    #[tokio::test]
+    async fn attempts_link_to_the_enqueue_span_by_default_or_are_its_children() {
+        let enqueued = span_context(TP).unwrap();
+        let linked = attempt(&TraceHook::new(), 9_001, Some(Ok(()))).await;
+        assert_eq!(linked.span_kind, SpanKind::Consumer);
+        assert_eq!(linked.name, "process mail");
+        assert_eq!(linked.links.links.len(), 1, "{linked:#?}");
+        assert_eq!(linked.links.links[0].span_context, enqueued);
+        assert_ne!(linked.span_context.trace_id(), enqueued.trace_id());
+        assert_eq!(linked.parent_span_id, SpanId::INVALID);
+        assert_eq!(
+            attribute(&linked, "mysqlq.job.outcome").as_deref(),
+            Some("ok")
+        );
+        assert_eq!(linked.status, Status::Ok);
+
+        let child = TraceHook::new().propagation(Propagation::Child);
+        let child = attempt(&child, 9_002, Some(Ok(()))).await;
+        assert!(child.links.links.is_empty(), "{child:#?}");
+        assert_eq!(child.span_context.trace_id(), enqueued.trace_id());
+        assert_eq!(child.parent_span_id, enqueued.span_id());
+    }
+
+    #[tokio::test]
+    async fn failed_and_interrupted_attempts_say_so() {
+        let failed = attempt(&TraceHook::new(), 9_003, Some(Err(JobError::retry("503")))).await;
+        assert_eq!(
+            attribute(&failed, "mysqlq.job.outcome").as_deref(),
+            Some("retry")
+        );
+        assert_eq!(attribute(&failed, "error.type").as_deref(), Some("retry"));
+        assert!(
+            matches!(&failed.status, Status::Error { description } if description.contains("503"))
+        );
+
+        let snoozed = JobError::snooze(std::time::Duration::from_secs(1));
+        let snoozed = attempt(&TraceHook::new(), 9_004, Some(Err(snoozed))).await;
+        assert_eq!(
+            attribute(&snoozed, "mysqlq.job.outcome").as_deref(),
+            Some("snooze")
+        );
+        assert_eq!(snoozed.status, Status::Unset, "a snooze is no error");
+
+        let dropped = attempt(&TraceHook::new(), 9_005, None).await;
+        assert_eq!(
+            attribute(&dropped, "mysqlq.job.outcome").as_deref(),
+            Some("interrupted")
+        );
+        assert!(matches!(dropped.status, Status::Error { .. }));
     }
 }
