@@ -19,9 +19,13 @@ use crate::latency::{LatencyBook, LatencyDeltas, Series};
 use crate::state::StateCounts;
 
 mod jobs;
+#[cfg(feature = "otel")]
+mod mirror;
 mod queues;
 #[cfg(feature = "otel")]
 pub(crate) use jobs::GAUGED;
+#[cfg(feature = "otel")]
+pub(crate) use mirror::{OtelHistograms, kind_labels};
 #[cfg(feature = "otel")]
 pub(crate) use queues::QUEUE_COUNTS;
 use queues::register_queue_gauges;
@@ -181,7 +185,7 @@ pub struct Metrics {
     gauges: Mutex<Option<GaugeReading>>,
     /// The OpenTelemetry histograms mirroring `run_seconds` and `pickup_seconds`.
     #[cfg(feature = "otel")]
-    pub(crate) otel: std::sync::OnceLock<crate::otel::Histograms>,
+    pub(crate) otel: std::sync::OnceLock<OtelHistograms>,
 }
 
 impl Metrics {

@@ -11,37 +11,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Histogram, Meter};
+use opentelemetry::metrics::Meter;
 
-use crate::metrics::{GAUGED, HISTOGRAM_BUCKETS, Metrics, QUEUE_COUNTS, QueueGauges};
-
-/// The two histograms, recorded by [`Metrics`] beside its Prometheus ones.
-#[derive(Debug)]
-pub(crate) struct Histograms {
-    run: Histogram<f64>,
-    pickup: Histogram<f64>,
-}
-
-impl Histograms {
-    /// An attempt of `kind` ran for `took` (`mysqlq_job_run_seconds`).
-    pub(crate) fn run(&self, worker: &str, kind: &str, took: Duration) {
-        self.run
-            .record(took.as_secs_f64(), &kind_labels(worker, kind));
-    }
-
-    /// A job of `kind` waited `waited` from ready to its start (`mysqlq_job_pickup_seconds`).
-    pub(crate) fn pickup(&self, worker: &str, kind: &str, waited: Duration) {
-        self.pickup
-            .record(waited.as_secs_f64(), &kind_labels(worker, kind));
-    }
-}
-
-fn kind_labels(worker: &str, kind: &str) -> [KeyValue; 2] {
-    [
-        KeyValue::new("worker", worker.to_owned()),
-        KeyValue::new("kind", kind.to_owned()),
-    ]
-}
+use crate::metrics::{
+    GAUGED, HISTOGRAM_BUCKETS, Metrics, OtelHistograms, QUEUE_COUNTS, QueueGauges, kind_labels,
+};
 
 /// Registers `metrics`' instruments with `meter`. The callbacks hold the metrics weakly: they
 /// report nothing once the worker is gone. Called once, before the worker starts, so that the
@@ -55,7 +29,7 @@ pub(crate) fn mirror(metrics: &Arc<Metrics>, meter: &Meter) {
             .with_boundaries(HISTOGRAM_BUCKETS.to_vec())
             .build()
     };
-    let _ = metrics.otel.set(Histograms {
+    let _ = metrics.otel.set(OtelHistograms {
         run: histogram(
             "mysqlq_job_run_seconds",
             "Handler time of each attempt, by kind",

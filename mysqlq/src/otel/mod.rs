@@ -36,7 +36,7 @@
 mod metrics;
 mod trace;
 
-pub(crate) use metrics::{Histograms, mirror};
+pub(crate) use metrics::mirror;
 pub use trace::{Propagation, TraceHook};
 
 /// The instrumentation scope of mysqlq's spans and instruments.

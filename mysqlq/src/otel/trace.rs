@@ -7,7 +7,9 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, InstrumentationScope, KeyValue, global};
 
-use crate::hooks::{BoxFuture, Hook, JobRun, Next};
+use futures_util::future::BoxFuture;
+
+use crate::hooks::{Hook, JobRun, Next};
 use crate::{Error, ErrorClass, JobError, NewJob, Traceparent};
 
 /// How a job's process span joins the span that enqueued it.
