@@ -9,12 +9,9 @@ pub(crate) struct TelemetryArgs {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
-    /// Export spans (an enqueue span and one per attempt, linked through the job's traceparent)
-    /// and the worker's metrics with OpenTelemetry over OTLP (http/protobuf), configured by the
-    /// standard OTEL_* variables: OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318),
-    /// OTEL_SERVICE_NAME (default: this program's name), OTEL_RESOURCE_ATTRIBUTES,
-    /// OTEL_METRIC_EXPORT_INTERVAL, …; flushed at shutdown. Needs mysqlq-cli's cargo feature
-    /// `otel`
+    /// Export spans and metrics with OpenTelemetry over OTLP (http/protobuf), configured by the
+    /// standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, …); needs
+    /// mysqlq-cli's cargo feature `otel`
     #[arg(long)]
     pub(crate) otel: bool,
 }
