@@ -135,9 +135,8 @@ pub(crate) struct WorkArgs {
     /// Grace period for running jobs on shutdown before they are cancelled and released
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) shutdown_timeout: Duration,
-    /// Serve Prometheus metrics at http://HOST:PORT/metrics
-    #[arg(long, value_name = "HOST:PORT")]
-    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub(crate) telemetry: crate::args_telemetry::TelemetryArgs,
     /// This worker's id, stored in `locked_by` of the jobs it holds [default: host:pid:random]
     #[arg(long, value_name = "ID")]
     pub(crate) worker_id: Option<String>,

@@ -17,6 +17,13 @@ pub(crate) async fn work(
     conn: &ConnArgs,
     app: Cli,
 ) -> Result<(), CliError> {
+    #[cfg(not(feature = "otel"))]
+    if a.telemetry.otel {
+        return Err(CliError::usage(
+            "`--otel` needs mysqlq-cli's cargo feature `otel`, which this binary was built without",
+            "depend on mysqlq-cli with `features = [\"otel\"]` and build again (docs/cli.md)",
+        ));
+    }
     let registry = crate::registry()?;
     if registry.is_empty() {
         return Err(CliError::new(
@@ -39,7 +46,7 @@ pub(crate) async fn work(
         .filter_map(|(q, n)| n.map(|n| (q.clone(), n)))
         .collect();
     // Bind the metrics address first: a taken port is a start-up error, not a silent gap.
-    let listener = match a.metrics_addr {
+    let listener = match a.telemetry.metrics_addr {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             CliError::new(
                 format!("cannot listen on {addr} for metrics: {e}"),
@@ -54,6 +61,9 @@ pub(crate) async fn work(
         None if all_limited => limits.iter().map(|(_, n)| n).sum(),
         None => mysqlq::WorkerConfig::DEFAULT_CONCURRENCY,
     };
+    // Before the worker, so that its first spans and metrics have somewhere to go.
+    #[cfg(feature = "otel")]
+    let telemetry = a.telemetry.otel.then(crate::otel::start).transpose()?;
     let pool = target
         .pool(mysqlq::Worker::recommended_pool_size(concurrency))
         .await?;
@@ -81,6 +91,13 @@ pub(crate) async fn work(
     let mut builder = Cli::configure(app.configure, builder);
     if let Some(every) = a.heartbeat {
         builder = builder.heartbeat_interval(every);
+    }
+    #[cfg(feature = "otel")]
+    if let Some(t) = &telemetry {
+        // Global, so that jobs enqueued by this worker's handlers get their spans too.
+        let hooks = mysqlq::hooks::global_hooks().with(mysqlq::otel::TraceHook::new());
+        mysqlq::hooks::set_global_hooks(hooks);
+        builder = builder.otel_meter(t.meter());
     }
     if let Some(id) = &a.worker_id {
         builder = builder.worker_id(id.clone());
@@ -111,6 +128,11 @@ pub(crate) async fn work(
         s.abort();
     }
     pool.close().await;
+    #[cfg(feature = "otel")]
+    if let Some(t) = telemetry {
+        // The exporters send synchronously: off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+    }
     let report = result.map_err(|e| CliError::mysqlq("the worker stopped with an error", &e))?;
     tracing::info!(
         finished = report.finished,

@@ -53,6 +53,8 @@ mod args_jobs;
 #[cfg(feature = "cli")]
 mod args_kinds;
 #[cfg(feature = "cli")]
+mod args_telemetry;
+#[cfg(feature = "cli")]
 mod cmd_audit;
 #[cfg(feature = "cli")]
 mod cmd_cancel;
@@ -90,6 +92,8 @@ mod error;
 mod logging;
 #[cfg(feature = "cli")]
 mod metrics_http;
+#[cfg(feature = "otel")]
+mod otel;
 #[cfg(feature = "cli")]
 mod out;
 #[cfg(any(feature = "cli", feature = "dashboard"))]

@@ -44,8 +44,9 @@
 //! # Propagating a trace from the request to the job
 //! An enqueue hook stores the enqueuing span's W3C `traceparent` in the job's meta
 //! ([`NewJob::set_traceparent`]); on the worker, [`JobRun::traceparent`] returns it and the job's
-//! span records it as its `traceparent` field. With OpenTelemetry (kept out of mysqlq's own
-//! dependencies) the glue is a propagator on each side, as in `docs/hooks.md`:
+//! span records it as its `traceparent` field. The cargo feature `otel` has a ready-made hook,
+//! `mysqlq::otel::TraceHook`, with OpenTelemetry spans for both sides (`docs/hooks.md`). With a
+//! tracing setup of your own, the glue is a propagator on each side:
 //!
 //! ```ignore
 //! use opentelemetry::propagation::TextMapPropagator;

@@ -63,6 +63,10 @@
 //! - **Redis Streams transport** (cargo feature `redis`, module `redis`): a relay moves committed
 //!   jobs into `mysqlq:<queue>` streams, workers read them with the consumer group `mysqlq`; MySQL
 //!   stays the source of truth (`WorkerBuilder::redis`, `docs/redis.md`).
+//! - **OpenTelemetry** (cargo feature `otel`, module `otel`): an enqueue span and a span per
+//!   attempt, linked across processes through the job's `traceparent`, and the worker's metrics
+//!   as OpenTelemetry instruments (`docs/hooks.md`); `mysqlq-cli work --otel` exports them over
+//!   OTLP.
 //! - **Testing** ([`testing`], `docs/testing.md`): a handler's context for unit tests
 //!   ([`testing::TestContext`]), assertions on what was enqueued inside the test's transaction,
 //!   and [`testing::drain`] / [`testing::work_one`], which run jobs through the worker's own path.
@@ -96,6 +100,8 @@ mod metrics;
 mod migrate;
 mod new_job;
 mod payload_schema;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod periodic;
 mod queue;
 mod rate;

@@ -19,6 +19,16 @@ use crate::latency::{LatencyBook, LatencyDeltas, Series};
 use crate::state::StateCounts;
 
 mod jobs;
+#[cfg(feature = "otel")]
+mod mirror;
+mod queues;
+#[cfg(feature = "otel")]
+pub(crate) use jobs::GAUGED;
+#[cfg(feature = "otel")]
+pub(crate) use mirror::{OtelHistograms, kind_labels};
+#[cfg(feature = "otel")]
+pub(crate) use queues::QUEUE_COUNTS;
+use queues::register_queue_gauges;
 
 /// The one kind label of every job kind the worker's binary does not register.
 pub(crate) const UNREGISTERED_KIND: &str = "(unregistered)";
@@ -48,6 +58,12 @@ macro_rules! counters {
             /// `self - earlier`, counter by counter.
             pub fn delta(&self, earlier: &Self) -> Self {
                 Self { $($name: self.$name.saturating_sub(earlier.$name),)* }
+            }
+
+            /// Every counter as (`mysqlq_<name>`, help text, value), in declaration order.
+            #[cfg_attr(not(feature = "otel"), allow(dead_code))]
+            pub(crate) fn named(&self) -> Vec<(&'static str, &'static str, u64)> {
+                vec![$((concat!("mysqlq_", stringify!($name)), $help, self.$name),)*]
             }
 
             fn register(&self, registry: &mut Registry, worker: &Labels) {
@@ -156,7 +172,7 @@ struct GaugeReading {
 /// A worker's metrics.
 #[derive(Debug)]
 pub struct Metrics {
-    worker_id: String,
+    pub(crate) worker_id: String,
     /// The counters.
     pub counters: Counters,
     running: AtomicU64,
@@ -167,6 +183,9 @@ pub struct Metrics {
     latency: Mutex<LatencyBook>,
     leader: std::sync::atomic::AtomicBool,
     gauges: Mutex<Option<GaugeReading>>,
+    /// The OpenTelemetry histograms mirroring `run_seconds` and `pickup_seconds`.
+    #[cfg(feature = "otel")]
+    pub(crate) otel: std::sync::OnceLock<OtelHistograms>,
 }
 
 impl Metrics {
@@ -181,6 +200,8 @@ impl Metrics {
             latency: Mutex::new(LatencyBook::default()),
             leader: std::sync::atomic::AtomicBool::new(false),
             gauges: Mutex::new(None),
+            #[cfg(feature = "otel")]
+            otel: std::sync::OnceLock::new(),
         }
     }
 
@@ -251,6 +272,10 @@ impl Metrics {
         self.pickup_seconds
             .get_or_create(&self.kind_labels(kind))
             .observe(waited.as_secs_f64());
+        #[cfg(feature = "otel")]
+        if let Some(h) = self.otel.get() {
+            h.pickup(&self.worker_id, kind, waited);
+        }
         self.attempt_latency(queue, kind, Series::Pickup, waited);
     }
 
@@ -306,6 +331,10 @@ impl Metrics {
         self.run_seconds
             .get_or_create(&self.kind_labels(kind))
             .observe(took.as_secs_f64());
+        #[cfg(feature = "otel")]
+        if let Some(h) = self.otel.get() {
+            h.run(&self.worker_id, kind, took);
+        }
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let mut kinds = self
             .kinds
@@ -423,65 +452,6 @@ impl Metrics {
 /// The label set of every metric: `worker`, and `kind` for the per-kind ones (`queue` alone for
 /// the queue gauges, which describe the database, not a worker).
 type Labels = Vec<(String, String)>;
-
-fn register_queue_gauges(registry: &mut Registry, queues: &[QueueGauges]) {
-    type Read = fn(&QueueGauges) -> u64;
-    let counts: [(&str, &str, Read); 6] = [
-        (
-            "mysqlq_rate_limited_jobs",
-            "Ready jobs waiting for a rate limit, a global limit or a 429 hold (not for a worker).",
-            |g| g.rate_limited,
-        ),
-        (
-            "mysqlq_queue_waiting",
-            "Workflow steps waiting for their dependencies.",
-            |g| g.waiting,
-        ),
-        (
-            "mysqlq_queue_ready",
-            "Jobs ready to run (pending, available_at passed).",
-            |g| g.ready,
-        ),
-        (
-            "mysqlq_queue_scheduled",
-            "Jobs pending with a future available_at.",
-            |g| g.scheduled,
-        ),
-        (
-            "mysqlq_queue_running",
-            "Jobs processing (claimed by a worker).",
-            |g| g.running,
-        ),
-        (
-            "mysqlq_queue_failed",
-            "Jobs failed and not yet pruned.",
-            |g| g.failed,
-        ),
-    ];
-    for (name, text, read) in counts {
-        let family = Family::<Labels, Gauge>::default();
-        for g in queues {
-            let n = i64::try_from(read(g)).unwrap_or(i64::MAX);
-            family.get_or_create(&queue_labels(g)).set(n);
-        }
-        registry.register(name, help(text), family);
-    }
-    let age = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-    for g in queues {
-        let secs = g.oldest_ready_age.map_or(0.0, |d| d.as_secs_f64());
-        age.get_or_create(&queue_labels(g)).set(secs);
-    }
-    registry.register(
-        "mysqlq_queue_oldest_ready_age_seconds",
-        help("How long the oldest ready job has waited (0 when none is ready)."),
-        age,
-    );
-    jobs::register(registry, queues);
-}
-
-fn queue_labels(g: &QueueGauges) -> Labels {
-    vec![("queue".to_owned(), escape_label(&g.queue))]
-}
 
 /// A help text as the registry wants it: it adds the closing period itself.
 fn help(text: &str) -> &str {

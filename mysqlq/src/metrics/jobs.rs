@@ -9,7 +9,7 @@ use super::{Labels, QueueGauges, escape_label, help};
 use crate::state::OpState;
 
 /// The states `mysqlq_jobs` reports: every state a job leaves by itself, and `failed`.
-const GAUGED: [OpState; 7] = [
+pub(crate) const GAUGED: [OpState; 7] = [
     OpState::Waiting,
     OpState::Ready,
     OpState::RateLimited,

@@ -40,6 +40,8 @@ impl Worker {
             concurrency_set: false,
             #[cfg(feature = "redis")]
             redis: None,
+            #[cfg(feature = "otel")]
+            meter: None,
         }
     }
 
@@ -69,6 +71,8 @@ pub struct WorkerBuilder {
     concurrency_set: bool,
     #[cfg(feature = "redis")]
     redis: Option<crate::redis::Redis>,
+    #[cfg(feature = "otel")]
+    meter: Option<opentelemetry::metrics::Meter>,
 }
 
 impl WorkerBuilder {
@@ -79,6 +83,15 @@ impl WorkerBuilder {
     #[cfg(feature = "redis")]
     pub fn redis(mut self, redis: crate::redis::Redis) -> Self {
         self.redis = Some(redis);
+        self
+    }
+
+    /// Mirrors this worker's metrics as instruments of `meter` (feature `otel`,
+    /// [`crate::otel`]): the Prometheus exposition's names and labels, read from the same
+    /// counters, so the two agree.
+    #[cfg(feature = "otel")]
+    pub fn otel_meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        self.meter = Some(meter);
         self
     }
 
@@ -442,6 +455,11 @@ impl WorkerBuilder {
         } else {
             config.poll_floor * 2
         };
+        let metrics = Arc::new(Metrics::new(&worker_id));
+        #[cfg(feature = "otel")]
+        if let Some(meter) = &self.meter {
+            crate::otel::mirror(&metrics, meter);
+        }
         let shared = Arc::new(Shared {
             app,
             services,
@@ -452,7 +470,7 @@ impl WorkerBuilder {
             rate: super::rate::RateState::default(),
             config,
             registry,
-            metrics: Arc::new(Metrics::new(&worker_id)),
+            metrics,
             worker_id,
             instance,
             extensions: Arc::new(self.extensions),
