@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use mysqlq_tests::TestDb;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn clients() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
@@ -152,6 +152,131 @@ async fn a_node_service_enqueues_in_its_transaction() {
     check_client("node", "enqueue.mjs").await;
 }
 
+/// A Python service validates payloads against the catalogue `worker kinds --json` prints
+/// (python-jsonschema), before it enqueues: it refuses exactly what `worker enqueue` (the Rust
+/// check, decoding as the job would) refuses, naming the field; what it accepts is enqueued to
+/// the job's queue, and nothing of a refused payload is written.
+#[tokio::test]
+async fn a_python_service_validates_with_the_published_catalogue() {
+    const WORKER: &str = env!("CARGO_BIN_EXE_worker");
+    let db = TestDb::new().await;
+    let kinds = Command::new(WORKER)
+        .args(["kinds", "--json"])
+        .output()
+        .expect("run `worker kinds --json`");
+    assert!(kinds.status.success(), "{kinds:?}");
+    let catalogue = std::env::temp_dir().join(format!("{}-kinds.json", db.name));
+    std::fs::write(&catalogue, &kinds.stdout).unwrap();
+    // (payload, the path python-jsonschema names for a refusal; None: accepted)
+    let cases: Vec<(Value, Option<Value>)> = vec![
+        (json!({"order_id": 1, "customer_id": 2}), None),
+        (
+            json!({"order_id": 3, "customer_id": 4, "note": "late"}),
+            None,
+        ),
+        (json!({"order_id": 5, "customer_id": 6, "note": null}), None),
+        (json!({"order_id": 7}), Some(json!([]))),
+        (
+            json!({"order_id": 8, "customer_id": "c-2"}),
+            Some(json!(["customer_id"])),
+        ),
+        (
+            json!({"order_id": -1, "customer_id": 2}),
+            Some(json!(["order_id"])),
+        ),
+        (
+            json!({"order_id": 1.5, "customer_id": 2}),
+            Some(json!(["order_id"])),
+        ),
+        (
+            json!({"order_id": 9, "customer_id": 2, "note": 7}),
+            Some(json!(["note"])),
+        ),
+        (
+            json!({"order_id": 10, "customer_id": 2, "notes": "x"}),
+            Some(json!([])),
+        ),
+        (json!([1, 2]), Some(json!([]))),
+    ];
+    let input: Vec<Value> = cases
+        .iter()
+        .map(|(p, _)| json!(["send_payment_reminder", p]))
+        .collect();
+    let out = run_client(
+        &db,
+        "python3",
+        "validate.py",
+        &[
+            ("MYSQLQ_CATALOGUE", catalogue.display().to_string()),
+            ("MYSQLQ_CASES", Value::from(input).to_string()),
+        ],
+    );
+    let results = out.as_array().expect("one result per case");
+    assert_eq!(results.len(), cases.len(), "{out}");
+    let mut enqueued = Vec::new();
+    for ((payload, refusal), result) in cases.iter().zip(results) {
+        // The Rust check: `enqueue` decodes the payload as the job would (and, accepted,
+        // enqueues it too).
+        let rust = Command::new(WORKER)
+            .args([
+                "enqueue",
+                "send_payment_reminder",
+                "--json",
+                &payload.to_string(),
+            ])
+            .env("DATABASE_URL", db.url())
+            .output()
+            .unwrap();
+        match refusal {
+            None => {
+                let id = result["job_id"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{payload}: {result}"));
+                enqueued.push((id, payload.clone()));
+                assert!(
+                    rust.status.success(),
+                    "{payload}: Python accepted it, enqueue refused: {rust:?}"
+                );
+            }
+            Some(path) => {
+                assert_eq!(&result["path"], path, "{payload}: {result}");
+                assert!(
+                    result["message"].as_str().is_some_and(|m| !m.is_empty()),
+                    "{result}"
+                );
+                assert_eq!(
+                    rust.status.code(),
+                    Some(2),
+                    "{payload}: Python refused it ({result}), enqueue did not: {rust:?}"
+                );
+            }
+        }
+    }
+    std::fs::remove_file(&catalogue).unwrap();
+    let rows: Vec<(u64, String, String)> =
+        sqlx::query_as("SELECT id, queue_name, CAST(payload AS CHAR) FROM job_queue ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows.len(),
+        enqueued.len() * 2,
+        "Python's rows and `enqueue`'s: {rows:?}"
+    );
+    for (id, payload) in &enqueued {
+        let row = rows
+            .iter()
+            .find(|r| r.0 == *id)
+            .expect("the job Python was given");
+        let stored: Value = serde_json::from_str(&row.2).unwrap();
+        assert_eq!(
+            (row.1.as_str(), &stored),
+            ("order-email", payload),
+            "job {id}"
+        );
+    }
+}
+
 /// The snippets `docs/other-languages.md` shows are the ones the scripts run.
 #[test]
 fn the_docs_show_the_snippets_the_tests_run() {
@@ -159,7 +284,11 @@ fn the_docs_show_the_snippets_the_tests_run() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/other-languages.md"),
     )
     .unwrap();
-    for (script, name) in [("enqueue.py", "python"), ("enqueue.mjs", "node")] {
+    for (script, name) in [
+        ("enqueue.py", "python"),
+        ("enqueue.mjs", "node"),
+        ("validate.py", "python-validate"),
+    ] {
         let text = std::fs::read_to_string(clients().join(script)).unwrap();
         let marker = format!("snippet: {name}\n");
         let start = text.find(&marker).expect("the snippet's start marker") + marker.len();

@@ -99,9 +99,9 @@ mod meta;
 mod metrics;
 mod migrate;
 mod new_job;
-mod payload_schema;
 #[cfg(feature = "otel")]
 pub mod otel;
+mod payload_schema;
 mod periodic;
 mod queue;
 mod rate;
