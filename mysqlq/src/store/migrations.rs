@@ -49,7 +49,7 @@ pub async fn migrations_applied(conn: &mut MySqlConnection) -> Result<Vec<u32>, 
 /// "duplicate column name" (1060) or "duplicate key name" (1061) was applied by an earlier run
 /// that stopped before recording the migration: MySQL has no `ADD COLUMN IF NOT EXISTS`, so this
 /// is what makes a file of `ALTER TABLE … ADD` statements (one change each) idempotent.
-pub async fn migration_apply(
+pub(crate) async fn migration_apply(
     conn: &mut MySqlConnection,
     version: u32,
     name: &str,
@@ -74,7 +74,7 @@ pub async fn migration_apply(
 /// `migration_retry_optional`: runs the optional statements of an applied migration again
 /// (each creates a routine): "exists already" (1304) and the refusals of
 /// [`is_routine_refused`] leave things as they are.
-pub async fn migration_retry_optional(
+pub(crate) async fn migration_retry_optional(
     conn: &mut MySqlConnection,
     statements: Vec<crate::migrate::Statement>,
 ) -> Result<(), Error> {
