@@ -14,7 +14,7 @@ use crate::error::{BenchError, db_err, q_err};
 use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
-use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer};
+use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer, FRAMEWORK_VARIANTS};
 use crate::scenario::rate::{RATE_CONCURRENCY, RateSettings};
 use crate::scenario::workflow::{WORKFLOW_CONCURRENCY, WORKFLOW_ROUNDS};
 use crate::scratch::{Scratch, interrupted};
@@ -44,6 +44,9 @@ pub(crate) struct Side {
     pub(crate) drain: Vec<f64>,
     /// Baseline only: drain jobs/s per round for each of [`BASELINE_LOOPS`], in that order.
     pub(crate) drain_loops: Vec<Vec<f64>>,
+    /// Framework only: drain jobs/s per round for each of [`FRAMEWORK_VARIANTS`], in that
+    /// order (the first is `drain`).
+    pub(crate) drain_variants: Vec<Vec<f64>>,
     /// Statements per second sent by an idle consumer on an empty queue.
     pub(crate) idle_statements: Option<f64>,
     pub(crate) pickup_same: Option<(f64, f64)>,
@@ -293,13 +296,21 @@ pub(crate) async fn run(
     let mut drain_ratios = Vec::new();
     if wants(Scenario::Drain) {
         bl.drain_loops = vec![Vec::new(); BASELINE_LOOPS.len()];
+        fw.drain_variants = vec![Vec::new(); FRAMEWORK_VARIANTS.len()];
         for round in 0..a.rounds() {
             let mut framework = 0.0;
             let mut best: f64 = 0.0;
             for who in Drainer::round(round) {
                 let rate = b.drain(who, round).await?;
                 match who {
-                    Drainer::Framework => framework = rate,
+                    Drainer::Framework(v) => {
+                        if let Some(i) = FRAMEWORK_VARIANTS.iter().position(|&w| w == v) {
+                            fw.drain_variants[i].push(rate);
+                        }
+                        if v == FRAMEWORK_VARIANTS[0] {
+                            framework = rate;
+                        }
+                    }
                     Drainer::Baseline(loops) => {
                         if let Some(i) = BASELINE_LOOPS.iter().position(|&l| l == loops) {
                             bl.drain_loops[i].push(rate);

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::dashboard::DashboardRun;
-use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
+use crate::scenario::drain::{BASELINE_LOOPS, Drainer, FRAMEWORK_VARIANTS};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
 use crate::scenario::rate::RateRun;
@@ -150,6 +150,31 @@ impl Report<'_> {
             .collect()
     }
 
+    /// The framework sides after the first (other worker settings): (JSON key, label, median
+    /// jobs/s, median over rounds of its rate / the round's best baseline).
+    pub(crate) fn drain_variants(&self) -> Vec<(String, String, Option<f64>, Option<f64>)> {
+        FRAMEWORK_VARIANTS
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, &v)| {
+                let rates = self.fw.drain_variants.get(i).cloned().unwrap_or_default();
+                let ratios: Vec<f64> = rates
+                    .iter()
+                    .zip(&self.bl.drain)
+                    .filter(|(_, b)| **b > 0.0)
+                    .map(|(f, b)| f / b)
+                    .collect();
+                (
+                    Drainer::Framework(v).key(),
+                    format!("  {} (jobs/s)", v.label),
+                    median(&rates).map(|x| round_to(x, 1)),
+                    median(&ratios).map(|x| round_to(x, 3)),
+                )
+            })
+            .collect()
+    }
+
     /// Each drain round: the framework, every baseline loop count, the best, the ratio.
     fn drain_rounds(&self) -> Value {
         let rounds = self.fw.drain.len();
@@ -166,6 +191,16 @@ impl Report<'_> {
                         o.insert(
                             format!("{}_per_s", Drainer::Baseline(n).key()),
                             json!(v.map(|x| round_to(*x, 1))),
+                        );
+                    }
+                    for (i, &v) in FRAMEWORK_VARIANTS.iter().enumerate().skip(1) {
+                        let rate = self.fw.drain_variants.get(i).and_then(|v| v.get(r));
+                        let best = self.bl.drain.get(r).filter(|b| **b > 0.0);
+                        let key = Drainer::Framework(v).key();
+                        o.insert(format!("{key}_per_s"), json!(rate.map(|x| round_to(*x, 1))));
+                        o.insert(
+                            format!("{key}_ratio"),
+                            json!(rate.zip(best).map(|(f, b)| round_to(f / b, 3))),
                         );
                     }
                     o.insert(
@@ -194,6 +229,11 @@ impl Report<'_> {
         let mut fw = obj(values(&self.fw));
         fw["peak_rss_mib"] = json!(self.peak_rss_mib());
         fw["idle_statements_per_s"] = json!(self.fw.idle_statements.map(|x| round_to(x, 2)));
+        let mut ratio = obj(self.ratios());
+        for (key, _, v, r) in self.drain_variants() {
+            fw[format!("{key}_per_s")] = json!(v);
+            ratio[key] = json!(r);
+        }
         let mut bl = obj(values(&self.bl));
         for (key, _, v) in self.drain_loops() {
             bl[key] = json!(v);
@@ -209,7 +249,7 @@ impl Report<'_> {
             "baseline": bl,
             "baseline_drain_loops": BASELINE_LOOPS,
             "drain_rounds": self.drain_rounds(),
-            "ratio": obj(self.ratios()),
+            "ratio": ratio,
             "scenario": format!("{:?}", self.args.scenario).to_lowercase(),
             "rounds": self.args.rounds(),
             "enqueue_single_jobs": b.single_jobs,
@@ -315,6 +355,11 @@ impl Report<'_> {
                 fmt(bl, places),
                 r,
             ]);
+            if i == 2 && !self.fw.drain.is_empty() {
+                for (_, label, v, r) in self.drain_variants() {
+                    t.row(vec![label, fmt(v, 0), String::new(), fmt(r, 3)]);
+                }
+            }
             if i == 2 && !self.bl.drain.is_empty() {
                 for (_, label, v) in self.drain_loops() {
                     t.row(vec![label, String::new(), fmt(v, 0), String::new()]);
