@@ -11,6 +11,7 @@ use sqlx::MySqlPool;
 
 use crate::args::{BenchArgs, Scenario};
 use crate::error::{BenchError, db_err, q_err};
+use crate::indexes::JobQueueIndexes;
 use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
@@ -85,6 +86,9 @@ pub(crate) struct Bench<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Diag {
     pub(crate) sides: Vec<(Drainer, DiagSide)>,
+    /// `job_queue`'s indexes, for the index entries each side changes per job (`None`: not
+    /// read, no drain ran).
+    pub(crate) indexes: Option<JobQueueIndexes>,
 }
 
 impl Default for Diag {
@@ -94,6 +98,7 @@ impl Default for Diag {
                 .into_iter()
                 .map(|d| (d, DiagSide::default()))
                 .collect(),
+            indexes: None,
         }
     }
 }
@@ -150,8 +155,13 @@ impl Diag {
             #[allow(clippy::cast_precision_loss)]
             let per_job = |v: Option<i64>| v.map(|v| round_to(v as f64 / s.jobs as f64, 4));
             let mut counters = serde_json::Map::new();
+            let mut missing = Vec::new();
             for name in sql::BENCH_STATUS {
-                counters.insert(name.to_owned(), json!(per_job(counter(name))));
+                let v = counter(name);
+                if v.is_none() {
+                    missing.push(name);
+                }
+                counters.insert(name.to_owned(), json!(per_job(v)));
             }
             out.insert(
                 who.key(),
@@ -166,6 +176,11 @@ impl Diag {
                     "fsyncs_per_job": per_job(counter("Innodb_data_fsyncs")),
                     "log_fsyncs_per_job": per_job(counter("Innodb_os_log_fsyncs")),
                     "server_counters_per_job": counters,
+                    "server_counters_missing": missing,
+                    "secondary_index_entries": self
+                        .indexes
+                        .as_ref()
+                        .map_or(Value::Null, |i| i.per_job(who.writes())),
                 }),
             );
         }
@@ -295,6 +310,7 @@ pub(crate) async fn run(
     // Drain first: the worker's peak memory is then least mixed with the bench's own.
     let mut drain_ratios = Vec::new();
     if wants(Scenario::Drain) {
+        b.diag.indexes = Some(b.job_queue_indexes().await?);
         bl.drain_loops = vec![Vec::new(); BASELINE_LOOPS.len()];
         fw.drain_variants = vec![Vec::new(); FRAMEWORK_VARIANTS.len()];
         for round in 0..a.rounds() {
@@ -477,6 +493,18 @@ impl Bench<'_> {
         sql::bench_status(&mut conn)
             .await
             .map_err(db_err("cannot read the server's status counters"))
+    }
+
+    /// `job_queue`'s secondary indexes in the scratch database, as migrated.
+    pub(crate) async fn job_queue_indexes(&self) -> Result<JobQueueIndexes, BenchError> {
+        let mut conn = db::acquire(&self.setup).await?;
+        let parts = sql::bench_job_queue_indexes(&mut conn)
+            .await
+            .map_err(db_err("cannot read job_queue's indexes"))?;
+        let columns = sql::bench_job_queue_columns(&mut conn)
+            .await
+            .map_err(db_err("cannot read job_queue's columns"))?;
+        Ok(JobQueueIndexes::new(&parts, &columns))
     }
 
     pub(crate) async fn counts(&self) -> Result<sql::BenchCounts, BenchError> {

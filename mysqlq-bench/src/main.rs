@@ -67,6 +67,7 @@ mod baseline;
 mod bench;
 mod db;
 mod error;
+mod indexes;
 mod job;
 mod probe;
 mod proxy;

@@ -456,20 +456,12 @@ fn diag_tables(d: &Value) -> String {
         ">FSYNCS/JOB",
         ">LOG FSYNCS/JOB",
     ]);
-    let mut raw = Table::new(&[
-        "SIDE",
-        ">QUESTIONS",
-        ">SELECT",
-        ">UPDATE",
-        ">COM_COMMIT",
-        ">LOCK WAITS",
-        ">LOCK WAIT MS",
-    ]);
-    for who in Drainer::all() {
-        let v = &d[who.key()];
-        if v.is_null() {
-            continue;
-        }
+    let sides: Vec<(Drainer, &Value)> = Drainer::all()
+        .into_iter()
+        .map(|who| (who, &d[who.key()]))
+        .filter(|(_, v)| !v.is_null())
+        .collect();
+    for &(who, v) in &sides {
         #[allow(clippy::cast_precision_loss)]
         let piggy = match (v["piggybacked_completions"].as_u64(), v["jobs"].as_u64()) {
             (Some(p), Some(j)) if j > 0 => json!(p as f64 / j as f64),
@@ -484,23 +476,100 @@ fn diag_tables(d: &Value) -> String {
             f(&v["fsyncs_per_job"], 3),
             f(&v["log_fsyncs_per_job"], 3),
         ]);
-        let c = &v["server_counters_per_job"];
-        raw.row(vec![
-            who.label(),
-            f(&c["Questions"], 3),
-            f(&c["Com_select"], 3),
-            f(&c["Com_update"], 3),
-            f(&c["Com_commit"], 3),
-            f(&c["Innodb_row_lock_waits"], 3),
-            f(&c["Innodb_row_lock_time"], 3),
-        ]);
     }
     text.push_str(&t.render());
     text.push_str(
         "(commits: Handler_commit; fsyncs: Innodb_data_fsyncs; log fsyncs: Innodb_os_log_fsyncs, \
-         `-` where the server has none)\n\nserver counters per job:\n",
+         `-` where the server has none)\n",
     );
-    text.push_str(&raw.render());
+    text.push_str(&per_job_table(&sides));
+    text
+}
+
+/// The group a [`sql::BENCH_STATUS`] counter is printed under.
+fn counter_group(name: &str) -> &'static str {
+    if name == "Questions" || name.starts_with("Com_") {
+        "statements"
+    } else if name.starts_with("Innodb_rows_") {
+        "rows (InnoDB)"
+    } else if name.starts_with("Handler_read_") {
+        "row reads by kind (handler calls)"
+    } else if name == "Handler_commit" || name.ends_with("fsyncs") {
+        "commits and fsyncs"
+    } else if name.starts_with("Innodb_row_lock") {
+        "row locks (time in ms)"
+    } else {
+        "row changes (handler calls)"
+    }
+}
+
+/// Every server counter per job, one row each and one column per drain side, then the
+/// secondary index entries each side changes per job (computed from the schema).
+fn per_job_table(sides: &[(Drainer, &Value)]) -> String {
+    let mut text = String::from(
+        "\nper job, on the server (SHOW GLOBAL STATUS deltas over each side's runs / its jobs; \
+         server-wide: other sessions count too; `missing`: the server has no such counter):\n",
+    );
+    let labels: Vec<String> = sides
+        .iter()
+        .map(|(who, _)| format!(">{}", who.label().to_uppercase()))
+        .collect();
+    let headers: Vec<&str> = std::iter::once("COUNTER")
+        .chain(labels.iter().map(String::as_str))
+        .collect();
+    let mut t = Table::new(&headers);
+    let mut group = "";
+    for name in sql::BENCH_STATUS {
+        if counter_group(name) != group {
+            group = counter_group(name);
+            t.row(vec![group.to_owned()]);
+        }
+        let mut row = vec![format!("  {name}")];
+        for (_, v) in sides {
+            row.push(
+                v["server_counters_per_job"][name]
+                    .as_f64()
+                    .map_or_else(|| "missing".to_owned(), |x| format!("{x:.3}")),
+            );
+        }
+        t.row(row);
+    }
+    t.row(vec!["computed from job_queue's indexes".to_owned()]);
+    let mut row = vec!["  secondary index entries changed".to_owned()];
+    for (_, v) in sides {
+        row.push(
+            v["secondary_index_entries"]["entries_per_job"]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        );
+    }
+    t.row(row);
+    text.push_str(&t.render());
+    text.push_str(
+        "(index entries: an UPDATE changes one entry of each secondary index holding a column it \
+         assigns, a DELETE one of every secondary index; per statement:)\n",
+    );
+    for (who, v) in sides {
+        let Some(statements) = v["secondary_index_entries"]["statements"].as_array() else {
+            continue;
+        };
+        let parts: Vec<String> = statements
+            .iter()
+            .map(|st| {
+                let names: Vec<&str> = st["indexes"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                format!(
+                    "{} {} ({})",
+                    st["statement"].as_str().unwrap_or("?"),
+                    names.len(),
+                    names.join(", ")
+                )
+            })
+            .collect();
+        text.push_str(&format!("  {}: {}\n", who.label(), parts.join("; ")));
+    }
     text
 }
 

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use crate::baseline::{DrainCounters, baseline_drain_loop};
 use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, wait_for};
 use crate::error::{BenchError, q_err};
+use crate::indexes::{Change, RowWrite};
 use crate::probe::Probe;
 use crate::scenario::memory::{peak_rss_bytes, reset_peak_rss};
 
@@ -34,6 +35,8 @@ pub(crate) struct FrameworkVariant {
     pub(crate) label: &'static str,
     /// The worker settings this side changes (none for [`FrameworkVariant::DEFAULTS`]).
     pub(crate) configure: fn(WorkerBuilder) -> WorkerBuilder,
+    /// What its statements write to a drained job's row (the index entries per job).
+    pub(crate) writes: &'static [RowWrite],
 }
 
 impl FrameworkVariant {
@@ -41,8 +44,31 @@ impl FrameworkVariant {
     pub(crate) const DEFAULTS: Self = Self {
         label: "framework",
         configure: std::convert::identity,
+        writes: &[FRAMEWORK_CLAIM, FRAMEWORK_COMPLETE],
     };
 }
+
+/// The worker's claim as it writes a job's row the first time (`job_claim`'s UPDATE, in
+/// `mysqlq/src/store/claim.rs`).
+pub(crate) const FRAMEWORK_CLAIM: RowWrite = RowWrite {
+    statement: "claim UPDATE",
+    change: Change::Update(&[
+        "status",
+        "locked_by",
+        "claim_token",
+        "lease_expires_at",
+        "claimed_at",
+        "attempts",
+        "first_claimed_at",
+    ]),
+};
+
+/// The worker's completion that keeps the row (`job_complete_many`, in
+/// `mysqlq/src/store/guarded.rs`).
+pub(crate) const FRAMEWORK_COMPLETE: RowWrite = RowWrite {
+    statement: "completion UPDATE",
+    change: Change::Update(&["status", "finished_at", "lease_expires_at"]),
+};
 
 /// Two variants are the same side when they have the same label.
 impl PartialEq for FrameworkVariant {
@@ -89,6 +115,14 @@ impl Drainer {
             v.reverse();
         }
         v
+    }
+
+    /// What its statements write to a drained job's row.
+    pub(crate) fn writes(self) -> &'static [RowWrite] {
+        match self {
+            Self::Framework(v) => v.writes,
+            Self::Baseline(_) => crate::sql::BENCH_DRAIN_WRITES,
+        }
     }
 
     /// `framework`, `baseline 1 loop`, `baseline 8 loops`.
