@@ -34,7 +34,7 @@ pub(crate) const LEASE_SECS: u32 = 60;
 /// Rows per `enqueue_many` call when preparing a drain run (keeps the bench's own memory low).
 const PREPARE_CHUNK: usize = 5_000;
 /// A run that makes no progress for this long is an error.
-const STALL: Duration = Duration::from_secs(60);
+pub(crate) const STALL: Duration = Duration::from_secs(60);
 
 /// One side's results (`None`: not measured).
 #[derive(Debug, Default, Clone)]
@@ -246,6 +246,10 @@ pub(crate) async fn bench(url: &str, a: &BenchArgs) -> Result<u8, BenchError> {
     } else {
         print!("{}", report.human());
     }
+    if let Some(Err(e)) = report.bench.scaling.as_ref().map(|s| &s.plot) {
+        eprintln!("error: {e}");
+        return Ok(1);
+    }
     if passed {
         Ok(0)
     } else {
@@ -278,6 +282,8 @@ pub(crate) struct Finished {
     pub(crate) rate: Option<crate::scenario::rate::RateRun>,
     /// The dashboard scenario (`None`: not run).
     pub(crate) dashboard: Option<crate::scenario::dashboard::DashboardRun>,
+    /// The scaling scenario (`None`: not run).
+    pub(crate) scaling: Option<crate::scenario::scaling::ScalingRun>,
 }
 
 pub(crate) async fn run(
@@ -410,6 +416,15 @@ pub(crate) async fn run(
     } else {
         None
     };
+    // Only when asked for: it writes a plot.
+    let scaling = if a.scenario == Scenario::Scaling {
+        Some(
+            b.scaling(a.rounds(), a.concurrency(), a.plot.clone())
+                .await?,
+        )
+    } else {
+        None
+    };
     let over_redis = match (&a.redis_url, a.scenario) {
         (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds()).await?,
         (None, Scenario::Redis) => {
@@ -441,6 +456,7 @@ pub(crate) async fn run(
             workflow,
             rate,
             dashboard,
+            scaling,
         },
     ))
 }
@@ -460,6 +476,15 @@ pub(crate) fn side<'s>(fw: &'s mut Side, bl: &'s mut Side, framework: bool) -> &
 
 pub(crate) fn who(framework: bool) -> &'static str {
     if framework { "framework" } else { "baseline" }
+}
+
+/// Server counters `after - before`, by position (`None` where either lacks the counter).
+pub(crate) fn status_delta(after: &[Option<i64>], before: &[Option<i64>]) -> Vec<Option<i64>> {
+    after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| Some((*a)? - (*b)?))
+        .collect()
 }
 
 pub(crate) fn per_s(n: u32, took: Duration) -> f64 {
@@ -555,30 +580,16 @@ impl Bench<'_> {
         Ok(ids)
     }
 
-    /// The framework's worker on the bench queue: [`WorkerConfig::default`] in everything
-    /// (claim loops, batch, poll intervals, …) except what a flag set — the concurrency when
-    /// `--concurrency` differs from the worker's default, the batch when `--batch` is given —
-    /// with the probe as its state.
+    /// The framework's worker on the bench queue ([`worker_builder`]), over Redis during the
+    /// Redis scenario.
     pub(crate) fn worker(
         &self,
         pool: &MySqlPool,
         probe: &Arc<Probe>,
     ) -> Result<WorkerBuilder, BenchError> {
-        let builder = Worker::builder(pool.clone())
-            .registry(job::registry()?)
-            .queues([QUEUE])
-            .state(Arc::clone(probe));
-        let builder = if self.concurrency == WorkerConfig::default().concurrency {
-            builder
-        } else {
-            builder.concurrency(self.concurrency)
-        };
-        let builder = match &self.redis {
+        let builder = worker_builder(pool, probe, self.concurrency, self.batch_arg)?;
+        Ok(match &self.redis {
             Some(r) => builder.redis(r.clone()),
-            None => builder,
-        };
-        Ok(match self.batch_arg {
-            Some(b) => builder.batch_size(b),
             None => builder,
         })
     }
@@ -598,6 +609,30 @@ impl Bench<'_> {
         );
         Ok(())
     }
+}
+
+/// The framework's worker on the bench queue: [`WorkerConfig::default`] in everything (claim
+/// loops, batch, poll intervals, …) except what a flag set — the concurrency when it differs
+/// from the worker's default, the batch when `--batch` is given — with the probe as its state.
+pub(crate) fn worker_builder(
+    pool: &MySqlPool,
+    probe: &Arc<Probe>,
+    concurrency: usize,
+    batch: Option<u32>,
+) -> Result<WorkerBuilder, BenchError> {
+    let builder = Worker::builder(pool.clone())
+        .registry(job::registry()?)
+        .queues([QUEUE])
+        .state(Arc::clone(probe));
+    let builder = if concurrency == WorkerConfig::default().concurrency {
+        builder
+    } else {
+        builder.concurrency(concurrency)
+    };
+    Ok(match batch {
+        Some(b) => builder.batch_size(b),
+        None => builder,
+    })
 }
 
 /// Waits until `progress()` reaches `n`, updating `bar`; an error when it stops moving.

@@ -69,6 +69,7 @@ mod db;
 mod error;
 mod indexes;
 mod job;
+mod plot;
 mod probe;
 mod proxy;
 mod report;
@@ -131,10 +132,11 @@ async fn dispatch(args: Args) -> Result<u8, BenchError> {
         ));
     };
     match args.internal {
-        Some(Internal::BenchEnqueue(a)) => {
-            scenario::pickup::child_enqueue(url, &a).await.map(|()| 0)
-        }
-        Some(Internal::BenchWorker(a)) => scenario::rate_worker::child_worker(url, &a)
+        Some(Internal::Enqueue(a)) => scenario::pickup::child_enqueue(url, &a).await.map(|()| 0),
+        Some(Internal::Worker(a)) => scenario::rate_worker::child_worker(url, &a)
+            .await
+            .map(|()| 0),
+        Some(Internal::Drain(a)) => scenario::drain_child::child_drain(url, &a)
             .await
             .map(|()| 0),
         None => bench::bench(url, &args.bench).await,

@@ -9,6 +9,7 @@ use crate::scenario::drain::{BASELINE_LOOPS, Drainer, FRAMEWORK_VARIANTS};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
 use crate::scenario::rate::RateRun;
+use crate::scenario::scaling::ScalingRun;
 use crate::scenario::workflow::WorkflowRun;
 use crate::sql;
 use crate::table::Table;
@@ -270,6 +271,7 @@ impl Report<'_> {
             "workflow": b.workflow.as_ref().map_or(Value::Null, WorkflowRun::json),
             "rate": b.rate.as_ref().map_or(Value::Null, RateRun::json),
             "dashboard": b.dashboard.as_ref().map_or(Value::Null, DashboardRun::json),
+            "scaling": b.scaling.as_ref().map_or(Value::Null, ScalingRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -404,6 +406,9 @@ impl Report<'_> {
         }
         if let Some(d) = &b.dashboard {
             text.push_str(&d.human());
+        }
+        if let Some(s) = &b.scaling {
+            text.push_str(&s.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(

@@ -12,7 +12,7 @@ use mysqlq::{Worker, WorkerBuilder};
 use tokio::task::JoinSet;
 
 use crate::baseline::{DrainCounters, baseline_drain_loop};
-use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, wait_for};
+use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, status_delta, wait_for};
 use crate::error::{BenchError, q_err};
 use crate::indexes::{Change, RowWrite};
 use crate::probe::Probe;
@@ -46,6 +46,14 @@ impl FrameworkVariant {
         configure: std::convert::identity,
         writes: &[FRAMEWORK_CLAIM, FRAMEWORK_COMPLETE],
     };
+
+    /// The variant labelled `label` (a child process is told its side by label).
+    pub(crate) fn named(label: &str) -> Option<Self> {
+        FRAMEWORK_VARIANTS
+            .iter()
+            .copied()
+            .find(|v| v.label == label)
+    }
 }
 
 /// The worker's claim as it writes a job's row the first time (`job_claim`'s UPDATE, in
@@ -166,11 +174,7 @@ impl Bench<'_> {
             Drainer::Baseline(loops) => self.drain_baseline(&probe, loops).await?,
         };
         let after = self.status().await?;
-        let delta: Vec<Option<i64>> = after
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| Some((*a)? - (*b)?))
-            .collect();
+        let delta = status_delta(&after, &before);
         self.diag.add(who, u64::from(n), &run, &delta);
         self.check(format!("{label}: handlers"), probe.exactly_once());
         self.check_rows_completed(&label, n).await?;
