@@ -6,14 +6,17 @@ use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
 /// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, idle statements, pickup
 /// latency), how late periodic jobs are enqueued, workflows against the same jobs unlinked, and
-/// per-key rate limits across worker processes, and how long the dashboard's pages take over a
-/// million jobs, in a scratch database on the same server, dropped afterwards.
+/// per-key rate limits across worker processes, how long the dashboard's pages take over a
+/// million jobs, and how the drain scales with concurrency and worker processes, in a scratch
+/// database on the same server, dropped afterwards.
 ///
 /// The worker runs with its default settings (WorkerConfig::default()) except what
 /// --concurrency or --batch change. The drain baseline is the best raw loop: the article's
 /// claim transaction looped by 1 and by 8 claim loops every round, the better of the two being
 /// that round's baseline. For each side the drain prints jobs per claim transaction and per
-/// completion flush, and commits and fsyncs per job (server-wide counters).
+/// completion flush, per job the server's counters (statements, rows, handler reads and
+/// writes, commits, fsyncs; server-wide) and the secondary index entries changed (computed from
+/// the schema).
 ///
 /// The server comes from DATABASE_URL or --database-url (mysql://user:password@host:3306/db);
 /// the user needs CREATE and DROP. Passwords are never printed.
@@ -41,8 +44,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub(crate) jobs: u32,
     /// Jobs run at once by the worker (default: the worker's, WorkerConfig::DEFAULT_CONCURRENCY;
-    /// 256 for each of the workflow scenario's three workers); the baseline drain always runs 1
-    /// and 8 claim loops
+    /// 256 for each of the workflow scenario's three workers; for the scaling scenario, that of
+    /// each worker process at its process points); the baseline drain always runs 1 and 8 claim
+    /// loops
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub(crate) concurrency: Option<u16>,
     /// Most jobs per claim, for the worker and the baseline [default: the worker's default,

@@ -190,6 +190,15 @@ impl Diag {
 
 /// `bench`. Returns exit code 0, or 1 when a verification failed (after printing the results).
 pub(crate) async fn bench(url: &str, a: &BenchArgs) -> Result<u8, BenchError> {
+    if a.scenario == Scenario::Scaling {
+        let dir = a.plot.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(BenchError::usage(
+                format!("no directory for the plot {}", a.plot.display()),
+                "pass --plot with a path in an existing directory",
+            ));
+        }
+    }
     let admin = db::pool(url, 2).await?;
     let server = {
         let mut conn = db::acquire(&admin).await?;
