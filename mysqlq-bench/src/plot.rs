@@ -70,7 +70,8 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), DrawingAreaErrorKind
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.1))
         .fold(0.0, f64::max);
-    let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+    // Headroom for the legend, above the highest point.
+    let top = if top > 0.0 { top * 1.3 } else { 1.0 };
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 14))
         .margin(14)
@@ -107,7 +108,7 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), DrawingAreaErrorKind
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()?;
