@@ -568,6 +568,17 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Checks the rows after a run by a side that deletes what it completes: none left.
+    pub(crate) async fn check_rows_deleted(&mut self, what: &str) -> Result<(), BenchError> {
+        let c = self.counts().await?;
+        let detail = format!("{} rows left, {} completed", c.rows, c.completed);
+        self.check(
+            format!("{what}: rows"),
+            if c.rows == 0 { Ok(detail) } else { Err(detail) },
+        );
+        Ok(())
+    }
+
     /// Empties the queue and enqueues `n` jobs with the framework's bulk enqueue (untimed).
     pub(crate) async fn prepare(&self, label: &str, n: u32) -> Result<Vec<u64>, BenchError> {
         self.reset().await?;
