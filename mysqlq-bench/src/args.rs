@@ -1,17 +1,22 @@
 //! The command line, as clap derive types. Doc comments are the `--help` text.
 
+use std::path::PathBuf;
+
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
 /// Benchmark mysqlq against a raw-SQL baseline (enqueue, drain, idle statements, pickup
 /// latency), how late periodic jobs are enqueued, workflows against the same jobs unlinked, and
-/// per-key rate limits across worker processes, and how long the dashboard's pages take over a
-/// million jobs, in a scratch database on the same server, dropped afterwards.
+/// per-key rate limits across worker processes, how long the dashboard's pages take over a
+/// million jobs, and how the drain scales with concurrency and worker processes, in a scratch
+/// database on the same server, dropped afterwards.
 ///
 /// The worker runs with its default settings (WorkerConfig::default()) except what
 /// --concurrency or --batch change. The drain baseline is the best raw loop: the article's
 /// claim transaction looped by 1 and by 8 claim loops every round, the better of the two being
 /// that round's baseline. For each side the drain prints jobs per claim transaction and per
-/// completion flush, and commits and fsyncs per job (server-wide counters).
+/// completion flush, per job the server's counters (statements, rows, handler reads and
+/// writes, commits, fsyncs; server-wide) and the secondary index entries changed (computed from
+/// the schema).
 ///
 /// The server comes from DATABASE_URL or --database-url (mysql://user:password@host:3306/db);
 /// the user needs CREATE and DROP. Passwords are never printed.
@@ -39,8 +44,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub(crate) jobs: u32,
     /// Jobs run at once by the worker (default: the worker's, WorkerConfig::DEFAULT_CONCURRENCY;
-    /// 256 for each of the workflow scenario's three workers); the baseline drain always runs 1
-    /// and 8 claim loops
+    /// 256 for each of the workflow scenario's three workers; for the scaling scenario, that of
+    /// each worker process at its process points); the baseline drain always runs 1 and 8 claim
+    /// loops
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub(crate) concurrency: Option<u16>,
     /// Most jobs per claim, for the worker and the baseline [default: the worker's default,
@@ -78,6 +84,10 @@ pub(crate) struct BenchArgs {
     /// cancelled)
     #[arg(long, default_value_t = 1_100_000, value_parser = clap::value_parser!(u32).range(1_100..=50_000_000))]
     pub(crate) rows: u32,
+    /// Where the scaling scenario writes its plot (SVG: jobs/s against concurrency, and against
+    /// worker processes, framework and raw loop)
+    #[arg(long, value_name = "PATH", default_value = "scaling.svg")]
+    pub(crate) plot: PathBuf,
     /// Print one JSON object
     #[arg(long)]
     pub(crate) json: bool,
@@ -137,7 +147,12 @@ pub(crate) enum Scenario {
     /// 20 runs per page, and two confirmation counts. Not part of `all` (it builds a million
     /// rows first)
     Dashboard,
-    /// All of them but the dashboard
+    /// The drain rate against worker concurrency 1, 4, 16, 64 and 256 (one worker process) and
+    /// against 1, 2 and 4 worker processes at --concurrency, beside the raw loop with as many
+    /// claim loops at each point, every run in child processes of this binary; a table and a
+    /// plot (--plot). Not part of `all` (it writes the plot)
+    Scaling,
+    /// All of them but the dashboard and the scaling curve
     All,
 }
 
@@ -146,10 +161,33 @@ pub(crate) enum Scenario {
 pub(crate) enum Internal {
     /// (internal) The other process of the cross-process pickup measurement.
     #[command(name = "bench-enqueue", hide = true)]
-    BenchEnqueue(EnqueueArgs),
+    Enqueue(EnqueueArgs),
     /// (internal) One worker process of the rate scenario.
     #[command(name = "bench-worker", hide = true)]
-    BenchWorker(WorkerArgs),
+    Worker(WorkerArgs),
+    /// (internal) One drain process of the scaling scenario (a worker, or raw claim loops).
+    #[command(name = "bench-drain", hide = true)]
+    Drain(DrainChildArgs),
+}
+
+/// `bench-drain` (internal).
+#[derive(Debug, ClapArgs)]
+pub(crate) struct DrainChildArgs {
+    /// This process's number (its worker id is `mysqlq-bench-drain-<index>`)
+    #[arg(long)]
+    pub(crate) index: u16,
+    /// Jobs run at once by the worker, or raw claim loops with --raw
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub(crate) concurrency: u16,
+    /// Most jobs per claim [default: the worker's]
+    #[arg(long)]
+    pub(crate) batch: Option<u32>,
+    /// Raw claim loops (the drain baseline's) instead of a worker
+    #[arg(long)]
+    pub(crate) raw: bool,
+    /// The framework side (a drain variant's label)
+    #[arg(long, default_value = "framework")]
+    pub(crate) variant: String,
 }
 
 /// `bench-worker` (internal).

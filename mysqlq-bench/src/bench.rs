@@ -11,10 +11,11 @@ use sqlx::MySqlPool;
 
 use crate::args::{BenchArgs, Scenario};
 use crate::error::{BenchError, db_err, q_err};
+use crate::indexes::JobQueueIndexes;
 use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
-use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer};
+use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer, FRAMEWORK_VARIANTS};
 use crate::scenario::rate::{RATE_CONCURRENCY, RateSettings};
 use crate::scenario::workflow::{WORKFLOW_CONCURRENCY, WORKFLOW_ROUNDS};
 use crate::scratch::{Scratch, interrupted};
@@ -33,7 +34,7 @@ pub(crate) const LEASE_SECS: u32 = 60;
 /// Rows per `enqueue_many` call when preparing a drain run (keeps the bench's own memory low).
 const PREPARE_CHUNK: usize = 5_000;
 /// A run that makes no progress for this long is an error.
-const STALL: Duration = Duration::from_secs(60);
+pub(crate) const STALL: Duration = Duration::from_secs(60);
 
 /// One side's results (`None`: not measured).
 #[derive(Debug, Default, Clone)]
@@ -44,6 +45,9 @@ pub(crate) struct Side {
     pub(crate) drain: Vec<f64>,
     /// Baseline only: drain jobs/s per round for each of [`BASELINE_LOOPS`], in that order.
     pub(crate) drain_loops: Vec<Vec<f64>>,
+    /// Framework only: drain jobs/s per round for each of [`FRAMEWORK_VARIANTS`], in that
+    /// order (the first is `drain`).
+    pub(crate) drain_variants: Vec<Vec<f64>>,
     /// Statements per second sent by an idle consumer on an empty queue.
     pub(crate) idle_statements: Option<f64>,
     pub(crate) pickup_same: Option<(f64, f64)>,
@@ -82,6 +86,9 @@ pub(crate) struct Bench<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Diag {
     pub(crate) sides: Vec<(Drainer, DiagSide)>,
+    /// `job_queue`'s indexes, for the index entries each side changes per job (`None`: not
+    /// read, no drain ran).
+    pub(crate) indexes: Option<JobQueueIndexes>,
 }
 
 impl Default for Diag {
@@ -91,6 +98,7 @@ impl Default for Diag {
                 .into_iter()
                 .map(|d| (d, DiagSide::default()))
                 .collect(),
+            indexes: None,
         }
     }
 }
@@ -147,8 +155,13 @@ impl Diag {
             #[allow(clippy::cast_precision_loss)]
             let per_job = |v: Option<i64>| v.map(|v| round_to(v as f64 / s.jobs as f64, 4));
             let mut counters = serde_json::Map::new();
+            let mut missing = Vec::new();
             for name in sql::BENCH_STATUS {
-                counters.insert(name.to_owned(), json!(per_job(counter(name))));
+                let v = counter(name);
+                if v.is_none() {
+                    missing.push(name);
+                }
+                counters.insert(name.to_owned(), json!(per_job(v)));
             }
             out.insert(
                 who.key(),
@@ -163,6 +176,11 @@ impl Diag {
                     "fsyncs_per_job": per_job(counter("Innodb_data_fsyncs")),
                     "log_fsyncs_per_job": per_job(counter("Innodb_os_log_fsyncs")),
                     "server_counters_per_job": counters,
+                    "server_counters_missing": missing,
+                    "secondary_index_entries": self
+                        .indexes
+                        .as_ref()
+                        .map_or(Value::Null, |i| i.per_job(who.writes())),
                 }),
             );
         }
@@ -172,6 +190,15 @@ impl Diag {
 
 /// `bench`. Returns exit code 0, or 1 when a verification failed (after printing the results).
 pub(crate) async fn bench(url: &str, a: &BenchArgs) -> Result<u8, BenchError> {
+    if a.scenario == Scenario::Scaling {
+        let dir = a.plot.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(BenchError::usage(
+                format!("no directory for the plot {}", a.plot.display()),
+                "pass --plot with a path in an existing directory",
+            ));
+        }
+    }
     let admin = db::pool(url, 2).await?;
     let server = {
         let mut conn = db::acquire(&admin).await?;
@@ -228,6 +255,10 @@ pub(crate) async fn bench(url: &str, a: &BenchArgs) -> Result<u8, BenchError> {
     } else {
         print!("{}", report.human());
     }
+    if let Some(Err(e)) = report.bench.scaling.as_ref().map(|s| &s.plot) {
+        eprintln!("error: {e}");
+        return Ok(1);
+    }
     if passed {
         Ok(0)
     } else {
@@ -260,6 +291,8 @@ pub(crate) struct Finished {
     pub(crate) rate: Option<crate::scenario::rate::RateRun>,
     /// The dashboard scenario (`None`: not run).
     pub(crate) dashboard: Option<crate::scenario::dashboard::DashboardRun>,
+    /// The scaling scenario (`None`: not run).
+    pub(crate) scaling: Option<crate::scenario::scaling::ScalingRun>,
 }
 
 pub(crate) async fn run(
@@ -292,14 +325,23 @@ pub(crate) async fn run(
     // Drain first: the worker's peak memory is then least mixed with the bench's own.
     let mut drain_ratios = Vec::new();
     if wants(Scenario::Drain) {
+        b.diag.indexes = Some(b.job_queue_indexes().await?);
         bl.drain_loops = vec![Vec::new(); BASELINE_LOOPS.len()];
+        fw.drain_variants = vec![Vec::new(); FRAMEWORK_VARIANTS.len()];
         for round in 0..a.rounds() {
             let mut framework = 0.0;
             let mut best: f64 = 0.0;
             for who in Drainer::round(round) {
                 let rate = b.drain(who, round).await?;
                 match who {
-                    Drainer::Framework => framework = rate,
+                    Drainer::Framework(v) => {
+                        if let Some(i) = FRAMEWORK_VARIANTS.iter().position(|&w| w == v) {
+                            fw.drain_variants[i].push(rate);
+                        }
+                        if v == FRAMEWORK_VARIANTS[0] {
+                            framework = rate;
+                        }
+                    }
                     Drainer::Baseline(loops) => {
                         if let Some(i) = BASELINE_LOOPS.iter().position(|&l| l == loops) {
                             bl.drain_loops[i].push(rate);
@@ -383,6 +425,15 @@ pub(crate) async fn run(
     } else {
         None
     };
+    // Only when asked for: it writes a plot.
+    let scaling = if a.scenario == Scenario::Scaling {
+        Some(
+            b.scaling(a.rounds(), a.concurrency(), a.plot.clone())
+                .await?,
+        )
+    } else {
+        None
+    };
     let over_redis = match (&a.redis_url, a.scenario) {
         (Some(url), Scenario::Redis | Scenario::All) => b.redis_runs(url, a.rounds()).await?,
         (None, Scenario::Redis) => {
@@ -414,6 +465,7 @@ pub(crate) async fn run(
             workflow,
             rate,
             dashboard,
+            scaling,
         },
     ))
 }
@@ -433,6 +485,15 @@ pub(crate) fn side<'s>(fw: &'s mut Side, bl: &'s mut Side, framework: bool) -> &
 
 pub(crate) fn who(framework: bool) -> &'static str {
     if framework { "framework" } else { "baseline" }
+}
+
+/// Server counters `after - before`, by position (`None` where either lacks the counter).
+pub(crate) fn status_delta(after: &[Option<i64>], before: &[Option<i64>]) -> Vec<Option<i64>> {
+    after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| Some((*a)? - (*b)?))
+        .collect()
 }
 
 pub(crate) fn per_s(n: u32, took: Duration) -> f64 {
@@ -468,6 +529,18 @@ impl Bench<'_> {
             .map_err(db_err("cannot read the server's status counters"))
     }
 
+    /// `job_queue`'s secondary indexes in the scratch database, as migrated.
+    pub(crate) async fn job_queue_indexes(&self) -> Result<JobQueueIndexes, BenchError> {
+        let mut conn = db::acquire(&self.setup).await?;
+        let parts = sql::bench_job_queue_indexes(&mut conn)
+            .await
+            .map_err(db_err("cannot read job_queue's indexes"))?;
+        let columns = sql::bench_job_queue_columns(&mut conn)
+            .await
+            .map_err(db_err("cannot read job_queue's columns"))?;
+        Ok(JobQueueIndexes::new(&parts, &columns))
+    }
+
     pub(crate) async fn counts(&self) -> Result<sql::BenchCounts, BenchError> {
         let mut conn = db::acquire(&self.setup).await?;
         sql::bench_counts(&mut conn, QUEUE)
@@ -495,6 +568,17 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Checks the rows after a run by a side that deletes what it completes: none left.
+    pub(crate) async fn check_rows_deleted(&mut self, what: &str) -> Result<(), BenchError> {
+        let c = self.counts().await?;
+        let detail = format!("{} rows left, {} completed", c.rows, c.completed);
+        self.check(
+            format!("{what}: rows"),
+            if c.rows == 0 { Ok(detail) } else { Err(detail) },
+        );
+        Ok(())
+    }
+
     /// Empties the queue and enqueues `n` jobs with the framework's bulk enqueue (untimed).
     pub(crate) async fn prepare(&self, label: &str, n: u32) -> Result<Vec<u64>, BenchError> {
         self.reset().await?;
@@ -516,30 +600,16 @@ impl Bench<'_> {
         Ok(ids)
     }
 
-    /// The framework's worker on the bench queue: [`WorkerConfig::default`] in everything
-    /// (claim loops, batch, poll intervals, …) except what a flag set — the concurrency when
-    /// `--concurrency` differs from the worker's default, the batch when `--batch` is given —
-    /// with the probe as its state.
+    /// The framework's worker on the bench queue ([`worker_builder`]), over Redis during the
+    /// Redis scenario.
     pub(crate) fn worker(
         &self,
         pool: &MySqlPool,
         probe: &Arc<Probe>,
     ) -> Result<WorkerBuilder, BenchError> {
-        let builder = Worker::builder(pool.clone())
-            .registry(job::registry()?)
-            .queues([QUEUE])
-            .state(Arc::clone(probe));
-        let builder = if self.concurrency == WorkerConfig::default().concurrency {
-            builder
-        } else {
-            builder.concurrency(self.concurrency)
-        };
-        let builder = match &self.redis {
+        let builder = worker_builder(pool, probe, self.concurrency, self.batch_arg)?;
+        Ok(match &self.redis {
             Some(r) => builder.redis(r.clone()),
-            None => builder,
-        };
-        Ok(match self.batch_arg {
-            Some(b) => builder.batch_size(b),
             None => builder,
         })
     }
@@ -559,6 +629,30 @@ impl Bench<'_> {
         );
         Ok(())
     }
+}
+
+/// The framework's worker on the bench queue: [`WorkerConfig::default`] in everything (claim
+/// loops, batch, poll intervals, …) except what a flag set — the concurrency when it differs
+/// from the worker's default, the batch when `--batch` is given — with the probe as its state.
+pub(crate) fn worker_builder(
+    pool: &MySqlPool,
+    probe: &Arc<Probe>,
+    concurrency: usize,
+    batch: Option<u32>,
+) -> Result<WorkerBuilder, BenchError> {
+    let builder = Worker::builder(pool.clone())
+        .registry(job::registry()?)
+        .queues([QUEUE])
+        .state(Arc::clone(probe));
+    let builder = if concurrency == WorkerConfig::default().concurrency {
+        builder
+    } else {
+        builder.concurrency(concurrency)
+    };
+    Ok(match batch {
+        Some(b) => builder.batch_size(b),
+        None => builder,
+    })
 }
 
 /// Waits until `progress()` reaches `n`, updating `bar`; an error when it stops moving.

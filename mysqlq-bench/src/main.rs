@@ -13,16 +13,19 @@
 //! - [`scenario::drain`]: pre-enqueued no-op jobs (the handler bumps a per-job atomic counter);
 //!   the framework is a real [`mysqlq::Worker`] with its default settings
 //!   ([`mysqlq::WorkerConfig::default`]: concurrency, batch, claim loops, …) except what
-//!   `--concurrency` or `--batch` change. The baseline is the best raw loop a user could write:
-//!   the article's claim transaction and one token-guarded completion per batch ([`baseline`],
-//!   SQL in [`sql`]) looped by 1 and by 8 claim loops, both run every round (order: framework,
-//!   1 loop, 8 loops, then mirrored); the round's baseline is the better of the two, and the
-//!   ratio is the median over rounds of framework / that best. For every side it prints jobs per
-//!   claim transaction (worker: `polls`), jobs per completion flush (worker:
-//!   `completion_flushes`, with the `piggybacked` completions written inside a claim's
-//!   transaction; baseline: one flush per batch), and commits (`Handler_commit`) and fsyncs
-//!   (`Innodb_data_fsyncs`, and `Innodb_os_log_fsyncs` where the server has it) per job, from
-//!   server-wide counters read around each run (other sessions count too).
+//!   `--concurrency` or `--batch` change; further framework sides with other worker settings
+//!   are one entry each in [`scenario::drain::FRAMEWORK_VARIANTS`], drained in the same rounds.
+//!   The baseline is the best raw loop a user could write: the article's claim transaction and
+//!   one token-guarded completion per batch ([`baseline`], SQL in [`sql`]) looped by 1 and by 8
+//!   claim loops, both run every round (order: framework, 1 loop, 8 loops, then mirrored); the
+//!   round's baseline is the better of the two, and the ratio is the median over rounds of
+//!   framework / that best. For every side it prints jobs per claim transaction (worker:
+//!   `polls`), jobs per completion flush (worker: `completion_flushes`, with the `piggybacked`
+//!   completions written inside a claim's transaction; baseline: one flush per batch), and per
+//!   job the deltas of the server-wide counters of [`sql::BENCH_STATUS`] read around each run
+//!   (statements, InnoDB rows, handler reads and writes, commits, fsyncs, row lock waits; other
+//!   sessions count too; a counter the server lacks is shown as missing), and the secondary
+//!   index entries each side changes per job, computed from `job_queue`'s indexes ([`indexes`]).
 //! - [`scenario::idle`] (part of the pickup scenario): a framework worker, then the baseline's
 //!   poller, on an empty queue with its pool behind an in-process TCP [`proxy`] that counts the
 //!   commands the client sends (packets with sequence id 0); after 1 s to settle, the commands
@@ -53,6 +56,11 @@
 //!   unlimited rate against the same processes without the keys (`--rate-plain-secs`, run before
 //!   and after), an unlimited job's pickup beside `--rate-hol-jobs` jobs of a full key, lock
 //!   waits.
+//! - [`scenario::scaling`] (only with `--scenario scaling`): the drain rate at worker
+//!   concurrency 1, 4, 16, 64, 256 in one worker process and at 1, 2, 4 worker processes at
+//!   `--concurrency`, beside the raw loop with as many claim loops per process, every run in
+//!   child processes of this binary (`bench-drain`, [`scenario::drain_child`]) in ABBA order;
+//!   a table, and an SVG plot written to `--plot` ([`plot`]).
 //! - [`scenario::dashboard`] (only with `--scenario dashboard`): the dashboard's pages over
 //!   `--rows` jobs (1,000,000 completed and 100,000 unfinished by default;
 //!   [`scenario::dashboard_data`]), each called in-process through the router 3 + 20 times from
@@ -67,7 +75,9 @@ mod baseline;
 mod bench;
 mod db;
 mod error;
+mod indexes;
 mod job;
+mod plot;
 mod probe;
 mod proxy;
 mod report;
@@ -130,10 +140,11 @@ async fn dispatch(args: Args) -> Result<u8, BenchError> {
         ));
     };
     match args.internal {
-        Some(Internal::BenchEnqueue(a)) => {
-            scenario::pickup::child_enqueue(url, &a).await.map(|()| 0)
-        }
-        Some(Internal::BenchWorker(a)) => scenario::rate_worker::child_worker(url, &a)
+        Some(Internal::Enqueue(a)) => scenario::pickup::child_enqueue(url, &a).await.map(|()| 0),
+        Some(Internal::Worker(a)) => scenario::rate_worker::child_worker(url, &a)
+            .await
+            .map(|()| 0),
+        Some(Internal::Drain(a)) => scenario::drain_child::child_drain(url, &a)
             .await
             .map(|()| 0),
         None => bench::bench(url, &args.bench).await,

@@ -5,6 +5,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde_json::{Value, json};
+
 /// What the handlers (framework) and the baseline's inline "handler" record.
 pub(crate) struct Probe {
     /// Expected ids, sorted (empty in timing mode).
@@ -53,6 +55,57 @@ impl Probe {
             }
         }
         self.total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What ran, for another process's probe to [`add_runs`](Self::add_runs):
+    /// `{"once": [[first, last], …], "more": [[id, runs], …], "stray": n}` — the expected ids
+    /// that ran exactly once as ranges of consecutive ids, those that ran more than once with
+    /// their count, and the runs of ids not expected.
+    pub(crate) fn runs_json(&self) -> Value {
+        let mut once: Vec<[u64; 2]> = Vec::new();
+        let mut more = Vec::new();
+        for (&id, c) in self.ids.iter().zip(&self.counts) {
+            match c.load(Ordering::Relaxed) {
+                0 => {}
+                1 => match once.last_mut() {
+                    Some(r) if r[1] + 1 == id => r[1] = id,
+                    _ => once.push([id, id]),
+                },
+                n => more.push([id, u64::from(n)]),
+            }
+        }
+        json!({
+            "once": once,
+            "more": more,
+            "stray": self.stray.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Counts the runs another process's probe reported ([`runs_json`](Self::runs_json)).
+    pub(crate) fn add_runs(&self, v: &Value) {
+        let pairs = |key: &str| -> Vec<(u64, u64)> {
+            v[key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for (first, last) in pairs("once") {
+            for id in first..=last {
+                self.ran(id);
+            }
+        }
+        for (id, n) in pairs("more") {
+            for _ in 0..n {
+                self.ran(id);
+            }
+        }
+        let stray = v["stray"].as_u64().unwrap_or(0);
+        self.stray.fetch_add(stray, Ordering::Relaxed);
+        self.total.fetch_add(stray, Ordering::Relaxed);
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -127,5 +180,32 @@ mod tests {
         assert!(p.exactly_once().is_ok());
         p.ran(2);
         assert!(p.exactly_once().is_err());
+    }
+
+    #[test]
+    fn runs_in_other_processes_add_up() {
+        let a = Probe::counting(vec![1, 2, 3, 5, 6]);
+        a.ran(1);
+        a.ran(2);
+        a.ran(5);
+        a.ran(9);
+        let b = Probe::counting(vec![1, 2, 3, 5, 6]);
+        b.ran(3);
+        b.ran(6);
+        b.ran(6);
+        assert_eq!(
+            a.runs_json(),
+            json!({"once": [[1, 2], [5, 5]], "more": [], "stray": 1})
+        );
+        let all = Probe::counting(vec![1, 2, 3, 5, 6]);
+        all.add_runs(&a.runs_json());
+        all.add_runs(&b.runs_json());
+        assert_eq!(all.total(), 7);
+        assert_eq!(
+            all.exactly_once(),
+            Err(
+                "7 handler runs for 5 jobs: 0 never ran, 1 ran more than once, 1 unexpected".into()
+            )
+        );
     }
 }

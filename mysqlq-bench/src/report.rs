@@ -5,10 +5,11 @@ use serde_json::{Value, json};
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::dashboard::DashboardRun;
-use crate::scenario::drain::{BASELINE_LOOPS, Drainer};
+use crate::scenario::drain::{BASELINE_LOOPS, Drainer, FRAMEWORK_VARIANTS};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
 use crate::scenario::rate::RateRun;
+use crate::scenario::scaling::ScalingRun;
 use crate::scenario::workflow::WorkflowRun;
 use crate::sql;
 use crate::table::Table;
@@ -150,6 +151,31 @@ impl Report<'_> {
             .collect()
     }
 
+    /// The framework sides after the first (other worker settings): (JSON key, label, median
+    /// jobs/s, median over rounds of its rate / the round's best baseline).
+    pub(crate) fn drain_variants(&self) -> Vec<(String, String, Option<f64>, Option<f64>)> {
+        FRAMEWORK_VARIANTS
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, &v)| {
+                let rates = self.fw.drain_variants.get(i).cloned().unwrap_or_default();
+                let ratios: Vec<f64> = rates
+                    .iter()
+                    .zip(&self.bl.drain)
+                    .filter(|(_, b)| **b > 0.0)
+                    .map(|(f, b)| f / b)
+                    .collect();
+                (
+                    Drainer::Framework(v).key(),
+                    format!("  {} (jobs/s)", v.label),
+                    median(&rates).map(|x| round_to(x, 1)),
+                    median(&ratios).map(|x| round_to(x, 3)),
+                )
+            })
+            .collect()
+    }
+
     /// Each drain round: the framework, every baseline loop count, the best, the ratio.
     fn drain_rounds(&self) -> Value {
         let rounds = self.fw.drain.len();
@@ -166,6 +192,16 @@ impl Report<'_> {
                         o.insert(
                             format!("{}_per_s", Drainer::Baseline(n).key()),
                             json!(v.map(|x| round_to(*x, 1))),
+                        );
+                    }
+                    for (i, &v) in FRAMEWORK_VARIANTS.iter().enumerate().skip(1) {
+                        let rate = self.fw.drain_variants.get(i).and_then(|v| v.get(r));
+                        let best = self.bl.drain.get(r).filter(|b| **b > 0.0);
+                        let key = Drainer::Framework(v).key();
+                        o.insert(format!("{key}_per_s"), json!(rate.map(|x| round_to(*x, 1))));
+                        o.insert(
+                            format!("{key}_ratio"),
+                            json!(rate.zip(best).map(|(f, b)| round_to(f / b, 3))),
                         );
                     }
                     o.insert(
@@ -194,6 +230,11 @@ impl Report<'_> {
         let mut fw = obj(values(&self.fw));
         fw["peak_rss_mib"] = json!(self.peak_rss_mib());
         fw["idle_statements_per_s"] = json!(self.fw.idle_statements.map(|x| round_to(x, 2)));
+        let mut ratio = obj(self.ratios());
+        for (key, _, v, r) in self.drain_variants() {
+            fw[format!("{key}_per_s")] = json!(v);
+            ratio[key] = json!(r);
+        }
         let mut bl = obj(values(&self.bl));
         for (key, _, v) in self.drain_loops() {
             bl[key] = json!(v);
@@ -209,7 +250,7 @@ impl Report<'_> {
             "baseline": bl,
             "baseline_drain_loops": BASELINE_LOOPS,
             "drain_rounds": self.drain_rounds(),
-            "ratio": obj(self.ratios()),
+            "ratio": ratio,
             "scenario": format!("{:?}", self.args.scenario).to_lowercase(),
             "rounds": self.args.rounds(),
             "enqueue_single_jobs": b.single_jobs,
@@ -230,6 +271,7 @@ impl Report<'_> {
             "workflow": b.workflow.as_ref().map_or(Value::Null, WorkflowRun::json),
             "rate": b.rate.as_ref().map_or(Value::Null, RateRun::json),
             "dashboard": b.dashboard.as_ref().map_or(Value::Null, DashboardRun::json),
+            "scaling": b.scaling.as_ref().map_or(Value::Null, ScalingRun::json),
             "settings": {
                 "innodb_flush_log_at_trx_commit": self.server.flush_log_at_trx_commit,
                 "sync_binlog": self.server.sync_binlog,
@@ -315,6 +357,11 @@ impl Report<'_> {
                 fmt(bl, places),
                 r,
             ]);
+            if i == 2 && !self.fw.drain.is_empty() {
+                for (_, label, v, r) in self.drain_variants() {
+                    t.row(vec![label, fmt(v, 0), String::new(), fmt(r, 3)]);
+                }
+            }
             if i == 2 && !self.bl.drain.is_empty() {
                 for (_, label, v) in self.drain_loops() {
                     t.row(vec![label, String::new(), fmt(v, 0), String::new()]);
@@ -359,6 +406,9 @@ impl Report<'_> {
         }
         if let Some(d) = &b.dashboard {
             text.push_str(&d.human());
+        }
+        if let Some(s) = &b.scaling {
+            text.push_str(&s.human());
         }
         if let Some(mib) = self.peak_rss_mib() {
             text.push_str(&format!(
@@ -411,20 +461,12 @@ fn diag_tables(d: &Value) -> String {
         ">FSYNCS/JOB",
         ">LOG FSYNCS/JOB",
     ]);
-    let mut raw = Table::new(&[
-        "SIDE",
-        ">QUESTIONS",
-        ">SELECT",
-        ">UPDATE",
-        ">COM_COMMIT",
-        ">LOCK WAITS",
-        ">LOCK WAIT MS",
-    ]);
-    for who in Drainer::all() {
-        let v = &d[who.key()];
-        if v.is_null() {
-            continue;
-        }
+    let sides: Vec<(Drainer, &Value)> = Drainer::all()
+        .into_iter()
+        .map(|who| (who, &d[who.key()]))
+        .filter(|(_, v)| !v.is_null())
+        .collect();
+    for &(who, v) in &sides {
         #[allow(clippy::cast_precision_loss)]
         let piggy = match (v["piggybacked_completions"].as_u64(), v["jobs"].as_u64()) {
             (Some(p), Some(j)) if j > 0 => json!(p as f64 / j as f64),
@@ -439,23 +481,100 @@ fn diag_tables(d: &Value) -> String {
             f(&v["fsyncs_per_job"], 3),
             f(&v["log_fsyncs_per_job"], 3),
         ]);
-        let c = &v["server_counters_per_job"];
-        raw.row(vec![
-            who.label(),
-            f(&c["Questions"], 3),
-            f(&c["Com_select"], 3),
-            f(&c["Com_update"], 3),
-            f(&c["Com_commit"], 3),
-            f(&c["Innodb_row_lock_waits"], 3),
-            f(&c["Innodb_row_lock_time"], 3),
-        ]);
     }
     text.push_str(&t.render());
     text.push_str(
         "(commits: Handler_commit; fsyncs: Innodb_data_fsyncs; log fsyncs: Innodb_os_log_fsyncs, \
-         `-` where the server has none)\n\nserver counters per job:\n",
+         `-` where the server has none)\n",
     );
-    text.push_str(&raw.render());
+    text.push_str(&per_job_table(&sides));
+    text
+}
+
+/// The group a [`sql::BENCH_STATUS`] counter is printed under.
+fn counter_group(name: &str) -> &'static str {
+    if name == "Questions" || name.starts_with("Com_") {
+        "statements"
+    } else if name.starts_with("Innodb_rows_") {
+        "rows (InnoDB)"
+    } else if name.starts_with("Handler_read_") {
+        "row reads by kind (handler calls)"
+    } else if name == "Handler_commit" || name.ends_with("fsyncs") {
+        "commits and fsyncs"
+    } else if name.starts_with("Innodb_row_lock") {
+        "row locks (time in ms)"
+    } else {
+        "row changes (handler calls)"
+    }
+}
+
+/// Every server counter per job, one row each and one column per drain side, then the
+/// secondary index entries each side changes per job (computed from the schema).
+fn per_job_table(sides: &[(Drainer, &Value)]) -> String {
+    let mut text = String::from(
+        "\nper job, on the server (SHOW GLOBAL STATUS deltas over each side's runs / its jobs; \
+         server-wide: other sessions count too; `missing`: the server has no such counter):\n",
+    );
+    let labels: Vec<String> = sides
+        .iter()
+        .map(|(who, _)| format!(">{}", who.label().to_uppercase()))
+        .collect();
+    let headers: Vec<&str> = std::iter::once("COUNTER")
+        .chain(labels.iter().map(String::as_str))
+        .collect();
+    let mut t = Table::new(&headers);
+    let mut group = "";
+    for name in sql::BENCH_STATUS {
+        if counter_group(name) != group {
+            group = counter_group(name);
+            t.row(vec![group.to_owned()]);
+        }
+        let mut row = vec![format!("  {name}")];
+        for (_, v) in sides {
+            row.push(
+                v["server_counters_per_job"][name]
+                    .as_f64()
+                    .map_or_else(|| "missing".to_owned(), |x| format!("{x:.3}")),
+            );
+        }
+        t.row(row);
+    }
+    t.row(vec!["computed from job_queue's indexes".to_owned()]);
+    let mut row = vec!["  secondary index entries changed".to_owned()];
+    for (_, v) in sides {
+        row.push(
+            v["secondary_index_entries"]["entries_per_job"]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        );
+    }
+    t.row(row);
+    text.push_str(&t.render());
+    text.push_str(
+        "(index entries: an UPDATE changes one entry of each secondary index holding a column it \
+         assigns, a DELETE one of every secondary index; per statement:)\n",
+    );
+    for (who, v) in sides {
+        let Some(statements) = v["secondary_index_entries"]["statements"].as_array() else {
+            continue;
+        };
+        let parts: Vec<String> = statements
+            .iter()
+            .map(|st| {
+                let names: Vec<&str> = st["indexes"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                format!(
+                    "{} {} ({})",
+                    st["statement"].as_str().unwrap_or("?"),
+                    names.len(),
+                    names.join(", ")
+                )
+            })
+            .collect();
+        text.push_str(&format!("  {}: {}\n", who.label(), parts.join("; ")));
+    }
     text
 }
 

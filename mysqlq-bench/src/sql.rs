@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
+use crate::indexes::{Change, RowWrite};
+
 /// Checks a scratch database name: `mysqlq_bench_` followed by lowercase letters, digits or `_`.
 fn scratch_name(name: &str) -> Result<&str, sqlx::Error> {
     let ok = name.strip_prefix("mysqlq_bench_").is_some_and(|rest| {
@@ -179,6 +181,32 @@ fn id_list(n: usize) -> String {
     s
 }
 
+/// What the baseline's claim UPDATE sets (its binds: token, worker, lease seconds).
+const BENCH_CLAIM_SET: &str = "status = 'processing', claim_token = ?, locked_by = ?, \
+     lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND, attempts = attempts + 1";
+
+/// What the baseline's completion sets.
+const BENCH_COMPLETE_SET: &str = "status = 'completed', finished_at = UTC_TIMESTAMP(6)";
+
+/// The row writes of one job drained by the baseline: its claim's UPDATE and its completion's
+/// (for the index entries per job; a unit test keeps the columns those of the SQL).
+pub(crate) const BENCH_DRAIN_WRITES: &[RowWrite] = &[
+    RowWrite {
+        statement: "claim UPDATE",
+        change: Change::Update(&[
+            "status",
+            "claim_token",
+            "locked_by",
+            "lease_expires_at",
+            "attempts",
+        ]),
+    },
+    RowWrite {
+        statement: "completion UPDATE",
+        change: Change::Update(&["status", "finished_at"]),
+    },
+];
+
 /// Baseline `bench_claim`: the article's claim transaction at READ COMMITTED. Returns the ids
 /// now owned under `token` (empty when nothing is ready). A deadlock or lock wait timeout on any
 /// statement is returned after the rollback; the caller redoes the whole claim.
@@ -209,9 +237,8 @@ pub(crate) async fn bench_claim(
         return Ok(ids);
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:bench_claim */ UPDATE job_queue SET status = 'processing', claim_token = ?, \
-         locked_by = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND, \
-         attempts = attempts + 1 WHERE id IN ({}) AND status = 'pending'",
+        "/* mysqlq:bench_claim */ UPDATE job_queue SET {BENCH_CLAIM_SET} \
+         WHERE id IN ({}) AND status = 'pending'",
         id_list(ids.len())
     ));
     let mut q = sqlx::query(sql).bind(token).bind(worker).bind(lease_secs);
@@ -241,9 +268,8 @@ pub(crate) async fn bench_complete(
         return Ok(0);
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:bench_complete */ UPDATE job_queue SET status = 'completed', \
-         finished_at = UTC_TIMESTAMP(6) WHERE id IN ({}) AND status = 'processing' \
-         AND claim_token = ?",
+        "/* mysqlq:bench_complete */ UPDATE job_queue SET {BENCH_COMPLETE_SET} \
+         WHERE id IN ({}) AND status = 'processing' AND claim_token = ?",
         id_list(ids.len())
     ));
     let mut q = sqlx::query(sql);
@@ -331,15 +357,35 @@ pub(crate) async fn bench_ticks(
         .collect()
 }
 
-/// Server-wide counters the bench reads around a run to count statements, commits and log
-/// flushes per job (`SHOW GLOBAL STATUS`; other sessions on the server count too). Read by
-/// name: a counter the server lacks (`Innodb_os_log_fsyncs` is gone from MariaDB 10.8 and
-/// later) is reported as missing, not as 0.
-pub(crate) const BENCH_STATUS: [&str; 9] = [
+/// Server-wide counters the bench reads around a drain run and reports per job
+/// (`SHOW GLOBAL STATUS`; other sessions on the server count too): statements, rows, handler
+/// calls (each row read, written, updated or deleted by a statement), commits, fsyncs, row lock
+/// waits. Read by name: a counter the server lacks is reported as missing, not as 0 — MariaDB
+/// 10.11 has no `Innodb_rows_*` (MySQL 8 has them) and no `Innodb_os_log_fsyncs` (gone from
+/// MariaDB 10.8), MySQL has no `Handler_read_retry` or `Handler_read_rnd_deleted`.
+pub(crate) const BENCH_STATUS: [&str; 27] = [
     "Questions",
     "Com_select",
+    "Com_insert",
     "Com_update",
+    "Com_delete",
     "Com_commit",
+    "Innodb_rows_read",
+    "Innodb_rows_inserted",
+    "Innodb_rows_updated",
+    "Innodb_rows_deleted",
+    "Handler_read_first",
+    "Handler_read_key",
+    "Handler_read_last",
+    "Handler_read_next",
+    "Handler_read_prev",
+    "Handler_read_retry",
+    "Handler_read_rnd",
+    "Handler_read_rnd_deleted",
+    "Handler_read_rnd_next",
+    "Handler_write",
+    "Handler_update",
+    "Handler_delete",
     "Handler_commit",
     "Innodb_data_fsyncs",
     "Innodb_os_log_fsyncs",
@@ -375,6 +421,56 @@ pub(crate) async fn bench_status_of(
         }
     }
     Ok(out)
+}
+
+/// One key part of a secondary index of `job_queue`, or one column the server writes by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BenchIndexPart {
+    /// The index.
+    pub(crate) index: String,
+    /// Its column (`None`: an expression, MySQL 8's functional key parts).
+    pub(crate) column: Option<String>,
+}
+
+/// `bench_job_queue_indexes`: the key parts of `job_queue`'s secondary indexes in the current
+/// database, in index order.
+pub(crate) async fn bench_job_queue_indexes(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<BenchIndexPart>, sqlx::Error> {
+    let rows = sqlx::query(
+        "/* mysqlq:bench_job_queue_indexes */ SELECT CAST(INDEX_NAME AS CHAR) AS index_name, \
+         CAST(COLUMN_NAME AS CHAR) AS column_name FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' AND INDEX_NAME <> 'PRIMARY' \
+         ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(BenchIndexPart {
+                index: r.try_get("index_name")?,
+                column: r.try_get("column_name")?,
+            })
+        })
+        .collect()
+}
+
+/// `bench_job_queue_columns`: every column of `job_queue` with its `EXTRA`
+/// (`on update current_timestamp(6)`, `STORED GENERATED`, …; lowercased).
+pub(crate) async fn bench_job_queue_columns(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "/* mysqlq:bench_job_queue_columns */ SELECT CAST(COLUMN_NAME AS CHAR), \
+         CAST(IFNULL(EXTRA, '') AS CHAR) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' ORDER BY ORDINAL_POSITION",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(c, e)| (c, e.to_lowercase()))
+        .collect())
 }
 
 /// The workflow tables, emptied with `job_queue` between two workflow runs (`job_queue`'s ids
@@ -680,5 +776,22 @@ mod tests {
         assert!(scratch_name("app").is_err());
         assert!(scratch_name("mysqlq_bench_x`; DROP").is_err());
         assert_eq!(id_list(3), "?, ?, ?");
+    }
+
+    /// The columns a `SET` list assigns.
+    fn set_columns(set: &str) -> Vec<&str> {
+        set.split(", ")
+            .filter_map(|a| a.split_once(" = ").map(|(c, _)| c.trim()))
+            .collect()
+    }
+
+    #[test]
+    fn the_declared_writes_are_those_of_the_baseline_sql() {
+        let declared = |i: usize| match BENCH_DRAIN_WRITES[i].change {
+            Change::Update(c) => c.to_vec(),
+            Change::Delete => Vec::new(),
+        };
+        assert_eq!(set_columns(BENCH_CLAIM_SET), declared(0));
+        assert_eq!(set_columns(BENCH_COMPLETE_SET), declared(1));
     }
 }

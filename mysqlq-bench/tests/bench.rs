@@ -127,6 +127,41 @@ async fn bench_json_reports_both_sides_and_verifies_exactly_once() {
         // Counted by the server (fsyncs can be 0 with innodb_flush_log_at_trx_commit=0).
         positive(&d["commits_per_job"], "commits_per_job");
         positive(&d["fsyncs_per_job"], "fsyncs_per_job");
+        // Per job on the server: every counter named, a missing one null and listed as such;
+        // each job's claim and completion update its row.
+        let c = &d["server_counters_per_job"];
+        for key in [
+            "Questions",
+            "Com_update",
+            "Handler_commit",
+            "Handler_read_key",
+        ] {
+            positive(&c[key], key);
+        }
+        assert!(
+            positive(&c["Handler_update"], "Handler_update") >= 2.0,
+            "{side}: {d:#}"
+        );
+        let missing = d["server_counters_missing"].as_array().expect("missing");
+        for m in missing {
+            assert!(c[m.as_str().unwrap()].is_null(), "{side}: {d:#}");
+        }
+        // Secondary index entries per job, computed from job_queue's indexes: the claim and
+        // the completion each change the entries of every index on `status`.
+        let e = &d["secondary_index_entries"];
+        assert!(
+            e["entries_per_job"].as_u64().is_some_and(|n| n >= 2),
+            "{side}: {e:#}"
+        );
+        let statements = e["statements"].as_array().expect("statements");
+        assert_eq!(statements.len(), 2, "{side}: {e:#}");
+        for st in statements {
+            let indexes = st["indexes"].as_array().expect("indexes");
+            assert!(
+                indexes.iter().any(|i| i == "idx_job_claim"),
+                "{side}: {e:#}"
+            );
+        }
     }
 
     // Periodic jobs: how late each tick was enqueued, as figures (no threshold).
@@ -456,6 +491,115 @@ async fn dashboard_scenario_times_every_page_and_counts_for_a_confirmation() {
     .await
     .unwrap();
     assert_eq!(left, 0, "the scratch database {name} was not dropped");
+}
+
+/// The scaling scenario at a tiny size: every point drained in child processes by the framework
+/// and by the raw loop, each checked exactly-once, the table in the JSON and the plot written.
+#[tokio::test(flavor = "multi_thread")]
+async fn scaling_scenario_drains_every_point_in_child_processes_and_plots_it() {
+    let db = TestDb::new().await;
+    let dir = std::env::temp_dir().join(format!(
+        "mysqlq-bench-scaling-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plot = dir.join("scaling.svg");
+    let out = Command::new(BIN)
+        .args([
+            "--json",
+            "--scenario",
+            "scaling",
+            "--jobs",
+            "200",
+            "--rounds",
+            "1",
+        ])
+        .arg("--plot")
+        .arg(&plot)
+        .env("DATABASE_URL", db.url())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn mysqlq-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+    let s = &v["scaling"];
+    assert_eq!(s["jobs"], 200, "{s:#}");
+    assert_eq!(s["rounds"], 1, "{s:#}");
+    assert_eq!(s["process_concurrency"], 16, "{s:#}");
+    let by_concurrency = s["by_concurrency"].as_array().expect("by_concurrency");
+    let concurrencies: Vec<u64> = by_concurrency
+        .iter()
+        .map(|p| p["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(concurrencies, [1, 4, 16, 64, 256], "{s:#}");
+    let by_processes = s["by_processes"].as_array().expect("by_processes");
+    let processes: Vec<u64> = by_processes
+        .iter()
+        .map(|p| p["processes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(processes, [1, 2, 4], "{s:#}");
+    for p in by_concurrency.iter().chain(by_processes) {
+        for key in ["framework_per_s", "raw_per_s", "ratio"] {
+            assert!(positive(&p[key], key) > 0.0, "{key}: {p:#}");
+        }
+        assert_eq!(
+            p["raw_loops"].as_u64(),
+            Some(p["processes"].as_u64().unwrap() * p["concurrency"].as_u64().unwrap()),
+            "{p:#}"
+        );
+        for side in ["framework", "raw"] {
+            assert!(
+                positive(&p[side]["jobs_per_claim"], "jobs_per_claim") > 0.0,
+                "{p:#}"
+            );
+            positive(&p[side]["commits_per_job"], "commits_per_job");
+        }
+        positive(
+            &p["framework"]["worker_start_ms_max"],
+            "worker_start_ms_max",
+        );
+    }
+    // The plot: both panels, both lines.
+    assert_eq!(s["plot"].as_str(), plot.to_str(), "{s:#}");
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    for text in [
+        "framework (worker)",
+        "raw loop",
+        "worker concurrency",
+        "worker processes",
+    ] {
+        assert!(svg.contains(text), "no {text} in the plot");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // Every run verified: 7 points x 2 sides, handlers once over every process, rows completed.
+    assert_eq!(v["verification"]["passed"], true, "{v:#}");
+    let checks = v["verification"]["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 28, "{v:#}");
+    for want in [
+        "scaling framework 1 process at concurrency 256 round 1: handlers",
+        "scaling raw loop 1 process at concurrency 256 round 1: rows",
+        "scaling framework 4 processes at concurrency 16 round 1: handlers",
+        "scaling raw loop 4 processes at concurrency 16 round 1: handlers",
+    ] {
+        assert!(
+            checks.iter().any(|c| c["check"] == want),
+            "no check {want}: {v:#}"
+        );
+    }
+    assert_eq!(v["database_dropped"], true, "{v:#}");
 }
 
 #[test]

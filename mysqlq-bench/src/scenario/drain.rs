@@ -1,18 +1,20 @@
 //! The drain scenario: pre-enqueued no-op jobs drained by a real [`mysqlq::Worker`] with its
-//! default settings (framework), or by the best raw loop a user could write (baseline): the
-//! article's claim and completion looped by 1 and by 8 claim loops, both measured every round,
-//! the better of the two being the round's baseline.
+//! default settings (framework; further framework sides with other settings are
+//! [`FRAMEWORK_VARIANTS`]), or by the best raw loop a user could write (baseline): the article's
+//! claim and completion looped by 1 and by 8 claim loops, both measured every round, the better
+//! of the two being the round's baseline.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mysqlq::Worker;
+use mysqlq::{Worker, WorkerBuilder};
 use tokio::task::JoinSet;
 
 use crate::baseline::{DrainCounters, baseline_drain_loop};
-use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, wait_for};
+use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, status_delta, wait_for};
 use crate::error::{BenchError, q_err};
+use crate::indexes::{Change, RowWrite};
 use crate::probe::Probe;
 use crate::scenario::memory::{peak_rss_bytes, reset_peak_rss};
 
@@ -21,25 +23,101 @@ use crate::scenario::memory::{peak_rss_bytes, reset_peak_rss};
 /// round trips and commits but contend for the same rows).
 pub(crate) const BASELINE_LOOPS: [usize; 2] = [1, 8];
 
+/// A framework side of the drain: a real worker with its defaults
+/// ([`mysqlq::WorkerConfig::default`]) and `--concurrency` / `--batch`, plus what `configure`
+/// sets. The first entry of [`FRAMEWORK_VARIANTS`] is the framework of the ratios; every other
+/// one is drained in the same rounds and reported beside it, so a side with other worker
+/// settings is one more entry there (one whose `writes` delete the row at completion is checked
+/// for no row left instead of every row `completed`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameworkVariant {
+    /// Its name in the output (`framework`, `framework <what differs>`); its JSON key is this
+    /// with `_` for spaces.
+    pub(crate) label: &'static str,
+    /// The worker settings this side changes (none for [`FrameworkVariant::DEFAULTS`]).
+    pub(crate) configure: fn(WorkerBuilder) -> WorkerBuilder,
+    /// What its statements write to a drained job's row (the index entries per job).
+    pub(crate) writes: &'static [RowWrite],
+}
+
+impl FrameworkVariant {
+    /// The worker with its defaults.
+    pub(crate) const DEFAULTS: Self = Self {
+        label: "framework",
+        configure: std::convert::identity,
+        writes: &[FRAMEWORK_CLAIM, FRAMEWORK_COMPLETE],
+    };
+
+    /// The variant labelled `label` (a child process is told its side by label).
+    pub(crate) fn named(label: &str) -> Option<Self> {
+        FRAMEWORK_VARIANTS
+            .iter()
+            .copied()
+            .find(|v| v.label == label)
+    }
+}
+
+/// The worker's claim as it writes a job's row the first time (`job_claim`'s UPDATE, in
+/// `mysqlq/src/store/claim.rs`).
+pub(crate) const FRAMEWORK_CLAIM: RowWrite = RowWrite {
+    statement: "claim UPDATE",
+    change: Change::Update(&[
+        "status",
+        "locked_by",
+        "claim_token",
+        "lease_expires_at",
+        "claimed_at",
+        "attempts",
+        "first_claimed_at",
+    ]),
+};
+
+/// The worker's completion that keeps the row (`job_complete_many`, in
+/// `mysqlq/src/store/guarded.rs`).
+pub(crate) const FRAMEWORK_COMPLETE: RowWrite = RowWrite {
+    statement: "completion UPDATE",
+    change: Change::Update(&["status", "finished_at", "lease_expires_at"]),
+};
+
+/// Two variants are the same side when they have the same label.
+impl PartialEq for FrameworkVariant {
+    fn eq(&self, other: &Self) -> bool {
+        self.label == other.label
+    }
+}
+
+impl Eq for FrameworkVariant {}
+
+/// The framework sides of the drain, the defaults first (one line each).
+pub(crate) const FRAMEWORK_VARIANTS: &[FrameworkVariant] = &[FrameworkVariant::DEFAULTS];
+
 /// Who drains the queue in one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Drainer {
-    /// A real worker with its default settings (except `--concurrency` / `--batch`).
-    Framework,
+    /// A real worker: its default settings (except `--concurrency` / `--batch`) and the
+    /// variant's.
+    Framework(FrameworkVariant),
     /// The raw claim loop, run by this many tasks side by side.
     Baseline(usize),
 }
 
 impl Drainer {
-    /// Every drainer, in the order of the diagnostics.
+    /// The framework with its defaults.
+    pub(crate) const FRAMEWORK: Self = Self::Framework(FrameworkVariant::DEFAULTS);
+
+    /// Every drainer, in the order of the diagnostics: the framework variants, then the
+    /// baseline's loop counts.
     pub(crate) fn all() -> Vec<Self> {
-        std::iter::once(Self::Framework)
+        FRAMEWORK_VARIANTS
+            .iter()
+            .map(|&v| Self::Framework(v))
             .chain(BASELINE_LOOPS.iter().map(|&n| Self::Baseline(n)))
             .collect()
     }
 
-    /// The runs of round `r`: framework first then the baselines on even rounds, the mirror
-    /// image on odd ones (ABBA order extended to three runs), so drift falls on every side.
+    /// The runs of round `r`: the framework sides first then the baselines on even rounds, the
+    /// mirror image on odd ones (ABBA order extended to every side), so drift falls on every
+    /// side.
     pub(crate) fn round(r: u32) -> Vec<Self> {
         let mut v = Self::all();
         if !r.is_multiple_of(2) {
@@ -48,10 +126,18 @@ impl Drainer {
         v
     }
 
+    /// What its statements write to a drained job's row.
+    pub(crate) fn writes(self) -> &'static [RowWrite] {
+        match self {
+            Self::Framework(v) => v.writes,
+            Self::Baseline(_) => crate::sql::BENCH_DRAIN_WRITES,
+        }
+    }
+
     /// `framework`, `baseline 1 loop`, `baseline 8 loops`.
     pub(crate) fn label(self) -> String {
         match self {
-            Self::Framework => "framework".to_owned(),
+            Self::Framework(v) => v.label.to_owned(),
             Self::Baseline(n) => format!("baseline {n} loop{}", if n == 1 { "" } else { "s" }),
         }
     }
@@ -85,31 +171,33 @@ impl Bench<'_> {
         self.phase(&label, n);
         let before = self.status().await?;
         let run = match who {
-            Drainer::Framework => self.drain_framework(&probe).await?,
+            Drainer::Framework(v) => self.drain_framework(&probe, v).await?,
             Drainer::Baseline(loops) => self.drain_baseline(&probe, loops).await?,
         };
         let after = self.status().await?;
-        let delta: Vec<Option<i64>> = after
-            .iter()
-            .zip(&before)
-            .map(|(a, b)| Some((*a)? - (*b)?))
-            .collect();
+        let delta = status_delta(&after, &before);
         self.diag.add(who, u64::from(n), &run, &delta);
         self.check(format!("{label}: handlers"), probe.exactly_once());
-        self.check_rows_completed(&label, n).await?;
+        if who.writes().iter().any(|w| w.change == Change::Delete) {
+            self.check_rows_deleted(&label).await?;
+        } else {
+            self.check_rows_completed(&label, n).await?;
+        }
         Ok(per_s(n, run.took))
     }
 
+    /// One drain by a worker in this process: the defaults and `variant`'s settings.
     pub(crate) async fn drain_framework(
         &mut self,
         probe: &Arc<Probe>,
+        variant: FrameworkVariant,
     ) -> Result<DrainRun, BenchError> {
         let n = u64::from(self.jobs);
         let pool = self
             .scratch
             .pool(Worker::recommended_pool_size(self.concurrency))
             .await?;
-        let builder = self.worker(&pool, probe)?;
+        let builder = (variant.configure)(self.worker(&pool, probe)?);
         let first = self.peak_rss.is_none();
         if first {
             self.rss_reset = reset_peak_rss();
@@ -143,7 +231,7 @@ impl Bench<'_> {
         waited?;
         if lost > 0 {
             self.check(
-                "drain framework: ownership".to_owned(),
+                format!("drain {}: ownership", variant.label),
                 Err(format!("{lost} completions refused (lease lost)")),
             );
         }

@@ -1,6 +1,6 @@
 //! The rate scenario's worker processes: `bench-worker` (hidden), a child of this binary running
-//! one mysqlq worker with its defaults but the concurrency on [`RATE_QUEUE`], and the parent's
-//! handle on it ([`WorkerProc`]: started, told to stop with SIGTERM, its counters read).
+//! one mysqlq worker with its defaults but the concurrency on [`RATE_QUEUE`], started and stopped
+//! through [`crate::scenario::child`] (SIGTERM, its counters read).
 //!
 //! Handlers note their start first thing ([`crate::job::BenchRate`]) and hand it to the
 //! process's [`Recorder`] through a channel; a task writes the starts to `bench_starts` in
@@ -8,7 +8,6 @@
 //! runs, and at exit (SIGTERM, SIGINT, or its stdin closed: the parent is gone) one line
 //! `counters {json}` with its worker's counters, after the graceful shutdown and the last batch.
 
-use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,25 +15,19 @@ use std::time::{Duration, Instant};
 use mysqlq::Worker;
 use serde_json::{Value, json};
 use sqlx::MySqlPool;
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
-use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 
 use crate::args::WorkerArgs;
 use crate::error::{BenchError, db_err, q_err};
 use crate::job::{self, RATE_QUEUE};
 use crate::probe::lock;
+use crate::scenario::child::{ChildProc, StdinWatch, cpu_seconds, stop_all, stop_signal};
 use crate::{db, sql};
 
 /// How often the recorder writes what its handlers started.
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 /// Most starts per INSERT.
 const INSERT_ROWS: usize = 1_000;
-/// Longest wait for a child to print `ready`.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest wait for a child to exit after SIGTERM (its graceful shutdown waits up to 30 s).
-const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One handler start: job id, tag (its rate key, or `plain`), wall-clock µs.
 pub(crate) struct Start {
@@ -94,18 +87,6 @@ async fn insert_loop(
     }
 }
 
-/// This process's CPU time (user + system), in seconds, from `/proc/self/stat` (`None`
-/// elsewhere). Assumes 100 clock ticks per second, as on every Linux of the last decades.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
-}
-
 /// `bench-worker` (internal): runs until SIGTERM, SIGINT or the end of stdin, then shuts the
 /// worker down gracefully and prints its counters.
 pub(crate) async fn child_worker(url: &str, a: &WorkerArgs) -> Result<(), BenchError> {
@@ -143,7 +124,7 @@ pub(crate) async fn child_worker(url: &str, a: &WorkerArgs) -> Result<(), BenchE
             }
         })
     };
-    stop_signal().await;
+    stop_signal(StdinWatch::start().eof).await;
     sampler.abort();
     let late_per_s = lock(&late_per_s).clone();
     let stopping = Instant::now();
@@ -185,46 +166,6 @@ pub(crate) async fn child_worker(url: &str, a: &WorkerArgs) -> Result<(), BenchE
     pool.close().await;
     rec_pool.close().await;
     Ok(())
-}
-
-/// SIGTERM, SIGINT, or the end of stdin (the parent is gone).
-async fn stop_signal() {
-    // A thread of its own, not tokio's stdin: the runtime's shutdown would wait for its
-    // blocking read, which only ends when the parent closes the pipe.
-    let (eof_tx, eof) = oneshot::channel::<()>();
-    let watching = std::thread::Builder::new()
-        .name("stdin-watch".into())
-        .spawn(move || {
-            use std::io::Read as _;
-            let mut buf = [0u8; 64];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-            let _ = eof_tx.send(());
-        })
-        .is_ok();
-    let stdin_closed = async {
-        if watching {
-            let _ = eof.await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-                () = stdin_closed => {}
-            }
-            return;
-        }
-    }
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = stdin_closed => {}
-    }
 }
 
 /// The counters one `bench-worker` printed at exit (summed over several with `add`).
@@ -340,159 +281,22 @@ impl ChildCounters {
     }
 }
 
-/// A running `bench-worker` child.
-pub(crate) struct WorkerProc {
-    child: Child,
-    /// Held open: the child stops when it closes (the bench is gone).
-    stdin: Option<ChildStdin>,
-    ready: Option<oneshot::Receiver<()>>,
-    /// The child's `counters` line, once it printed it.
-    counters: JoinHandle<Option<String>>,
-    /// Its stderr, shown if it fails.
-    stderr: JoinHandle<String>,
-}
-
-impl WorkerProc {
-    /// Starts `bench-worker --index index --concurrency concurrency` on the scratch database.
-    pub(crate) fn spawn(url: &str, index: u16, concurrency: u16) -> Result<Self, BenchError> {
-        let exe = std::env::current_exe().map_err(|e| {
-            BenchError::new(
-                format!("cannot find this program to start the worker processes: {e}"),
-                "run the bench from a regular file",
-            )
-        })?;
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("bench-worker")
-            .args([
-                "--index",
-                &index.to_string(),
-                "--concurrency",
-                &concurrency.to_string(),
-            ])
-            .env("DATABASE_URL", url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| {
-            BenchError::new(
-                format!("cannot start a worker process: {e}"),
-                "check the process limits",
-            )
-        })?;
-        let no_pipe = || BenchError::new("a worker process has no stdout", "this is a bug");
-        let stdout = child.stdout.take().ok_or_else(no_pipe)?;
-        let stderr = child.stderr.take().ok_or_else(no_pipe)?;
-        let (ready_tx, ready) = oneshot::channel();
-        let counters = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            let mut lines = tokio::io::BufReader::new(stdout).lines();
-            let mut counters = None;
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line == "ready" {
-                    if let Some(tx) = ready_tx.take() {
-                        let _ = tx.send(());
-                    }
-                } else if let Some(rest) = line.strip_prefix("counters ") {
-                    counters = Some(rest.to_owned());
-                }
-            }
-            counters
-        });
-        let stderr = tokio::spawn(async move {
-            let mut text = String::new();
-            let _ = tokio::io::BufReader::new(stderr)
-                .read_to_string(&mut text)
-                .await;
-            text
-        });
-        Ok(Self {
-            stdin: child.stdin.take(),
-            child,
-            ready: Some(ready),
-            counters,
-            stderr,
-        })
-    }
-
-    /// Waits until the child's worker runs.
-    pub(crate) async fn ready(&mut self) -> Result<(), BenchError> {
-        let Some(ready) = self.ready.take() else {
-            return Ok(());
-        };
-        match tokio::time::timeout(READY_TIMEOUT, ready).await {
-            Ok(Ok(())) => Ok(()),
-            _ => {
-                let _ = self.child.start_kill();
-                let _ = self.child.wait().await;
-                let err = (&mut self.stderr).await.unwrap_or_default();
-                Err(BenchError::new(
-                    format!(
-                        "a worker process did not start: {}",
-                        err.trim().replace('\n', " ")
-                    ),
-                    "see its error",
-                ))
-            }
-        }
-    }
-
-    /// Sends SIGTERM (the worker's graceful shutdown), by the child's process id.
-    pub(crate) fn terminate(&self) {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-
-    /// Waits for the child's exit (after [`terminate`](Self::terminate)); its counters.
-    pub(crate) async fn finish(mut self) -> Result<ChildCounters, BenchError> {
-        let status = match tokio::time::timeout(EXIT_TIMEOUT, self.child.wait()).await {
-            Ok(s) => s.ok(),
-            Err(_) => {
-                let _ = self.child.start_kill();
-                let _ = self.child.wait().await;
-                None
-            }
-        };
-        drop(self.stdin.take());
-        let line = (&mut self.counters).await.ok().flatten();
-        let err = (&mut self.stderr).await.unwrap_or_default();
-        match (status, line) {
-            (Some(s), Some(line)) if s.success() => {
-                let v: Value = serde_json::from_str(&line).map_err(|e| {
-                    BenchError::new(
-                        format!("a worker process printed unreadable counters ({e}): {line}"),
-                        "this is a bug in the bench",
-                    )
-                })?;
-                Ok(ChildCounters::parse(&v))
-            }
-            (status, _) => Err(BenchError::new(
-                format!(
-                    "a worker process ended with {} without its counters: {}",
-                    status.map_or_else(|| "no exit in time".to_owned(), |s| s.to_string()),
-                    err.trim().replace('\n', " ")
-                ),
-                "see its error",
-            )),
-        }
-    }
-}
-
 /// Starts `n` worker processes at once and waits until each runs.
 pub(crate) async fn start_workers(
     url: &str,
     n: u16,
     concurrency: u16,
-) -> Result<Vec<WorkerProc>, BenchError> {
+) -> Result<Vec<ChildProc>, BenchError> {
     let mut procs = Vec::new();
     for i in 0..n {
-        procs.push(WorkerProc::spawn(url, i, concurrency)?);
+        let args = [
+            "bench-worker".to_owned(),
+            "--index".to_owned(),
+            i.to_string(),
+            "--concurrency".to_owned(),
+            concurrency.to_string(),
+        ];
+        procs.push(ChildProc::spawn(url, &args)?);
     }
     for p in &mut procs {
         p.ready().await?;
@@ -501,22 +305,11 @@ pub(crate) async fn start_workers(
 }
 
 /// SIGTERM to every process at once, then each one's counters, summed.
-pub(crate) async fn stop_workers(procs: Vec<WorkerProc>) -> Result<ChildCounters, BenchError> {
-    for p in &procs {
-        p.terminate();
-    }
-    let mut sum: Option<ChildCounters> = None;
-    let mut first_err = None;
-    for p in procs {
-        match p.finish().await {
-            Ok(c) => sum = Some(sum.map_or_else(|| c.clone(), |s| s.add(&c))),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(sum.unwrap_or_default()),
-    }
+pub(crate) async fn stop_workers(procs: Vec<ChildProc>) -> Result<ChildCounters, BenchError> {
+    let lines = stop_all(procs).await?;
+    Ok(lines
+        .iter()
+        .map(ChildCounters::parse)
+        .reduce(|a, b| a.add(&b))
+        .unwrap_or_default())
 }

@@ -62,7 +62,7 @@ impl Bench<'_> {
                 let first = self.checks.len();
                 out.side
                     .drain
-                    .push(self.drain(Drainer::Framework, round).await?);
+                    .push(self.drain(Drainer::FRAMEWORK, round).await?);
                 self.label_redis(first);
             }
             let first = self.checks.len();
