@@ -3,7 +3,7 @@
 
 use sqlx::{MySqlConnection, MySqlPool};
 
-use crate::store::migrations;
+use crate::store::migrations::{self, Statement};
 use crate::store::server::ServerInfo;
 
 use crate::Error;
@@ -139,17 +139,6 @@ pub async fn check_schema(conn: &mut MySqlConnection) -> Result<(), Error> {
         });
     }
     Ok(())
-}
-
-/// One statement of a migration file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Statement {
-    /// The SQL, tagged `/* mysqlq:migrate */`.
-    pub(crate) sql: String,
-    /// Marked `-- mysqlq:optional`: a routine the server may refuse to create (a function
-    /// that writes, with binary logging on and `log_bin_trust_function_creators` off). Its
-    /// refusal does not fail the migration; every later `migrate` tries it again.
-    pub(crate) optional: bool,
 }
 
 /// Splits a migration file into statements: `--` comment lines dropped, the delimiter (`;`,

@@ -53,7 +53,7 @@ pub(crate) async fn migration_apply(
     conn: &mut MySqlConnection,
     version: u32,
     name: &str,
-    statements: Vec<crate::migrate::Statement>,
+    statements: Vec<Statement>,
 ) -> Result<(), Error> {
     for statement in statements {
         if !run_statement(conn, statement, &[1060, 1061]).await? {
@@ -76,7 +76,7 @@ pub(crate) async fn migration_apply(
 /// [`is_routine_refused`] leave things as they are.
 pub(crate) async fn migration_retry_optional(
     conn: &mut MySqlConnection,
-    statements: Vec<crate::migrate::Statement>,
+    statements: Vec<Statement>,
 ) -> Result<(), Error> {
     for statement in statements {
         run_statement(conn, statement, &[1304]).await?;
@@ -88,7 +88,7 @@ pub(crate) async fn migration_retry_optional(
 /// optional statement the server refused ([`is_routine_refused`]) is `Ok(false)`.
 async fn run_statement(
     conn: &mut MySqlConnection,
-    statement: crate::migrate::Statement,
+    statement: Statement,
     applied: &[u16],
 ) -> Result<bool, Error> {
     match sqlx::raw_sql(AssertSqlSafe(statement.sql))
@@ -159,4 +159,15 @@ pub async fn sql_routines(conn: &mut MySqlConnection) -> Result<SqlRoutines, Err
         log_bin: log_bin != 0,
         trust_function_creators: trust != 0,
     })
+}
+
+/// One statement of a migration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Statement {
+    /// The SQL, tagged `/* mysqlq:migrate */`.
+    pub(crate) sql: String,
+    /// Marked `-- mysqlq:optional`: a routine the server may refuse to create (a function
+    /// that writes, with binary logging on and `log_bin_trust_function_creators` off). Its
+    /// refusal does not fail the migration; every later `migrate` tries it again.
+    pub(crate) optional: bool,
 }
