@@ -56,7 +56,12 @@ const SESSIONS: [Sample; 13] = [
 ];
 
 /// Samples of output checked by other test files.
-const CHECKED_ELSEWHERE: [(&str, &str, &str); 4] = [
+const CHECKED_ELSEWHERE: [(&str, &str, &str); 5] = [
+    (
+        "docs/other-languages.md",
+        "ERROR 1644 (45000): ",
+        "tests/sql_enqueue.rs: the_refusals_the_docs_show_are_what_the_procedure_says",
+    ),
     (
         "docs/dashboard.md",
         "before: EXPLAIN of the first statement",

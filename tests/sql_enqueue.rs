@@ -522,6 +522,37 @@ async fn bad_input_is_refused_naming_what_was_wrong_and_writes_nothing() {
     assert!(e.contains("1048576"), "{e}");
 }
 
+/// The refusals `docs/other-languages.md` shows are the procedure's own, word for word, with the
+/// error number and SQLSTATE a client gets.
+#[tokio::test]
+async fn the_refusals_the_docs_show_are_what_the_procedure_says() {
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let shown = mysqlq_tests::docs::block("docs/other-languages.md", "ERROR 1644 (45000): ").lines;
+    let calls: [(&str, Option<&str>); 3] = [
+        ("{}", Some(r#"{"queue": "bad queue"}"#)),
+        ("{}", Some(r#"{"qeueu": "x"}"#)),
+        ("[1, 2]", None),
+    ];
+    assert_eq!(shown.len(), calls.len(), "one line per refused call");
+    for ((payload, options), line) in calls.into_iter().zip(&shown) {
+        let err = call(&mut conn, "noop", payload, options)
+            .await
+            .expect_err("refused");
+        let e = err.as_database_error().expect("a server error");
+        let code = e.code().unwrap_or_default();
+        let number = e
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(|m| m.number());
+        assert_eq!(
+            format!("ERROR {} ({code}): {}", number.unwrap_or(0), e.message()),
+            *line,
+            "docs/other-languages.md"
+        );
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_queue").await, 0);
+}
+
 #[tokio::test]
 async fn a_trigger_enqueues_in_the_triggering_statements_transaction() {
     let db = TestDb::new().await;
