@@ -242,9 +242,10 @@ async fn a_full_keys_backlog_is_not_read_by_claims_or_the_probe() {
     let plan = plan(4);
     let params = claim_params(&token, 8);
     // The first claim admits the key's one start and closes it for an hour.
-    let (jobs, _, report) = store::job_claim_rated(&mut conn, &params, &plan, &[])
-        .await
-        .unwrap();
+    let (jobs, _, report) =
+        store::job_claim_rated(&mut conn, &params, &plan, &store::Completing::default())
+            .await
+            .unwrap();
     assert_eq!(jobs.len(), 1);
     assert!(jobs[0].rate_slack.is_some());
     assert!(report.keys_seen);
@@ -260,9 +261,10 @@ async fn a_full_keys_backlog_is_not_read_by_claims_or_the_probe() {
     );
     let probe = handler_reads(&mut conn).await - before;
     let before = handler_reads(&mut conn).await;
-    let (jobs, _, _) = store::job_claim_rated(&mut conn, &params, &plan, &[])
-        .await
-        .unwrap();
+    let (jobs, _, _) =
+        store::job_claim_rated(&mut conn, &params, &plan, &store::Completing::default())
+            .await
+            .unwrap();
     let claim = handler_reads(&mut conn).await - before;
     assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<JobId>>(), [free]);
     assert!(jobs[0].rate_slack.is_none());
@@ -799,9 +801,10 @@ async fn jobs_waiting_for_a_limit_are_counted_as_rate_limited() {
     let token = mysqlq_tests::token();
     let params = claim_params(&token, 1);
     let plan = plan(1);
-    let (jobs, _, _) = store::job_claim_rated(&mut conn, &params, &plan, &[])
-        .await
-        .unwrap();
+    let (jobs, _, _) =
+        store::job_claim_rated(&mut conn, &params, &plan, &store::Completing::default())
+            .await
+            .unwrap();
     assert!(jobs[0].rate_slack.is_some());
     let admin = mysqlq::admin::Admin::new(db.pool.clone());
     let q = admin.queues().await.unwrap();
@@ -871,7 +874,7 @@ async fn claim_k(
     params: &ClaimParams<'_>,
     plan: &RatePlan,
 ) -> Vec<store::ClaimedJob> {
-    store::job_claim_rated(conn, params, plan, &[])
+    store::job_claim_rated(conn, params, plan, &store::Completing::default())
         .await
         .unwrap()
         .0

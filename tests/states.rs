@@ -48,7 +48,7 @@ async fn claim_as(db: &TestDb, queue: &str, worker_id: &str, limit: u32) -> Vec<
     let jobs = if worker_id.starts_with(store::RELAY_PREFIX) {
         store::job_relay_claim(&mut conn, &params).await.unwrap()
     } else {
-        store::job_claim_rated(&mut conn, &params, &plan, &[])
+        store::job_claim_rated(&mut conn, &params, &plan, &store::Completing::default())
             .await
             .unwrap()
             .0

@@ -71,10 +71,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0011_sql_enqueue",
         sql: include_str!("../migrations/0011_sql_enqueue.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_completion_receipts",
+        sql: include_str!("../migrations/0012_completion_receipts.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

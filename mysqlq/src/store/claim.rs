@@ -6,7 +6,8 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
 
 use super::admission::{self, CLAIM_COLUMNS, Candidate, KEY_GATES};
-use super::guarded::{GuardedReport, Owned, job_complete_many};
+use super::deleting::{Completing, complete_in};
+use super::guarded::GuardedReport;
 use super::lanes::{Lanes, RatePlan, RateReport};
 use super::limits::{QUEUE_LIMIT_COLUMNS, QueueGate, QueueLimits, limits_of};
 use super::rate::QUEUE_NOT_HELD;
@@ -95,7 +96,7 @@ pub async fn job_claim(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
 ) -> Result<Vec<ClaimedJob>, Error> {
-    Ok(job_claim_completing(conn, p, &[])
+    Ok(job_claim_completing(conn, p, &Completing::default())
         .await
         .map_err(|f| f.error)?
         .0)
@@ -133,15 +134,17 @@ impl From<Error> for ClaimFailed {
 
 /// The claim of [`job_claim`], telling a claim whose COMMIT outcome is unknown apart
 /// ([`ClaimFailed`]), that also completes `complete` (jobs whose handlers returned `Ok`,
-/// token-guarded exactly as [`super::job_complete_many`]) in the same transaction, last (after
-/// everything in the claim that can wait, so their rows are never held behind a wait), so
-/// that the previous batch's completions and the next batch's claim share one commit. On
-/// failure nothing of it was written, or (a COMMIT whose reply was lost) it may have been: a
-/// retried completion recognises its own earlier write, so the caller writes them again.
+/// token-guarded exactly as [`super::job_complete_many`], or deleting their rows as
+/// [`super::job_complete`] does) in the same transaction, last (after everything in the claim
+/// that can wait, so their rows are never held behind a wait), so that the previous batch's
+/// completions and the next batch's claim share one commit. On failure nothing of it was
+/// written, or (a COMMIT whose reply was lost) it may have been: a retried completion
+/// recognises its own earlier write (by the token left on the row, or by the receipt of a
+/// deleting write passed to it as [`super::Deleting::earlier`]), so the caller writes them again.
 pub async fn job_claim_completing(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
-    complete: &[Owned],
+    complete: &Completing<'_>,
 ) -> Result<(Vec<ClaimedJob>, GuardedReport), ClaimFailed> {
     let (jobs, done, _) = claim_rows(conn, p, "job_claim", true, complete, None).await?;
     Ok((jobs, done))
@@ -155,7 +158,7 @@ pub async fn job_claim_rated(
     conn: &mut MySqlConnection,
     p: &ClaimParams<'_>,
     rate: &RatePlan,
-    complete: &[Owned],
+    complete: &Completing<'_>,
 ) -> Result<(Vec<ClaimedJob>, GuardedReport, RateReport), ClaimFailed> {
     claim_rows(conn, p, "job_claim", true, complete, Some(rate)).await
 }
@@ -206,7 +209,7 @@ pub(super) async fn claim_rows(
     p: &ClaimParams<'_>,
     tag: &str,
     take_attempt: bool,
-    complete: &[Owned],
+    complete: &Completing<'_>,
     rate: Option<&RatePlan>,
 ) -> Result<(Vec<ClaimedJob>, GuardedReport, RateReport), ClaimFailed> {
     crate::queue::validate_queue_name(p.queue)?;
@@ -226,11 +229,7 @@ pub(super) async fn claim_rows(
     report.queue_rated = queue_rated;
     // Completions last, after everything in the claim that can wait: while they are written
     // their rows are locked, and a heartbeat renewing them would wait behind this transaction.
-    let completed = if complete.is_empty() {
-        GuardedReport::default()
-    } else {
-        job_complete_many(&mut tx, complete).await?
-    };
+    let completed = complete_in(&mut tx, complete).await?;
     let (jobs, completed) = commit(tx, jobs, completed).await?;
     Ok((jobs, completed, report))
 }

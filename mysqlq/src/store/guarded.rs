@@ -39,6 +39,12 @@ pub struct GuardedReport {
     /// Claims whose row another transaction held, left unwritten rather than waited for
     /// ([`job_heartbeat`] only): not renewed this time, to be tried again soon.
     pub skipped: Vec<Owned>,
+    /// Of [`GuardedReport::lost`], the claims whose row no longer exists. A row deleted by its
+    /// own completion (a worker that deletes completed jobs, `WorkerBuilder::delete_completed`)
+    /// reads so to every statement but that completion's own writer, which tells it apart by
+    /// its receipt ([`super::deleting`]): a heartbeat racing the job's completion leaves such a
+    /// claim to the writer.
+    pub gone: Vec<Owned>,
 }
 
 impl GuardedReport {
@@ -61,6 +67,11 @@ impl GuardedReport {
     /// [`GuardedReport::skipped`]).
     pub fn is_skipped(&self, id: JobId, token: &str) -> bool {
         names(&self.skipped, id, token)
+    }
+
+    /// The row of the lost claim `(id, token)` no longer exists (see [`GuardedReport::gone`]).
+    pub fn is_gone(&self, id: JobId, token: &str) -> bool {
+        names(&self.gone, id, token)
     }
 }
 
@@ -109,6 +120,7 @@ async fn guarded_update(
     if done < jobs.len() as u64 {
         let o = job_ownership(conn, jobs).await?;
         report.lost = o.lost;
+        report.gone = o.gone;
         report.settled = o.settled;
         report.cancelled = o.cancelled;
     }
@@ -125,6 +137,8 @@ pub(super) struct Ownership {
     pub settled: Vec<Owned>,
     /// Held under another token, moved by the reaper (which clears the token), or deleted.
     pub lost: Vec<Owned>,
+    /// Of `lost`, the claims whose row no longer exists.
+    pub gone: Vec<Owned>,
     /// Cancelled by an operator while the claim's token was on the row (`status =
     /// 'cancelled'` with `cancelled_by` set): not lost to another worker, but not to be run or
     /// written any more.
@@ -163,6 +177,7 @@ pub(super) async fn job_ownership(
             ),
             None => {
                 out.lost.push(j.clone());
+                out.gone.push(j.clone());
                 continue;
             }
         };
@@ -240,6 +255,7 @@ pub async fn job_heartbeat(
         // settled by this token, or cancelled by an operator.
         let o = job_ownership(conn, &passed).await?;
         report.lost.extend(o.lost);
+        report.gone.extend(o.gone);
         report.settled.extend(o.settled);
         report.cancelled.extend(o.cancelled);
         report.skipped = o.owned;

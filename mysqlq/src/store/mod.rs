@@ -38,6 +38,7 @@ mod attempts;
 mod claim;
 mod cron;
 pub mod dashboard;
+mod deleting;
 mod errors;
 mod explain;
 mod gauges;
@@ -75,6 +76,7 @@ pub use claim::{
     job_ready_queues,
 };
 pub use cron::{cron_baseline, cron_enqueue_tick, cron_latest, db_now};
+pub use deleting::{Completing, Deleting, job_complete, receipt_delete, receipt_prune};
 pub use errors::is_lock_error;
 pub(crate) use errors::{is_duplicate_key, sqlx_error_number};
 pub use explain::job_claim_explain;
@@ -82,12 +84,13 @@ pub use explain::job_claim_explain;
 pub use gauges::gauges_explain;
 pub use gauges::{queue_gauges, workflow_gauges};
 #[cfg(feature = "__internal-store")]
+pub use guarded::job_complete_many;
+#[cfg(feature = "__internal-store")]
 pub use guarded::job_finish_attempt;
 #[cfg(any(feature = "redis", feature = "__internal-store"))]
 pub use guarded::job_relay_release;
 pub use guarded::{
-    GuardedReport, Outcome, Owned, Written, job_complete_many, job_finish_attempt_logged,
-    job_heartbeat, job_release,
+    GuardedReport, Outcome, Owned, Written, job_finish_attempt_logged, job_heartbeat, job_release,
 };
 #[cfg(feature = "__internal-store")]
 pub use insert::INSERT_CHUNK_ROWS;

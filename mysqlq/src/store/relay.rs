@@ -38,9 +38,16 @@ pub async fn job_relay_claim(
     if !p.worker_id.starts_with(RELAY_PREFIX) {
         return Err(Error::invalid("relay", "a relay's id starts with `redis-relay:`").into());
     }
-    Ok(claim_rows(conn, p, "job_relay_claim", false, &[], None)
-        .await?
-        .0)
+    Ok(claim_rows(
+        conn,
+        p,
+        "job_relay_claim",
+        false,
+        &super::Completing::default(),
+        None,
+    )
+    .await?
+    .0)
 }
 
 /// A relayed job a consumer read from a stream: its id and the relay's token in the entry.

@@ -221,6 +221,21 @@ impl WorkerBuilder {
         self
     }
 
+    /// Deletes the row of each job this worker completes, in the transaction that records the
+    /// completion, instead of marking it `completed` and pruning it after the retention ("no
+    /// history"; default `false`). Each completion then costs the database less: one DELETE
+    /// instead of an UPDATE of the status in every index that holds it and a later DELETE by
+    /// the pruner. A completed job is then gone: no `completed` row to look up, search, count or
+    /// retry (the per-minute statistics and latency histograms still count it). Kept and marked
+    /// `completed` as usual, because a reader needs the row: workflow steps (their dependents
+    /// and the sweep read their status) and jobs holding their dedupe key for a window after
+    /// completion (`EnqueueOptions::dedupe_window`). Failed and cancelled rows are kept. Other
+    /// workers on the same tables may keep their completed rows; see `docs/schema.md`.
+    pub fn delete_completed(mut self, delete: bool) -> Self {
+        self.config.delete_completed = delete;
+        self
+    }
+
     /// Statistics flush interval.
     pub fn stats_interval(mut self, every: Duration) -> Self {
         self.config.stats_interval = every;
@@ -455,6 +470,7 @@ impl WorkerBuilder {
         } else {
             config.poll_floor * 2
         };
+        let completer = completer::Completer::new(carry_wait, config.delete_completed);
         let metrics = Arc::new(Metrics::new(&worker_id));
         #[cfg(feature = "otel")]
         if let Some(meter) = &self.meter {
@@ -482,7 +498,7 @@ impl WorkerBuilder {
             steps_released: Notify::new(),
             stopping: AtomicBool::new(false),
             lease_unconfirmed: AtomicBool::new(false),
-            completer: Arc::new(completer::Completer::new(carry_wait)),
+            completer: Arc::new(completer),
             workflow_wake: Notify::new(),
             periodic,
             hooks: crate::hooks::global_hooks().then(&self.hooks),

@@ -13,7 +13,9 @@
 //! or an error the server keeps refusing falls back to completing each job on its own, so one
 //! blocked row never stalls the others. A completion whose COMMIT reply was lost is retried and
 //! recognised as already written (the token stays on the row), never reported as lost; so is a
-//! carried completion whose claim failed, which comes back here to be written again.
+//! carried completion whose claim failed, which comes back here to be written again. A worker
+//! that deletes completed jobs (`Config::delete_completed`) recognises its own earlier
+//! deletions by their receipts instead ([`super::receipts`], `store::job_complete`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -23,12 +25,14 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::JobId;
-use crate::store::{self, GuardedReport, Owned};
+use crate::store::{self, Deleting, GuardedReport, Owned};
 use crate::worker::buffer::Hold;
 use crate::worker::deferred::Deferred;
 use crate::worker::executor::{self, Slot};
-use crate::worker::write::{WriteFailed, write_retrying};
-use crate::worker::{Key, Phase, Shared, WorkerEvent, release};
+use crate::worker::flush::{done, flush};
+use crate::worker::receipts::Receipts;
+use crate::worker::write::write_retrying;
+use crate::worker::{Key, Phase, Shared, release};
 
 /// Most completions per statement.
 const MAX_FLUSH: usize = 1000;
@@ -51,16 +55,19 @@ pub(crate) struct Completer {
     arrived: Notify,
     /// How long queued completions wait for a claim to carry them (zero: not at all).
     carry_wait: Duration,
+    /// The receipts of writes that delete their rows (nothing when the worker keeps them).
+    pub(crate) receipts: Receipts,
 }
 
 impl Completer {
-    pub(crate) fn new(carry_wait: Duration) -> Self {
+    pub(crate) fn new(carry_wait: Duration, delete: bool) -> Self {
         Self {
             queue: Mutex::new(Vec::new()),
             solo: Mutex::new(Vec::new()),
             steps: Mutex::new(Vec::new()),
             arrived: Notify::new(),
             carry_wait,
+            receipts: Receipts::new(delete),
         }
     }
 
@@ -105,20 +112,28 @@ impl Completer {
     /// Whatever the claim does not write (it failed, or it was dropped on the way) comes back
     /// to the queue when the returned value is dropped.
     pub(crate) fn carry(self: &Arc<Self>) -> Carried {
-        let keys = if self.carry_wait.is_zero() {
+        let mut keys = if self.carry_wait.is_zero() {
             Vec::new()
         } else {
             let mut q = self.queue();
             let n = q.len().min(MAX_FLUSH);
             q.drain(..n).collect()
         };
+        self.give_back(self.receipts.repeats(&mut keys));
+        let deleting = if keys.is_empty() {
+            None
+        } else {
+            self.receipts.plan(&keys)
+        };
         Carried {
             completer: self.clone(),
             keys,
+            deleting,
         }
     }
 
-    fn give_back(&self, keys: Vec<Key>) {
+    /// Completions to write alone (a claim did not write them), first at the next flush.
+    pub(crate) fn give_back(&self, keys: Vec<Key>) {
         if keys.is_empty() {
             return;
         }
@@ -170,11 +185,17 @@ impl Completer {
 pub(crate) struct Carried {
     completer: Arc<Completer>,
     keys: Vec<Key>,
+    /// How the claim deletes their rows, when the worker deletes completed jobs.
+    deleting: Option<Deleting>,
 }
 
 impl Carried {
     pub(crate) fn keys(&self) -> &[Key] {
         &self.keys
+    }
+
+    pub(crate) fn deleting(&self) -> Option<&Deleting> {
+        self.deleting.as_ref()
     }
 
     /// The claim's transaction committed with these completions in it.
@@ -183,6 +204,7 @@ impl Carried {
         if keys.is_empty() {
             return;
         }
+        self.completer.receipts.known(self.deleting.as_ref(), &keys);
         let m = &s.metrics;
         m.add(&m.counters.completion_flushes, 1);
         m.add(&m.counters.piggybacked, keys.len() as u64);
@@ -192,7 +214,12 @@ impl Carried {
 
 impl Drop for Carried {
     fn drop(&mut self) {
-        self.completer.give_back(std::mem::take(&mut self.keys));
+        let keys = std::mem::take(&mut self.keys);
+        // The claim failed, perhaps after its COMMIT: the next write of them reads its receipt.
+        self.completer
+            .receipts
+            .in_doubt(self.deleting.as_ref(), &keys);
+        self.completer.give_back(keys);
     }
 }
 
@@ -206,6 +233,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
             tokio::select! {
                 () = c.arrived.notified() => {}
                 () = sleep_until(due) => {}
+                () = sleep_until(c.receipts.due()) => {}
                 () = s.stop_services.cancelled() => {}
             }
         }
@@ -233,6 +261,7 @@ pub(crate) async fn run(s: Arc<Shared>) {
         }
         let steps = c.next_steps();
         complete_steps(&s, steps, &mut deferred, Handoff::Allowed).await;
+        c.receipts.delete_known(&s, stopping).await;
         if stopping && c.is_empty() {
             settle_before_stop(&s, &mut deferred, STOP_SETTLE).await;
             return;
@@ -263,6 +292,7 @@ pub(crate) async fn flush_now(s: &Arc<Shared>) {
             complete_steps(s, Vec::new(), &mut deferred, Handoff::Never).await;
         }
         if s.completer.is_empty() && deferred.is_empty() {
+            s.completer.receipts.delete_known(s, true).await;
             return;
         }
     }
@@ -465,90 +495,4 @@ async fn settle_before_stop(s: &Arc<Shared>, deferred: &mut Deferred, limit: Dur
             "workflow settlements still held at shutdown; the workflow sweep will write them"
         );
     }
-}
-
-async fn flush(s: &Arc<Shared>, batch: &mut Vec<Key>) {
-    let keys = std::mem::take(batch);
-    let jobs: Vec<Owned> = keys.iter().map(Key::owned).collect();
-    let result = write_retrying(s, "complete jobs", true, || complete(s, &jobs)).await;
-    match result {
-        Ok(report) => done(s, &keys, &report),
-        // A locked row is waited for by its own task (as is each job of a refused batch), so
-        // that the completer goes on with the others.
-        Err(e @ (WriteFailed::Locked(_) | WriteFailed::Refused(_)))
-            if keys.len() > 1 || matches!(e, WriteFailed::Locked(_)) =>
-        {
-            tracing::warn!(
-                jobs = keys.len(),
-                "completion batch blocked or refused; completing these jobs one by one"
-            );
-            for key in keys {
-                let s = s.clone();
-                tokio::spawn(async move {
-                    let job = [key.owned()];
-                    match write_retrying(&s, "complete job", false, || complete(&s, &job)).await {
-                        Ok(report) => done(&s, std::slice::from_ref(&key), &report),
-                        Err(e) => {
-                            tracing::error!(id = key.id.0, error = %e, "completion not written; the lease will bring the job back");
-                            s.forget(&key);
-                        }
-                    }
-                });
-            }
-        }
-        Err(e) => {
-            tracing::error!(jobs = keys.len(), error = %e, "completions not written; the leases will bring the jobs back");
-            for k in &keys {
-                s.forget(k);
-            }
-        }
-    }
-}
-
-async fn complete(s: &Shared, jobs: &[Owned]) -> Result<GuardedReport, crate::Error> {
-    let mut conn = s.db.acquire().await?;
-    let m = &s.metrics;
-    m.add(&m.counters.completion_flushes, 1);
-    store::job_complete_many(&mut conn, jobs).await
-}
-
-/// Counts what a completion statement did and lets go of exactly these claims.
-pub(crate) fn done(s: &Shared, keys: &[Key], report: &GuardedReport) {
-    let m = &s.metrics;
-    m.add(
-        &m.counters.completions,
-        report.done + report.settled.len() as u64,
-    );
-    if !report.lost.is_empty() {
-        m.add(&m.counters.lost, report.lost.len() as u64);
-        tracing::warn!(
-            jobs = ?report.lost.iter().map(|j| j.id.0).collect::<Vec<_>>(),
-            "completion refused: the lease was lost and another worker owns these jobs now"
-        );
-    }
-    let mut by_operator = Vec::new();
-    {
-        let mut map = s.in_flight();
-        for k in keys {
-            if let Some(f) = map.remove(k)
-                && report.is_cancelled(k.id, &k.token)
-            {
-                by_operator.push(f.run);
-            }
-        }
-    }
-    // Cancelled by an operator before the completion was written: that is the outcome.
-    for run in by_operator {
-        s.operator_cancelled(run);
-    }
-    for k in keys {
-        s.settled(k);
-    }
-    for k in keys {
-        // Cancelled by an operator before the flush: not completed (the row stays cancelled).
-        if !report.is_lost(k.id, &k.token) && !report.is_cancelled(k.id, &k.token) {
-            s.emit(WorkerEvent::Completed { id: k.id });
-        }
-    }
-    s.slot_freed.notify_waiters();
 }

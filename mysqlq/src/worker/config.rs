@@ -78,6 +78,13 @@ pub struct Config {
     /// Age after which completed (and cancelled) rows are pruned. Default
     /// [`Config::DEFAULT_COMPLETED_RETENTION`].
     pub completed_retention: Duration,
+    /// Delete the row of a job this worker completes, in the transaction that records the
+    /// completion, instead of marking it `completed` for the pruner ("no history", as Graphile
+    /// Worker does): less work for the database per job. Rows a reader still needs are kept
+    /// and marked `completed` as usual: workflow steps and jobs holding their dedupe key for a
+    /// window after completion. Failed and cancelled rows are kept either way. Default `false`;
+    /// see [`WorkerBuilder::delete_completed`](crate::WorkerBuilder::delete_completed).
+    pub delete_completed: bool,
     /// Age after which failed rows are pruned. Default [`Config::DEFAULT_FAILED_RETENTION`].
     pub failed_retention: Duration,
     /// How often counters are flushed to the statistics tables (an idle worker, with nothing
@@ -183,6 +190,7 @@ impl Default for Config {
             maintenance_interval: Self::DEFAULT_MAINTENANCE_INTERVAL,
             leader_ttl: Self::DEFAULT_LEADER_TTL,
             completed_retention: Self::DEFAULT_COMPLETED_RETENTION,
+            delete_completed: false,
             failed_retention: Self::DEFAULT_FAILED_RETENTION,
             stats_interval: Self::DEFAULT_STATS_INTERVAL,
             gauge_interval: Self::DEFAULT_GAUGE_INTERVAL,

@@ -161,6 +161,14 @@ fn settle(s: &Shared, keys: &[Key], report: &GuardedReport, sent: Instant) {
             // By claim, never by id: the same chunk may name an earlier claim of this job,
             // lost since this worker claimed it again.
             let (reason, into) = if report.is_lost(key.id, &key.token) {
+                // A row gone while the job's outcome is being written may have been deleted by
+                // that very write (a worker that deletes completed jobs, committed a moment
+                // ago): its writer tells which from its receipt, and the heartbeat leaves it be.
+                if report.is_gone(key.id, &key.token)
+                    && map.get(key).is_some_and(|f| f.phase == Phase::Finishing)
+                {
+                    continue;
+                }
                 (CancelReason::LeaseLost, &mut lost)
             } else if report.is_cancelled(key.id, &key.token) {
                 (CancelReason::Cancelled, &mut cancelled)

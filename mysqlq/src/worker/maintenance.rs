@@ -164,6 +164,9 @@ fn prune_due(s: &Shared, last: &mut Option<tokio::time::Instant>) -> bool {
 
 /// How long the periodic jobs' ledger keeps a tick that is not its schedule's latest.
 const CRON_KEEP: Duration = Duration::from_secs(24 * 3600);
+/// How long a completion receipt is kept when its worker did not delete it (it died first;
+/// `docs/schema.md`): far longer than a retried completion write waits.
+const RECEIPT_KEEP: Duration = Duration::from_secs(24 * 3600);
 
 /// Longest gap between two pruner runs on the leader.
 const PRUNE_AT_MOST_EVERY: Duration = Duration::from_secs(60);
@@ -204,6 +207,7 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     // The tables that gain a row per key or per tick: a batch per round, like the jobs above.
     let keys = store::keys_prune(conn, BATCH).await?;
     let ticks = store::cron_prune(conn, CRON_KEEP, BATCH).await?;
+    let receipts = store::receipt_prune(conn, RECEIPT_KEEP, BATCH).await?;
     // The operators' audit trail is kept as long as the failed jobs it may explain.
     let audit = store::admin::audit_prune(conn, s.config.failed_retention, BATCH).await?;
     // Rate limits: expired holds, idle buckets, and the buckets keyed jobs lack.
@@ -213,6 +217,7 @@ async fn prune(s: &Shared, conn: &mut sqlx::MySqlConnection) -> Result<(u64, boo
     }
     backlog |= rate >= u64::from(BATCH);
     backlog |= keys >= u64::from(BATCH) || ticks >= u64::from(BATCH) || audit >= u64::from(BATCH);
+    backlog |= receipts >= u64::from(BATCH);
     Ok((pruned, backlog))
 }
 

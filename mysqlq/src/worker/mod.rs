@@ -18,6 +18,7 @@ mod config;
 mod deferred;
 mod events;
 mod executor;
+mod flush;
 mod handle;
 mod inline;
 mod lag;
@@ -26,6 +27,7 @@ mod maintenance;
 mod outcome;
 mod producer;
 mod rate;
+mod receipts;
 #[cfg(feature = "redis")]
 mod redis;
 mod release;

@@ -288,13 +288,17 @@ async fn claim_queue(
             .as_ref()
             .map(|c| c.keys().iter().map(Key::owned).collect())
             .unwrap_or_default();
+        let complete = store::Completing {
+            jobs: &owned,
+            delete: carried.as_ref().and_then(|c| c.deleting()),
+        };
         let got = conn.get(s).await;
         // After the connection is at hand, before anything is sent: the start guard counts from
         // here, and a rate decision's time (its locking statement's) comes after it.
         let sent = Instant::now();
         let result = match (got, &plan) {
-            (Ok(c), Some(plan)) => store::job_claim_rated(c, &params, plan, &owned).await,
-            (Ok(c), None) => store::job_claim_completing(c, &params, &owned)
+            (Ok(c), Some(plan)) => store::job_claim_rated(c, &params, plan, &complete).await,
+            (Ok(c), None) => store::job_claim_completing(c, &params, &complete)
                 .await
                 .map(|(jobs, done)| (jobs, done, store::RateReport::default())),
             (Err(error), _) => Err(store::ClaimFailed {
