@@ -160,6 +160,8 @@ pub(crate) struct WorkArgs {
     /// Leader lease: a dead leader is replaced after at most this long
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DUR")]
     pub(crate) leader_ttl: Duration,
+    #[command(flatten)]
+    pub(crate) history: crate::args_history::HistoryArgs,
 }
 
 /// `stats`.

@@ -78,7 +78,8 @@ pub(crate) async fn work(
         .shutdown_timeout(a.shutdown_timeout)
         .poll_interval(a.poll_floor, a.poll_ceiling)
         .job_timeout(a.job_timeout)
-        .maintenance(a.maintenance_interval, a.leader_ttl);
+        .maintenance(a.maintenance_interval, a.leader_ttl)
+        .delete_completed(a.history.delete_completed);
     for (q, n) in limits {
         builder = builder.queue_concurrency(q, n);
     }

@@ -49,6 +49,8 @@ mod app;
 #[cfg(feature = "cli")]
 mod args;
 #[cfg(feature = "cli")]
+mod args_history;
+#[cfg(feature = "cli")]
 mod args_jobs;
 #[cfg(feature = "cli")]
 mod args_kinds;
