@@ -298,6 +298,12 @@ async fn a_completion_whose_commit_reply_was_lost_is_counted_once() {
         drain_events(&mut events, completed_or_lost).is_empty(),
         "one completion event, no lost lease"
     );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_completion_receipt")
+            .await,
+        0,
+        "the receipt is deleted once the retry knew the outcome"
+    );
     link.close();
 }
 
@@ -365,6 +371,12 @@ async fn a_completion_carried_by_a_claim_whose_commit_reply_was_lost_is_counted_
     assert_eq!(db.status(first.0).await, None);
     assert_eq!(db.status(second.0).await, None);
     assert!(drain_events(&mut events, completed_or_lost).is_empty());
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM mysqlq_completion_receipt")
+            .await,
+        0,
+        "the claim's receipt too, once the write that read it was known"
+    );
     link.close();
 }
 

@@ -88,11 +88,23 @@ impl Receipts {
     pub(crate) fn known(&self, d: Option<&Deleting>, keys: &[Key]) {
         let Some(d) = d else { return };
         self.forget(keys);
+        // So are the earlier writes' receipts this write read, once no completion left in
+        // doubt names them any more.
+        let mut done = vec![d.receipt.clone()];
+        if !d.earlier.is_empty() {
+            let doubts = lock(&self.doubts);
+            for (_, token) in &d.earlier {
+                let named = doubts.values().flatten().any(|t| **t == **token);
+                if !named && !done.contains(token) {
+                    done.push(token.clone());
+                }
+            }
+        }
         let mut known = lock(&self.known);
         if known.0.is_empty() {
             known.1 = Some(Instant::now());
         }
-        known.0.push(d.receipt.clone());
+        known.0.extend(done);
     }
 
     /// The write `d` of `keys` failed, perhaps after committing: its keys remember its receipt.
