@@ -9,7 +9,10 @@
 //! `rl-1` at 3/1s), some in a second queue (`torture_g`) with queue-wide limits (3 starts per
 //! 500 ms and 3 running at once across every worker, set by two workers of the four and stored
 //! for all), some answering "429" once (`JobError::rate_limited`, holding their key or queue),
-//! enqueued throughout. Faults are injected at random points, all drawn from
+//! some holding a dedupe key for a window after completion, enqueued throughout. Two workers of
+//! the four (`in1`, and `p1` with its replacements, through `work --delete-completed`) delete the
+//! jobs they complete ("no history"): the checker holds them to deleting exactly the completed
+//! jobs no reader needs, and every in-process worker's metrics to counting each completion once. Faults are injected at random points, all drawn from
 //! one seeded RNG: `KILL CONNECTION` of a worker's connection, lost `COMMIT` replies, all of a
 //! worker's connections cut, a server stall (SIGSTOP/SIGCONT), a worker process stopped longer
 //! than its lease, a worker process SIGKILLed (and replaced).
@@ -113,6 +116,7 @@ async fn in_process(db: &TestDb, upstream: &str, id: &str) -> Member {
     }
     let handle = builder
         .queues([QUEUE, LIMITED_QUEUE])
+        .delete_completed(deletes_completed(id))
         .worker_id(id)
         .concurrency(CONCURRENCY)
         .lease(LEASE)
@@ -145,10 +149,16 @@ async fn process(db: &TestDb, upstream: &str, id: &str) -> Member {
     } else {
         Vec::new()
     };
+    let history: &[&str] = if deletes_completed(id) {
+        &["--delete-completed"]
+    } else {
+        &[]
+    };
     let child = Command::new(BIN)
         .args(["work", "--worker-id", id, "--queues"])
         .arg(format!("{QUEUE},{LIMITED_QUEUE}"))
         .args(limits)
+        .args(history)
         .args(["--concurrency", &CONCURRENCY.to_string()])
         .args(["--lease", &ms(LEASE), "--heartbeat", &ms(HEARTBEAT)])
         .args(["--maintenance-interval", "200ms", "--leader-ttl", "1s"])
@@ -204,6 +214,16 @@ fn sets_queue_limits(id: &str) -> bool {
     id == "in0" || id.split('-').next() == Some("p0")
 }
 
+/// Whether worker `id` deletes the jobs it completes (`in1`, `p1` and `p1`'s replacements); the
+/// others keep them `completed`.
+fn deletes_completed(id: &str) -> bool {
+    id == "in1" || id.split('-').next() == Some("p1")
+}
+
+/// Per mille of the enqueuer's jobs that hold a dedupe key (their own) for a window after they
+/// complete: kept `completed` by every worker.
+const DEDUPE_WINDOW_SHARE: u32 = 40;
+
 /// The rate limits of the mix (`docs/design/rate-limits.md` §12): keys and their limits.
 const RATE_LIMITS: [(&str, &str); 2] = [("rl-0", "4/300ms"), ("rl-1", "3/1s")];
 /// Per mille of the random jobs that carry a rate limit, and of those (the same draw) the ones
@@ -236,6 +256,11 @@ fn random_enqueued_job(rng: &mut fastrand::Rng) -> NewJob {
             act: act::LIMITED.to_owned(),
             ms: rng.u64(700..1500),
         };
+    }
+    if rng.u32(..1000) < DEDUPE_WINDOW_SHARE {
+        opts = opts
+            .dedupe_key(format!("dw-{}", rng.u64(..)))
+            .dedupe_window(Duration::from_millis(rng.u64(100..2000)));
     }
     NewJob::from_job(&job, &opts).expect("a valid torture job")
 }
@@ -716,16 +741,20 @@ async fn one_random_run(seed: u64, scale: u32) {
         Some(state)
     };
     let mut late_starts = Vec::new();
+    let mut counted = Vec::new();
     for m in &mut members {
         match &mut m.kind {
             MemberKind::InProcess(h) => {
                 if let Some(h) = h.take() {
-                    let c = h.metrics().counters.snapshot();
+                    let metrics = h.metrics();
+                    let c = metrics.counters.snapshot();
                     late_starts.push(format!(
                         "{} {} of {}",
                         m.id, c.rate_late_starts, c.rate_admitted
                     ));
                     let _ = tokio::time::timeout(Duration::from_secs(30), h.shutdown()).await;
+                    // After the shutdown: the completions it wrote while stopping count too.
+                    counted.push((m.id.clone(), metrics.counters.snapshot().completions));
                 }
             }
             MemberKind::Process { proc, dead: false } => {
@@ -767,9 +796,15 @@ async fn one_random_run(seed: u64, scale: u32) {
         }
     }
     faults.sort_by_key(|f| f.start);
-    let history = History::load(&db.pool, faults)
+    let mut history = History::load(&db.pool, faults)
         .await
         .expect("read the torture history");
+    history.deleting = members
+        .iter()
+        .filter(|m| deletes_completed(&m.id))
+        .map(|m| m.id.clone())
+        .collect();
+    history.counted = counted;
     let report = check::check(&history);
     let released = history
         .writes

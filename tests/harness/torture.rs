@@ -6,10 +6,14 @@
 //! - **State writes**: every change of a job's `status` or `claim_token`, logged by an AFTER
 //!   UPDATE trigger on `job_queue` into `torture_history` (old/new status, old/new token, the
 //!   worker, attempts, `last_error`, time). Heartbeats, which only move the lease, are not logged.
+//!   A deleted row is logged too, by an AFTER DELETE trigger, as a write to the status `deleted`
+//!   (no new token); a worker that deletes completed jobs completes them so.
 //! - **Faults**: every fault the test injected, with the worker it hit (none: all of them) and
 //!   its window ([`Fault`]).
 //! - **Jobs**: each job's row as the run left it ([`JobEnd`]): status, attempts, its keys and
-//!   its rate limit (`rate_key`, `rate_limit`, `rate_period_us`).
+//!   its rate limit (`rate_key`, `rate_limit`, `rate_period_us`). A row a completion deleted
+//!   (from `processing`) is read from `torture_deleted`, where a second AFTER DELETE trigger
+//!   keeps every deleted row's columns, as `completed` ([`History::deleted`]).
 //!
 //! All times are microseconds since the Unix epoch on this machine's clock (the server's
 //! `UTC_TIMESTAMP(6)` reads the same clock).
@@ -18,7 +22,7 @@ pub mod check;
 pub mod fault_proxy;
 mod report;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -46,6 +50,27 @@ pub async fn install_history(pool: &MySqlPool) {
            NEW.locked_by, OLD.attempts, NEW.attempts, LEFT(NEW.last_error, 255), UTC_TIMESTAMP(6) FROM DUAL \
          WHERE NOT (OLD.status <=> NEW.status) OR NOT (OLD.claim_token <=> NEW.claim_token) \
            OR (OLD.status = 'pending' AND NEW.status = 'pending' AND NEW.available_at < OLD.available_at)",
+        // A deleted row: a write to `deleted` (a worker deleting the jobs it completes, an
+        // operator's delete), and the row's columns as it was.
+        "CREATE TRIGGER torture_history_delete AFTER DELETE ON job_queue FOR EACH ROW \
+         INSERT INTO torture_history (seq, job_id, old_status, new_status, old_token, new_token, old_worker, \
+           new_worker, old_attempts, new_attempts, last_error, at) \
+         VALUES (UUID_SHORT(), OLD.id, OLD.status, 'deleted', OLD.claim_token, NULL, OLD.locked_by, \
+           NULL, OLD.attempts, OLD.attempts, LEFT(OLD.last_error, 255), UTC_TIMESTAMP(6))",
+        "CREATE TABLE torture_deleted (seq BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
+         id BIGINT UNSIGNED NOT NULL, queue_name VARCHAR(64) NOT NULL, payload JSON NOT NULL, \
+         status VARCHAR(16) NOT NULL, attempts INT UNSIGNED NOT NULL, max_attempts INT UNSIGNED NOT NULL, \
+         last_error TEXT NULL, ordering_key VARCHAR(191) NULL, concurrency_key VARCHAR(191) NULL, \
+         concurrency_limit SMALLINT UNSIGNED NULL, cancelled_by VARCHAR(128) NULL, rate_key VARCHAR(191) NULL, \
+         rate_limit INT UNSIGNED NULL, rate_period_us BIGINT UNSIGNED NULL, dedupe_window_us BIGINT UNSIGNED NULL, \
+         at DATETIME(6) NOT NULL)",
+        "CREATE TRIGGER torture_deleted_log AFTER DELETE ON job_queue FOR EACH ROW \
+         INSERT INTO torture_deleted (seq, id, queue_name, payload, status, attempts, max_attempts, last_error, \
+           ordering_key, concurrency_key, concurrency_limit, cancelled_by, rate_key, rate_limit, rate_period_us, \
+           dedupe_window_us, at) \
+         VALUES (UUID_SHORT(), OLD.id, OLD.queue_name, OLD.payload, OLD.status, OLD.attempts, OLD.max_attempts, \
+           OLD.last_error, OLD.ordering_key, OLD.concurrency_key, OLD.concurrency_limit, OLD.cancelled_by, \
+           OLD.rate_key, OLD.rate_limit, OLD.rate_period_us, OLD.dedupe_window_us, UTC_TIMESTAMP(6))",
         // Every hold a "429" wrote (`JobError::rate_limited`), with the statement's time: the
         // row commits with the hold or not at all. `UUID_SHORT()` for the reason above.
         "CREATE TABLE torture_holds (seq BIGINT UNSIGNED NOT NULL PRIMARY KEY, \
@@ -596,6 +621,17 @@ pub struct History {
     pub queue_limits: Vec<QueueLimits>,
     /// Every hold written, oldest first.
     pub holds: Vec<Hold>,
+    /// Jobs whose row a completion deleted (`processing` → `deleted`): in [`History::jobs`] as
+    /// `completed`.
+    pub deleted: HashSet<u64>,
+    /// Jobs enqueued with a dedupe window (`dedupe_window_us`): their completed row is kept,
+    /// by every worker.
+    pub dedupe_window: HashSet<u64>,
+    /// The workers that delete the jobs they complete (`delete_completed`); set by the test.
+    pub deleting: HashSet<String>,
+    /// In-process workers and the completions their metrics counted, read after their
+    /// shutdown; set by the test.
+    pub counted: Vec<(String, u64)>,
 }
 
 /// One operator action of the audit trail, with the jobs it says it changed.
@@ -620,45 +656,62 @@ const MICROS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', at)";
 impl History {
     /// Reads the history of the torture queues' jobs from the test database.
     pub async fn load(pool: &MySqlPool, faults: Vec<Fault>) -> Result<Self, sqlx::Error> {
-        let jobs = sqlx::query(
-            "SELECT id, CAST(queue_name AS CHAR) AS queue_name, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, CAST(status AS CHAR) AS status, \
+        // The rows left, and those a completion deleted (read as `completed`).
+        let columns = "id, CAST(queue_name AS CHAR) AS queue_name, JSON_UNQUOTE(JSON_EXTRACT(payload, '$.act')) AS act, \
              attempts, max_attempts, last_error, ordering_key, concurrency_key, concurrency_limit, \
              CAST(cancelled_by AS CHAR) AS cancelled_by, rate_key, CAST(rate_limit AS UNSIGNED) AS rate_limit, \
-             CAST(rate_period_us AS SIGNED) AS rate_period_us \
-             FROM job_queue WHERE queue_name IN ('torture', 'torture_g') ORDER BY id",
-        )
+             CAST(rate_period_us AS SIGNED) AS rate_period_us, dedupe_window_us IS NOT NULL AS windowed";
+        let mut rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {columns}, CAST(status AS CHAR) AS status, 0 AS deleted FROM job_queue \
+             WHERE queue_name IN ('torture', 'torture_g') \
+             UNION ALL SELECT {columns}, 'completed' AS status, 1 AS deleted FROM torture_deleted \
+             WHERE queue_name IN ('torture', 'torture_g') AND status = 'processing' ORDER BY id"
+        )))
         .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|r| {
-            let key: Option<String> = r.try_get("concurrency_key")?;
-            let limit: Option<u16> = r.try_get("concurrency_limit")?;
-            let rate_key: Option<String> = r.try_get("rate_key")?;
-            let rate_limit: Option<u64> = r.try_get("rate_limit")?;
-            let rate_period: Option<i64> = r.try_get("rate_period_us")?;
-            let rate = match (rate_key, rate_limit, rate_period) {
-                (Some(key), Some(limit), Some(period_us)) => Some(RateLimit {
-                    key,
-                    limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                    period_us,
-                }),
-                _ => None,
-            };
-            Ok(JobEnd {
-                id: r.try_get("id")?,
-                queue: r.try_get("queue_name")?,
-                act: r.try_get::<Option<String>, _>("act")?.unwrap_or_default(),
-                status: r.try_get("status")?,
-                attempts: r.try_get("attempts")?,
-                max_attempts: r.try_get("max_attempts")?,
-                last_error: r.try_get("last_error")?,
-                ordering_key: r.try_get("ordering_key")?,
-                concurrency: key.zip(limit),
-                cancelled_by: r.try_get("cancelled_by")?,
-                rate,
+        .await?;
+        rows.sort_by_key(|r| r.try_get::<u64, _>("id").unwrap_or_default());
+        let mut deleted = HashSet::new();
+        let mut dedupe_window = HashSet::new();
+        for r in &rows {
+            let id: u64 = r.try_get("id")?;
+            if r.try_get::<i64, _>("deleted")? != 0 {
+                deleted.insert(id);
+            }
+            if r.try_get::<i64, _>("windowed")? != 0 {
+                dedupe_window.insert(id);
+            }
+        }
+        let jobs = rows
+            .iter()
+            .map(|r| {
+                let key: Option<String> = r.try_get("concurrency_key")?;
+                let limit: Option<u16> = r.try_get("concurrency_limit")?;
+                let rate_key: Option<String> = r.try_get("rate_key")?;
+                let rate_limit: Option<u64> = r.try_get("rate_limit")?;
+                let rate_period: Option<i64> = r.try_get("rate_period_us")?;
+                let rate = match (rate_key, rate_limit, rate_period) {
+                    (Some(key), Some(limit), Some(period_us)) => Some(RateLimit {
+                        key,
+                        limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                        period_us,
+                    }),
+                    _ => None,
+                };
+                Ok(JobEnd {
+                    id: r.try_get("id")?,
+                    queue: r.try_get("queue_name")?,
+                    act: r.try_get::<Option<String>, _>("act")?.unwrap_or_default(),
+                    status: r.try_get("status")?,
+                    attempts: r.try_get("attempts")?,
+                    max_attempts: r.try_get("max_attempts")?,
+                    last_error: r.try_get("last_error")?,
+                    ordering_key: r.try_get("ordering_key")?,
+                    concurrency: key.zip(limit),
+                    cancelled_by: r.try_get("cancelled_by")?,
+                    rate,
+                })
             })
-        })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
         let writes = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT seq, job_id, old_status, new_status, old_token, new_token, old_worker, new_worker, \
              old_attempts, new_attempts, last_error, {MICROS} AS at FROM torture_history ORDER BY seq"
@@ -822,6 +875,10 @@ impl History {
             rate_slack,
             queue_limits,
             holds,
+            deleted,
+            dedupe_window,
+            deleting: HashSet::new(),
+            counted: Vec::new(),
         })
     }
 

@@ -83,6 +83,8 @@ pub struct Claim {
     pub run_end: Option<(String, i64)>,
     /// When the handler recorded `ok` (first time).
     pub ok_at: Option<i64>,
+    /// Ended by deleting the row (a completion by a worker that deletes completed jobs).
+    pub deleted: bool,
 }
 
 /// One violated invariant.
@@ -142,6 +144,12 @@ pub mod inv {
     pub const OUTCOME: &str = "final state matches the job's behaviour";
     /// One transition to `completed` per job.
     pub const TWICE: &str = "none completed twice";
+    /// A worker that deletes completed jobs deletes each it completes but the kept ones (workflow
+    /// steps, dedupe keys held for a window), which it marks `completed`; no other worker deletes
+    /// one.
+    pub const NO_HISTORY: &str = "no history: deleted exactly the completed jobs no reader needs";
+    /// An in-process worker's metrics count each completion it wrote once.
+    pub const COUNTED: &str = "metrics: each completion counted once";
     /// A completion follows an `ok` of the same claim's handler.
     pub const COMPLETED_BY_OWNER: &str = "completed only after its own handler returned ok";
     /// An attempt is consumed only by a handler run, unless a fault excuses it.
@@ -206,6 +214,7 @@ pub fn claims(h: &History) -> Vec<Claim> {
                 let c = &mut out[i];
                 c.end = classify(w);
                 c.ended_at = Some(w.at);
+                c.deleted = w.new_status == "deleted";
                 open.remove(&w.job);
             }
         }
@@ -221,6 +230,7 @@ pub fn claims(h: &History) -> Vec<Claim> {
                 run_start: None,
                 run_end: None,
                 ok_at: None,
+                deleted: false,
             });
         }
     }
@@ -255,6 +265,8 @@ fn classify(w: &StateWrite) -> ClaimEnd {
         .is_some_and(|e| e.contains("lease expired"));
     match w.new_status.as_str() {
         "completed" => ClaimEnd::Completed,
+        // Only a completion deletes a `processing` row (an operator's delete refuses one).
+        "deleted" if w.old_status == "processing" => ClaimEnd::Completed,
         "cancelled" => ClaimEnd::Cancelled,
         "pending" if w.new_attempts < w.old_attempts => ClaimEnd::GivenBack,
         "pending" | "failed" if reaped => ClaimEnd::Reaped,
@@ -395,7 +407,11 @@ pub fn check(h: &History) -> Report {
         let completions = h
             .writes
             .iter()
-            .filter(|w| w.job == j.id && w.new_status == "completed" && w.old_status != "completed")
+            .filter(|w| {
+                w.job == j.id
+                    && ((w.new_status == "completed" && w.old_status != "completed")
+                        || (w.new_status == "deleted" && w.old_status == "processing"))
+            })
             .count();
         if completions > 1 {
             v.push(Violation {
@@ -506,6 +522,7 @@ pub fn check(h: &History) -> Report {
         inv::GLOBAL,
         &mut v,
     );
+    no_history(h, &cl, &mut v);
     operator_actions(h, &jobs, &mut v);
     workflow::check(h, &jobs, &mut v);
     let mut notes = rate::check(h, &cl, &jobs, &mut v);
@@ -518,6 +535,59 @@ pub fn check(h: &History) -> Report {
         reaped,
         excused,
         text,
+    }
+}
+
+/// Completions by deletion: by the workers that delete completed jobs ([`History::deleting`]),
+/// of every job they complete but workflow steps and jobs with a dedupe window, which keep a
+/// `completed` row; by no other worker. And each in-process worker's completions metric equals
+/// the completions it wrote ([`History::counted`]).
+fn no_history(h: &History, cl: &[Claim], v: &mut Vec<Violation>) {
+    for c in cl.iter().filter(|c| c.end == ClaimEnd::Completed) {
+        let kept = h.steps.contains_key(&c.job) || h.dedupe_window.contains(&c.job);
+        let deletes = h.deleting.contains(&c.worker);
+        let should = deletes && !kept;
+        if c.deleted != should {
+            let what = match (deletes, kept) {
+                (false, _) => "a worker that keeps completed jobs",
+                (true, true) => {
+                    "a worker that deletes completed jobs, but a job whose row is kept (a workflow step or a dedupe window)"
+                }
+                (true, false) => "a worker that deletes completed jobs",
+            };
+            v.push(Violation {
+                invariant: inv::NO_HISTORY,
+                jobs: vec![c.job],
+                why: format!(
+                    "job {} was completed under claim {} by {} ({what}) {}",
+                    c.job,
+                    short(&c.token),
+                    c.worker,
+                    if c.deleted {
+                        "by deleting its row"
+                    } else {
+                        "by keeping its row `completed`"
+                    }
+                ),
+            });
+        }
+    }
+    for (worker, counted) in &h.counted {
+        let wrote: Vec<u64> = cl
+            .iter()
+            .filter(|c| c.end == ClaimEnd::Completed && &c.worker == worker)
+            .map(|c| c.job)
+            .collect();
+        if wrote.len() as u64 != *counted {
+            v.push(Violation {
+                invariant: inv::COUNTED,
+                jobs: Vec::new(),
+                why: format!(
+                    "{worker} wrote {} completions and its metrics counted {counted}",
+                    wrote.len()
+                ),
+            });
+        }
     }
 }
 

@@ -632,3 +632,118 @@ fn workflow_a_grafted_step_its_grafters_dependents_do_not_wait_for_is_caught() {
     h.edges.push((3, 2));
     assert_eq!(check(&h).count(inv::WF_GRAFT), 0);
 }
+
+/// Job 1 (plain) and job 2 (a workflow step) each claimed and run by `worker`, and completed:
+/// 1 by `end1`, 2 by `end2` (`completed` or `deleted`).
+fn completions_by(worker: &str, end1: &str, end2: &str) -> History {
+    let mut h = history(
+        vec![job(1, "ok", "completed"), job(2, "ok", "completed")],
+        vec![
+            write(
+                1,
+                0,
+                ("pending", "processing"),
+                (None, Some("t1")),
+                worker,
+                None,
+            ),
+            write(
+                1,
+                10,
+                ("processing", end1),
+                (Some("t1"), None),
+                worker,
+                None,
+            ),
+            write(
+                2,
+                20,
+                ("pending", "processing"),
+                (None, Some("t2")),
+                worker,
+                None,
+            ),
+            write(
+                2,
+                30,
+                ("processing", end2),
+                (Some("t2"), None),
+                worker,
+                None,
+            ),
+        ],
+        vec![
+            run(1, "t1", "start", 1),
+            run(1, "t1", "ok", 5),
+            run(2, "t2", "start", 21),
+            run(2, "t2", "ok", 25),
+        ],
+    );
+    h.steps.insert(2, (false, false));
+    h.deleted.extend((end1 == "deleted").then_some(1));
+    h.deleted.extend((end2 == "deleted").then_some(2));
+    h
+}
+
+#[test]
+fn a_deleting_worker_deletes_exactly_the_completed_jobs_no_reader_needs() {
+    let mut h = completions_by("d", "deleted", "completed");
+    h.deleting.insert("d".to_owned());
+    let report = check(&h);
+    assert!(report.ok(), "{report}");
+    assert_eq!(
+        cl_ends(&h),
+        [ClaimEnd::Completed, ClaimEnd::Completed],
+        "a deletion from processing is a completion"
+    );
+    // It kept a job no reader needs, and deleted a workflow step.
+    let mut h = completions_by("d", "completed", "deleted");
+    h.deleting.insert("d".to_owned());
+    assert_eq!(check(&h).count(inv::NO_HISTORY), 2);
+    // A dedupe window keeps the row too.
+    let mut h = completions_by("d", "deleted", "completed");
+    h.deleting.insert("d".to_owned());
+    h.dedupe_window.insert(1);
+    assert_eq!(check(&h).count(inv::NO_HISTORY), 1);
+    // A worker that keeps completed jobs deleted one.
+    let h = completions_by("k", "deleted", "completed");
+    assert_eq!(check(&h).count(inv::NO_HISTORY), 1);
+}
+
+fn cl_ends(h: &History) -> Vec<ClaimEnd> {
+    claims(h).iter().map(|c| c.end).collect()
+}
+
+#[test]
+fn a_completion_by_deletion_counts_for_twice_and_metrics_must_count_each_once() {
+    let mut h = completions_by("d", "deleted", "completed");
+    h.deleting.insert("d".to_owned());
+    h.counted.push(("d".to_owned(), 2));
+    assert!(check(&h).ok());
+    h.counted[0].1 = 3;
+    assert_eq!(check(&h).count(inv::COUNTED), 1);
+    h.counted[0].1 = 2;
+    // Job 1 claimed again and completed once more, by an update: twice.
+    h.writes.push(write(
+        1,
+        40,
+        ("pending", "processing"),
+        (None, Some("t3")),
+        "k",
+        None,
+    ));
+    h.writes.push(write(
+        1,
+        50,
+        ("processing", "completed"),
+        (Some("t3"), None),
+        "k",
+        None,
+    ));
+    h.runs.push(run(1, "t3", "start", 41));
+    h.runs.push(run(1, "t3", "ok", 45));
+    for (i, w) in h.writes.iter_mut().enumerate() {
+        w.seq = i as u64;
+    }
+    assert_eq!(check(&h).count(inv::TWICE), 1);
+}

@@ -52,6 +52,17 @@ pub(crate) fn render(
         *ends.entry(format!("{:?}", c.end)).or_default() += 1;
     }
     let _ = writeln!(out, "claims by end: {ends:?}");
+    let deleted = cl.iter().filter(|c| c.deleted).count();
+    let kept = h
+        .jobs
+        .iter()
+        .filter(|j| j.status == "completed" && !h.deleted.contains(&j.id))
+        .count();
+    let _ = writeln!(
+        out,
+        "completions by deletion: {deleted} (workers deleting: {:?}); completed rows kept: {kept}; metrics counted: {:?}",
+        h.deleting, h.counted
+    );
     let _ = writeln!(out, "outcomes (act, status): {:?}", h.outcome_counts());
     for n in notes {
         let _ = writeln!(out, "{n}");
