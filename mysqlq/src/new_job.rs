@@ -126,7 +126,9 @@ impl EnqueueOptions {
     /// the completed job's id. The first enqueue after the window takes the key again. Only
     /// with [`DedupeScope::UntilFinished`]; a job that fails or is cancelled frees the key at
     /// once. The pruner deleting the completed row also frees it: keep `completed_retention`
-    /// longer than the window.
+    /// longer than the window. A worker that deletes the jobs it completes
+    /// ([`WorkerBuilder::delete_completed`](crate::WorkerBuilder::delete_completed)) keeps this
+    /// one's row, `completed`, for the window.
     pub fn dedupe_window(mut self, window: Duration) -> Self {
         self.dedupe_window = Some(window);
         self
