@@ -633,3 +633,38 @@ async fn heartbeats_racing_deleting_completions_report_no_lost_lease() {
         "every job completed once, no lease reported lost"
     );
 }
+
+#[tokio::test]
+async fn over_redis_streams_a_deleting_worker_acknowledges_each_completion_once() {
+    let db = TestDb::new().await;
+    let r = mysqlq_tests::redis::TestRedis::shared();
+    for n in 0..30 {
+        Noop { n }.enqueue(&db.pool).await.unwrap();
+    }
+    let worker = db
+        .worker()
+        .concurrency(8)
+        .delete_completed(true)
+        .redis(r.connect().await)
+        .start()
+        .await
+        .unwrap();
+    db.wait_for(
+        "every job done and deleted",
+        "SELECT (SELECT COUNT(*) FROM test_runs WHERE event = 'done') = 30 \
+         AND (SELECT COUNT(*) FROM job_queue) = 0",
+        Duration::from_secs(30),
+    )
+    .await;
+    let metrics = worker.metrics();
+    worker.shutdown().await.unwrap();
+    let done = mysqlq_tests::redis::runs(&db, "done").await;
+    assert!(
+        done.len() == 30 && done.iter().all(|(_, n)| *n == 1),
+        "{done:?}"
+    );
+    // Every entry acknowledged and deleted once its row was.
+    assert_eq!(r.len("test").await, 0, "the stream is empty");
+    let c = metrics.counters.snapshot();
+    assert_eq!((c.completions, c.lost), (30, 0));
+}
