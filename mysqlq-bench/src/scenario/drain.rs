@@ -72,6 +72,13 @@ pub(crate) const FRAMEWORK_CLAIM: RowWrite = RowWrite {
     ]),
 };
 
+/// The completion of a worker with `delete_completed` (`mysqlq/src/store/deleting.rs`): it
+/// deletes the row.
+pub(crate) const FRAMEWORK_DELETE: RowWrite = RowWrite {
+    statement: "completion DELETE",
+    change: Change::Delete,
+};
+
 /// The worker's completion that keeps the row (`job_complete_many`, in
 /// `mysqlq/src/store/guarded.rs`).
 pub(crate) const FRAMEWORK_COMPLETE: RowWrite = RowWrite {
@@ -89,7 +96,16 @@ impl PartialEq for FrameworkVariant {
 impl Eq for FrameworkVariant {}
 
 /// The framework sides of the drain, the defaults first (one line each).
-pub(crate) const FRAMEWORK_VARIANTS: &[FrameworkVariant] = &[FrameworkVariant::DEFAULTS];
+pub(crate) const FRAMEWORK_VARIANTS: &[FrameworkVariant] = &[
+    FrameworkVariant::DEFAULTS,
+    // Completed rows deleted in the completing transaction (`WorkerBuilder::delete_completed`,
+    // issue 34 item 2).
+    FrameworkVariant {
+        label: "framework no history",
+        configure: |b| b.delete_completed(true),
+        writes: &[FRAMEWORK_CLAIM, FRAMEWORK_DELETE],
+    },
+];
 
 /// Who drains the queue in one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
