@@ -13,30 +13,11 @@ use mysqlq::workflow::Workflow;
 use mysqlq::{EnqueueOptions, Enqueued, Job, JobContext, JobError, WorkerEvent};
 use mysqlq_tests::TestDb;
 use mysqlq_tests::jobs::{Ends, Noop, Panicker, Permanent, PlainNoop, Snoozer, record};
-use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent};
-use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
+use mysqlq_tests::torture::fault_proxy::{ProxyEvent, through_link};
 
 #[path = "harness/claim.rs"]
 mod claim;
 use claim::{claim, owned};
-
-/// A fault proxy in front of the test's database, and a pool of `size` connections through it.
-async fn through_link(db: &TestDb, size: u32) -> (std::sync::Arc<Link>, sqlx::MySqlPool) {
-    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
-    let link = Link::start(&upstream).await;
-    let options = db
-        .options
-        .clone()
-        .host("127.0.0.1")
-        .port(link.port())
-        .ssl_mode(MySqlSslMode::Disabled);
-    let pool = MySqlPoolOptions::new()
-        .max_connections(size)
-        .connect_with(options)
-        .await
-        .expect("connect through the proxy link");
-    (link, pool)
-}
 
 /// Every event `pick` names, until the channel is drained.
 fn drain_events(

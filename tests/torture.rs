@@ -34,7 +34,7 @@ use mysqlq::workflow::{Batch, Workflow};
 use mysqlq::{EnqueueOptions, NewJob, WorkerHandle};
 use mysqlq_tests::jobs::{Sleepy, Torture, act, now_micros};
 use mysqlq_tests::torture::check::{self, inv};
-use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent};
+use mysqlq_tests::torture::fault_proxy::{Link, ProxyEvent, through_link};
 use mysqlq_tests::torture::{
     Fault, FaultKind, History, LIMITED_QUEUE, LagWatch, QUEUE, STALL_LOG_ENV, ServerWatch,
     StallWatch, install_history, logged_lags, recorded_stalls,
@@ -1259,24 +1259,6 @@ async fn the_fault_proxy_loses_a_commit_reply_after_the_commit_happened() {
     }
     assert!(sqlx::query("SELECT 1").execute(&mut *conn).await.is_err());
     link.close();
-}
-
-/// A fault proxy in front of the test's database, and a pool of `size` connections through it.
-async fn through_link(db: &TestDb, size: u32) -> (Arc<Link>, sqlx::MySqlPool) {
-    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
-    let link = Link::start(&upstream).await;
-    let options = db
-        .options
-        .clone()
-        .host("127.0.0.1")
-        .port(link.port())
-        .ssl_mode(MySqlSslMode::Disabled);
-    let pool = MySqlPoolOptions::new()
-        .max_connections(size)
-        .connect_with(options)
-        .await
-        .expect("connect through the proxy link");
-    (link, pool)
 }
 
 /// Grafts one step onto its workflow; the test holds its transaction's first statement back

@@ -299,6 +299,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A fault proxy in front of `db`'s server, and a pool of `size` connections through it.
+pub async fn through_link(db: &crate::TestDb, size: u32) -> (Arc<Link>, sqlx::MySqlPool) {
+    use sqlx::mysql::{MySqlPoolOptions, MySqlSslMode};
+    let upstream = format!("{}:{}", db.options.get_host(), db.options.get_port());
+    let link = Link::start(&upstream).await;
+    let options = db
+        .options
+        .clone()
+        .host("127.0.0.1")
+        .port(link.port())
+        .ssl_mode(MySqlSslMode::Disabled);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(size)
+        .connect_with(options)
+        .await
+        .expect("connect through the proxy link");
+    (link, pool)
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_commit;
