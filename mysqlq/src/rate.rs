@@ -306,6 +306,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Vec<Entry> {
         .collect()
 }
 
+/// Whether `bytes`, which [`decode`] read as `log`, are corrupt: they gave no entry but are
+/// neither `[]` (a new bucket) nor `[1]` (an empty log, as [`encode`] writes one once every
+/// entry has left the window).
+pub(crate) fn unreadable(bytes: &[u8], log: &[Entry]) -> bool {
+    log.is_empty() && bytes.len() > 1
+}
+
 /// What [`decide`] decides on: a bucket's state, its limit and this claim's demand.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DecideInput<'a> {

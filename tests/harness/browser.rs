@@ -119,13 +119,17 @@ impl Browser {
         }
     }
 
-    /// The rendered text of the element `css` selects.
+    /// The rendered text of the element `css` selects. A live page may swap the element between
+    /// the find and the read (a stale reference): it is found again, at most three times.
     pub async fn text(&self, css: &str) -> String {
-        self.find(css)
-            .await
-            .text()
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver text of {css} failed: {e}"))
+        let mut tries = 0;
+        loop {
+            match self.find(css).await.text().await {
+                Ok(text) => return text,
+                Err(e) if tries < 3 && e.to_string().contains("stale element") => tries += 1,
+                Err(e) => panic!("WebDriver text of {css} failed: {e}"),
+            }
+        }
     }
 
     /// Waits (up to 10 s) until the text of `css` contains `needle`: after a click the old page

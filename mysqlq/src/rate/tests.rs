@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::{DecideInput, Decision, Entry, MAX_ENTRIES, Rate, decide, decode, encode, slack};
+use super::{
+    DecideInput, Decision, Entry, MAX_ENTRIES, Rate, decide, decode, encode, slack, unreadable,
+};
 
 /// A time of 2023 in µs, so that the arithmetic runs at production magnitudes.
 const T0: i64 = 1_700_000_000_000_000;
@@ -187,6 +189,17 @@ fn the_log_encodes_as_a_version_byte_and_big_endian_entries() {
     let full = log(&[(0, u32::MAX); MAX_ENTRIES]);
     assert_eq!(encode(&full).len(), 769); // fits VARBINARY(1024)
     assert_eq!(decode(&encode(&full)), full);
+}
+
+#[test]
+fn an_empty_log_is_readable_and_garbage_is_not() {
+    // `[1]`: a bucket whose entries all left the window (logged as unreadable before).
+    for ok in [vec![], encode(&[]), encode(&log(&[(0, 3)]))] {
+        assert!(!unreadable(&ok, &decode(&ok)), "{ok:?}");
+    }
+    for bad in [vec![2; 13], vec![1, 0], vec![0; 13]] {
+        assert!(unreadable(&bad, &decode(&bad)), "{bad:?}");
+    }
 }
 
 #[test]

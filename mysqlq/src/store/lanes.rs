@@ -66,7 +66,7 @@ pub(super) async fn lock_open_keys(
         let key: String = r.try_get("rate_key")?;
         let bytes: Vec<u8> = r.try_get("starts")?;
         let log = rate::decode(&bytes);
-        if log.is_empty() && !bytes.is_empty() {
+        if rate::unreadable(&bytes, &log) {
             tracing::warn!(queue, key, "rate bucket log unreadable; counted from empty");
         }
         out.push(
