@@ -95,6 +95,12 @@ pub(crate) struct BenchArgs {
     /// path); `--scenario all` includes it when given [env: MYSQLQ_REDIS_URL]
     #[arg(long, env = "MYSQLQ_REDIS_URL", hide_env = true, value_name = "URL")]
     pub(crate) redis_url: Option<String>,
+    /// SQL run on the scratch database right after its migrations, before any scenario: an
+    /// experiment on the schema both sides drain, e.g. `ALTER TABLE job_queue DROP KEY
+    /// idx_job_workflow` to measure what maintaining an index costs. Statements separated by
+    /// `;`. The figures of such a run are not the product's: it is printed in the output
+    #[arg(long, value_name = "SQL")]
+    pub(crate) after_migrate: Option<String>,
 }
 
 /// `--concurrency`'s default: the worker's own ([`mysqlq::WorkerConfig::DEFAULT_CONCURRENCY`]).

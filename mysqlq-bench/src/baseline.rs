@@ -13,6 +13,7 @@ use crate::bench::LEASE_SECS;
 use crate::error::BenchError;
 use crate::job::QUEUE;
 use crate::probe::{Probe, new_token};
+use crate::sql::RawTable;
 use crate::{db, sql};
 
 /// A connection, waiting as long as it takes while other tasks hold them all (the baseline runs
@@ -32,6 +33,7 @@ pub(crate) async fn acquire_patiently(
 /// The article's claim, redone from its SELECT on deadlock or lock wait timeout.
 pub(crate) async fn claim(
     conn: &mut sqlx::MySqlConnection,
+    table: RawTable,
     batch: u32,
     worker: &str,
     token: &str,
@@ -39,7 +41,7 @@ pub(crate) async fn claim(
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        match sql::bench_claim(conn, QUEUE, batch, worker, token, LEASE_SECS).await {
+        match sql::bench_claim(conn, table, QUEUE, batch, worker, token, LEASE_SECS).await {
             Ok(ids) => return Ok(ids),
             Err(e) if db::is_lock_error(&e) && attempt < 10 => {
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(
@@ -55,13 +57,14 @@ pub(crate) async fn claim(
 /// The token-guarded completion of one batch, retried on deadlock or lock wait timeout.
 pub(crate) async fn complete(
     conn: &mut sqlx::MySqlConnection,
+    table: RawTable,
     ids: &[u64],
     token: &str,
 ) -> Result<u64, BenchError> {
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        match sql::bench_complete(conn, ids, token).await {
+        match sql::bench_complete(conn, table, ids, token).await {
             Ok(n) => return Ok(n),
             Err(e) if db::is_lock_error(&e) && attempt < 10 => {
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(
@@ -88,6 +91,7 @@ pub(crate) struct DrainCounters {
 /// One baseline drain task: claim a batch, "run" it, complete it, until the queue is empty.
 pub(crate) async fn baseline_drain_loop(
     pool: &MySqlPool,
+    table: RawTable,
     probe: &Probe,
     batch: u32,
     worker: &str,
@@ -97,7 +101,7 @@ pub(crate) async fn baseline_drain_loop(
     loop {
         let mut conn = acquire_patiently(pool).await?;
         let token = new_token();
-        let ids = claim(&mut conn, batch, worker, &token).await?;
+        let ids = claim(&mut conn, table, batch, worker, &token).await?;
         counters.claims.fetch_add(1, Ordering::Relaxed);
         if ids.is_empty() {
             return Ok(());
@@ -105,7 +109,7 @@ pub(crate) async fn baseline_drain_loop(
         for &id in &ids {
             probe.ran(id);
         }
-        let done = complete(&mut conn, &ids, &token).await?;
+        let done = complete(&mut conn, table, &ids, &token).await?;
         counters.flushes.fetch_add(1, Ordering::Relaxed);
         counters
             .lost
@@ -129,14 +133,14 @@ pub(crate) async fn baseline_poller(
     while !stop.0.load(Ordering::SeqCst) {
         let mut conn = acquire_patiently(pool).await?;
         let token = new_token();
-        let ids = claim(&mut conn, batch, &worker, &token).await?;
+        let ids = claim(&mut conn, RawTable::JobQueue, batch, &worker, &token).await?;
         if ids.is_empty() {
             idle = (idle * 2).min(ceiling);
         } else {
             for &id in &ids {
                 probe.ran(id);
             }
-            complete(&mut conn, &ids, &token).await?;
+            complete(&mut conn, RawTable::JobQueue, &ids, &token).await?;
             idle = floor;
             if ids.len() == usize::try_from(batch).unwrap_or(usize::MAX) {
                 continue;

@@ -15,10 +15,13 @@ use crate::indexes::JobQueueIndexes;
 use crate::job::{self, BenchNoop, QUEUE};
 use crate::probe::Probe;
 use crate::report::{Report, round_to};
-use crate::scenario::drain::{BASELINE_LOOPS, DrainRun, Drainer, FRAMEWORK_VARIANTS};
+use crate::scenario::drain::{
+    ARTICLE_LOOPS, BASELINE_LOOPS, DrainRun, Drainer, FRAMEWORK_VARIANTS,
+};
 use crate::scenario::rate::{RATE_CONCURRENCY, RateSettings};
 use crate::scenario::workflow::{WORKFLOW_CONCURRENCY, WORKFLOW_ROUNDS};
 use crate::scratch::{Scratch, interrupted};
+use crate::sql::RawTable;
 use crate::{db, sql};
 
 /// Most jobs of a single-row enqueue run.
@@ -45,6 +48,9 @@ pub(crate) struct Side {
     pub(crate) drain: Vec<f64>,
     /// Baseline only: drain jobs/s per round for each of [`BASELINE_LOOPS`], in that order.
     pub(crate) drain_loops: Vec<Vec<f64>>,
+    /// Baseline only: the raw loop's drain jobs/s on the article's table, per round, for each
+    /// of [`ARTICLE_LOOPS`].
+    pub(crate) article_loops: Vec<Vec<f64>>,
     /// Framework only: drain jobs/s per round for each of [`FRAMEWORK_VARIANTS`], in that
     /// order (the first is `drain`).
     pub(crate) drain_variants: Vec<Vec<f64>>,
@@ -79,6 +85,9 @@ pub(crate) struct Bench<'a> {
     pub(crate) diag: Diag,
     /// Set during the Redis scenario: the framework's workers serve the queue over it.
     pub(crate) redis: Option<mysqlq::redis::Redis>,
+    /// `/proc/<pid>/stat` of the database server when it runs on this host (its CPU time per
+    /// drained job is then reported), else `None`.
+    pub(crate) server_stat: Option<String>,
 }
 
 /// Where the drain's time goes: claim and flush sizes and server counters, summed over the
@@ -89,6 +98,8 @@ pub(crate) struct Diag {
     /// `job_queue`'s indexes, for the index entries each side changes per job (`None`: not
     /// read, no drain ran).
     pub(crate) indexes: Option<JobQueueIndexes>,
+    /// The article's table's indexes, for [`Drainer::Article`].
+    pub(crate) article_indexes: Option<JobQueueIndexes>,
 }
 
 impl Default for Diag {
@@ -99,6 +110,7 @@ impl Default for Diag {
                 .map(|d| (d, DiagSide::default()))
                 .collect(),
             indexes: None,
+            article_indexes: None,
         }
     }
 }
@@ -114,6 +126,18 @@ pub(crate) struct DiagSide {
     pub(crate) piggybacked: u64,
     /// [`sql::BENCH_STATUS`] deltas (`None`: the server lacks the counter).
     pub(crate) status: Vec<Option<i64>>,
+    /// CPU seconds of this process over the side's runs (the drainer, plus the bench's own
+    /// small share: its probe and progress bar).
+    pub(crate) client_cpu_s: Option<f64>,
+    /// CPU seconds of the database server over the side's runs (`None`: not on this host).
+    pub(crate) server_cpu_s: Option<f64>,
+}
+
+/// CPU seconds of one drain run: this process's and the server's (see [`DiagSide`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RunCpu {
+    pub(crate) client_s: Option<f64>,
+    pub(crate) server_s: Option<f64>,
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -122,7 +146,13 @@ fn div(a: u64, b: u64, places: i32) -> Option<f64> {
 }
 
 impl Diag {
-    pub(crate) fn add(&mut self, who: Drainer, jobs: u64, run: &DrainRun, status: &[Option<i64>]) {
+    pub(crate) fn add(
+        &mut self,
+        who: Drainer,
+        jobs: u64,
+        run: &DrainRun,
+        (status, cpu): (&[Option<i64>], RunCpu),
+    ) {
         let Some((_, s)) = self.sides.iter_mut().find(|(d, _)| *d == who) else {
             return;
         };
@@ -130,6 +160,13 @@ impl Diag {
         s.claims += run.claims;
         s.flushes += run.flushes;
         s.piggybacked += run.piggybacked;
+        let first = s.jobs == jobs;
+        let sum = |total: Option<f64>, run: Option<f64>| match first {
+            true => run,
+            false => total.zip(run).map(|(a, b)| a + b),
+        };
+        s.client_cpu_s = sum(s.client_cpu_s, cpu.client_s);
+        s.server_cpu_s = sum(s.server_cpu_s, cpu.server_s);
         if s.status.is_empty() {
             s.status = status.to_vec();
         } else {
@@ -154,6 +191,8 @@ impl Diag {
             };
             #[allow(clippy::cast_precision_loss)]
             let per_job = |v: Option<i64>| v.map(|v| round_to(v as f64 / s.jobs as f64, 4));
+            #[allow(clippy::cast_precision_loss)]
+            let us_per_job = |cpu: Option<f64>| cpu.map(|c| round_to(c * 1e6 / s.jobs as f64, 1));
             let mut counters = serde_json::Map::new();
             let mut missing = Vec::new();
             for name in sql::BENCH_STATUS {
@@ -175,11 +214,14 @@ impl Diag {
                     "commits_per_job": per_job(counter("Handler_commit")),
                     "fsyncs_per_job": per_job(counter("Innodb_data_fsyncs")),
                     "log_fsyncs_per_job": per_job(counter("Innodb_os_log_fsyncs")),
+                    "client_cpu_us_per_job": us_per_job(s.client_cpu_s),
+                    "server_cpu_us_per_job": us_per_job(s.server_cpu_s),
                     "server_counters_per_job": counters,
                     "server_counters_missing": missing,
-                    "secondary_index_entries": self
-                        .indexes
-                        .as_ref()
+                    "secondary_index_entries": match who.table() {
+                        RawTable::JobQueue => self.indexes.as_ref(),
+                        RawTable::Article => self.article_indexes.as_ref(),
+                    }
                         .map_or(Value::Null, |i| i.per_job(who.writes())),
                 }),
             );
@@ -303,6 +345,17 @@ pub(crate) async fn run(
     mysqlq::migrate(&setup)
         .await
         .map_err(q_err("cannot migrate the bench database"))?;
+    if let Some(sql) = &a.after_migrate {
+        for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            eprintln!("--after-migrate (an experiment on the schema): {statement}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_owned()))
+                .execute(&setup)
+                .await
+                .map_err(|e| {
+                    BenchError::db(&format!("--after-migrate failed on `{statement}`"), &e)
+                })?;
+        }
+    }
     let mut b = Bench {
         scratch,
         setup,
@@ -318,7 +371,14 @@ pub(crate) async fn run(
         rss_reset: false,
         diag: Diag::default(),
         redis: None,
+        server_stat: None,
     };
+    {
+        let mut conn = db::acquire(&b.setup).await?;
+        b.server_stat = sql::bench_server_pid(&mut conn)
+            .await
+            .map(|pid| format!("/proc/{pid}/stat"));
+    }
     let mut fw = Side::default();
     let mut bl = Side::default();
     let wants = |s: Scenario| a.scenario == s || a.scenario == Scenario::All;
@@ -326,7 +386,9 @@ pub(crate) async fn run(
     let mut drain_ratios = Vec::new();
     if wants(Scenario::Drain) {
         b.diag.indexes = Some(b.job_queue_indexes().await?);
+        b.diag.article_indexes = Some(b.indexes_of(RawTable::Article).await?);
         bl.drain_loops = vec![Vec::new(); BASELINE_LOOPS.len()];
+        bl.article_loops = vec![Vec::new(); ARTICLE_LOOPS.len()];
         fw.drain_variants = vec![Vec::new(); FRAMEWORK_VARIANTS.len()];
         for round in 0..a.rounds() {
             let mut framework = 0.0;
@@ -347,6 +409,11 @@ pub(crate) async fn run(
                             bl.drain_loops[i].push(rate);
                         }
                         best = best.max(rate);
+                    }
+                    Drainer::Article(loops) => {
+                        if let Some(i) = ARTICLE_LOOPS.iter().position(|&l| l == loops) {
+                            bl.article_loops[i].push(rate);
+                        }
                     }
                 }
             }
@@ -522,6 +589,17 @@ impl Bench<'_> {
             .map_err(db_err("cannot empty the bench's job_queue"))
     }
 
+    /// CPU seconds used so far by this process and by the server (when on this host).
+    pub(crate) fn cpu_now(&self) -> RunCpu {
+        RunCpu {
+            client_s: crate::scenario::child::cpu_seconds(),
+            server_s: self
+                .server_stat
+                .as_deref()
+                .and_then(crate::scenario::child::cpu_seconds_at),
+        }
+    }
+
     pub(crate) async fn status(&self) -> Result<Vec<Option<i64>>, BenchError> {
         let mut conn = db::acquire(&self.setup).await?;
         sql::bench_status(&mut conn)
@@ -531,19 +609,34 @@ impl Bench<'_> {
 
     /// `job_queue`'s secondary indexes in the scratch database, as migrated.
     pub(crate) async fn job_queue_indexes(&self) -> Result<JobQueueIndexes, BenchError> {
+        self.indexes_of(RawTable::JobQueue).await
+    }
+
+    /// The secondary indexes of `table` (the article's is created first when missing).
+    pub(crate) async fn indexes_of(&self, table: RawTable) -> Result<JobQueueIndexes, BenchError> {
         let mut conn = db::acquire(&self.setup).await?;
-        let parts = sql::bench_job_queue_indexes(&mut conn)
+        if table == RawTable::Article {
+            sqlx::query(sql::ARTICLE_TABLE)
+                .execute(&mut *conn)
+                .await
+                .map_err(db_err("cannot create the article's table"))?;
+        }
+        let parts = sql::bench_job_queue_indexes(&mut conn, table)
             .await
             .map_err(db_err("cannot read job_queue's indexes"))?;
-        let columns = sql::bench_job_queue_columns(&mut conn)
+        let columns = sql::bench_job_queue_columns(&mut conn, table)
             .await
             .map_err(db_err("cannot read job_queue's columns"))?;
         Ok(JobQueueIndexes::new(&parts, &columns))
     }
 
     pub(crate) async fn counts(&self) -> Result<sql::BenchCounts, BenchError> {
+        self.counts_in(RawTable::JobQueue).await
+    }
+
+    pub(crate) async fn counts_in(&self, table: RawTable) -> Result<sql::BenchCounts, BenchError> {
         let mut conn = db::acquire(&self.setup).await?;
-        sql::bench_counts(&mut conn, QUEUE)
+        sql::bench_counts(&mut conn, table, QUEUE)
             .await
             .map_err(db_err("cannot count the bench's jobs"))
     }
@@ -554,7 +647,18 @@ impl Bench<'_> {
         what: &str,
         n: u32,
     ) -> Result<(), BenchError> {
-        let c = self.counts().await?;
+        self.check_rows_completed_in(what, RawTable::JobQueue, n)
+            .await
+    }
+
+    /// [`Self::check_rows_completed`] of the rows of `table`.
+    pub(crate) async fn check_rows_completed_in(
+        &mut self,
+        what: &str,
+        table: RawTable,
+        n: u32,
+    ) -> Result<(), BenchError> {
+        let c = self.counts_in(table).await?;
         let n = i64::from(n);
         let detail = format!(
             "{} rows, {} completed, {} claims",

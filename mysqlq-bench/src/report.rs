@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::args::BenchArgs;
 use crate::bench::{Finished, PICKUP_RATE, SINGLE_TASKS_MAX, Side};
 use crate::scenario::dashboard::DashboardRun;
-use crate::scenario::drain::{BASELINE_LOOPS, Drainer, FRAMEWORK_VARIANTS};
+use crate::scenario::drain::{ARTICLE_LOOPS, BASELINE_LOOPS, Drainer, FRAMEWORK_VARIANTS};
 use crate::scenario::idle::{IDLE_SETTLE, IDLE_WINDOW};
 use crate::scenario::periodic::PeriodicRun;
 use crate::scenario::rate::RateRun;
@@ -151,6 +151,26 @@ impl Report<'_> {
             .collect()
     }
 
+    /// The raw loop on the article's table per loop count: (JSON key, label, median jobs/s).
+    pub(crate) fn article_loops(&self) -> Vec<(String, String, Option<f64>)> {
+        ARTICLE_LOOPS
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let plural = if n == 1 { "loop" } else { "loops" };
+                (
+                    format!("drain_article_schema_{n}_{plural}_per_s"),
+                    format!("  raw loop, article's schema, {n} claim {plural} (jobs/s)"),
+                    self.bl
+                        .article_loops
+                        .get(i)
+                        .and_then(|v| median(v))
+                        .map(|x| round_to(x, 1)),
+                )
+            })
+            .collect()
+    }
+
     /// The framework sides after the first (other worker settings): (JSON key, label, median
     /// jobs/s, median over rounds of its rate / the round's best baseline).
     pub(crate) fn drain_variants(&self) -> Vec<(String, String, Option<f64>, Option<f64>)> {
@@ -191,6 +211,13 @@ impl Report<'_> {
                         let v = self.bl.drain_loops.get(i).and_then(|v| v.get(r));
                         o.insert(
                             format!("{}_per_s", Drainer::Baseline(n).key()),
+                            json!(v.map(|x| round_to(*x, 1))),
+                        );
+                    }
+                    for (i, &n) in ARTICLE_LOOPS.iter().enumerate() {
+                        let v = self.bl.article_loops.get(i).and_then(|v| v.get(r));
+                        o.insert(
+                            format!("{}_per_s", Drainer::Article(n).key()),
                             json!(v.map(|x| round_to(*x, 1))),
                         );
                     }
@@ -236,7 +263,7 @@ impl Report<'_> {
             ratio[key] = json!(r);
         }
         let mut bl = obj(values(&self.bl));
-        for (key, _, v) in self.drain_loops() {
+        for (key, _, v) in self.drain_loops().into_iter().chain(self.article_loops()) {
             bl[key] = json!(v);
         }
         bl["idle_statements_per_s"] = json!(self.bl.idle_statements.map(|x| round_to(x, 2)));
@@ -252,6 +279,7 @@ impl Report<'_> {
             "drain_rounds": self.drain_rounds(),
             "ratio": ratio,
             "scenario": format!("{:?}", self.args.scenario).to_lowercase(),
+            "after_migrate": self.args.after_migrate,
             "rounds": self.args.rounds(),
             "enqueue_single_jobs": b.single_jobs,
             "pickup_jobs": b.pickup_jobs,
@@ -363,7 +391,7 @@ impl Report<'_> {
                 }
             }
             if i == 2 && !self.bl.drain.is_empty() {
-                for (_, label, v) in self.drain_loops() {
+                for (_, label, v) in self.drain_loops().into_iter().chain(self.article_loops()) {
                     t.row(vec![label, String::new(), fmt(v, 0), String::new()]);
                 }
             }
@@ -460,6 +488,8 @@ fn diag_tables(d: &Value) -> String {
         ">COMMITS/JOB",
         ">FSYNCS/JOB",
         ">LOG FSYNCS/JOB",
+        ">CLIENT CPU µs/JOB",
+        ">SERVER CPU µs/JOB",
     ]);
     let sides: Vec<(Drainer, &Value)> = Drainer::all()
         .into_iter()
@@ -480,12 +510,16 @@ fn diag_tables(d: &Value) -> String {
             f(&v["commits_per_job"], 3),
             f(&v["fsyncs_per_job"], 3),
             f(&v["log_fsyncs_per_job"], 3),
+            f(&v["client_cpu_us_per_job"], 1),
+            f(&v["server_cpu_us_per_job"], 1),
         ]);
     }
     text.push_str(&t.render());
     text.push_str(
         "(commits: Handler_commit; fsyncs: Innodb_data_fsyncs; log fsyncs: Innodb_os_log_fsyncs, \
-         `-` where the server has none)\n",
+         `-` where the server has none; CPU: user + system seconds of this process (the drainer \
+         and the bench's probe) and of the server process, `-` when the server is not on this \
+         host, per job)\n",
     );
     text.push_str(&per_job_table(&sides));
     text

@@ -207,11 +207,115 @@ pub(crate) const BENCH_DRAIN_WRITES: &[RowWrite] = &[
     },
 ];
 
+/// The table a raw loop drains: the framework's `job_queue` (the baseline of the ratios), or
+/// the job-queue article's own table (`article_job_queue`, [`ARTICLE_TABLE`]: its two
+/// secondary indexes only), drained with the article's own claim order and completion — what
+/// the machine does for the article's schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RawTable {
+    JobQueue,
+    Article,
+}
+
+impl RawTable {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::JobQueue => "job_queue",
+            Self::Article => "article_job_queue",
+        }
+    }
+
+    /// The claim's order: the framework's index has `priority`; the article's table has none.
+    fn order_by(self) -> &'static str {
+        match self {
+            Self::JobQueue => "priority, available_at, id",
+            Self::Article => "available_at, id",
+        }
+    }
+
+    fn complete_set(self) -> &'static str {
+        match self {
+            Self::JobQueue => BENCH_COMPLETE_SET,
+            Self::Article => ARTICLE_COMPLETE_SET,
+        }
+    }
+
+    /// The row writes of one drained job.
+    pub(crate) fn writes(self) -> &'static [RowWrite] {
+        match self {
+            Self::JobQueue => BENCH_DRAIN_WRITES,
+            Self::Article => ARTICLE_DRAIN_WRITES,
+        }
+    }
+}
+
+/// The job-queue article's table, as the article writes it (README, "Sources"), beside the
+/// framework's in the scratch database.
+pub(crate) const ARTICLE_TABLE: &str = "/* mysqlq:bench_article_table */ \
+    CREATE TABLE IF NOT EXISTS article_job_queue ( \
+      id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, \
+      queue_name VARCHAR(64) NOT NULL DEFAULT 'default', \
+      payload JSON NOT NULL, \
+      status ENUM('pending', 'processing', 'completed', 'failed') NOT NULL DEFAULT 'pending', \
+      available_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+      locked_by VARCHAR(128) NULL, \
+      claim_token CHAR(36) NULL, \
+      lease_expires_at DATETIME(6) NULL, \
+      attempts INT UNSIGNED NOT NULL DEFAULT 0, \
+      max_attempts INT UNSIGNED NOT NULL DEFAULT 5, \
+      last_error TEXT NULL, \
+      created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+      updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6), \
+      PRIMARY KEY (id), \
+      KEY idx_job_claim (queue_name, status, available_at, id), \
+      KEY idx_job_recover (status, lease_expires_at) \
+    ) ENGINE = InnoDB";
+
+/// The article's completion.
+const ARTICLE_COMPLETE_SET: &str =
+    "status = 'completed', locked_by = NULL, claim_token = NULL, lease_expires_at = NULL";
+
+/// [`BENCH_DRAIN_WRITES`] on the article's table.
+pub(crate) const ARTICLE_DRAIN_WRITES: &[RowWrite] = &[
+    RowWrite {
+        statement: "claim UPDATE",
+        change: Change::Update(&[
+            "status",
+            "claim_token",
+            "locked_by",
+            "lease_expires_at",
+            "attempts",
+        ]),
+    },
+    RowWrite {
+        statement: "completion UPDATE",
+        change: Change::Update(&["status", "locked_by", "claim_token", "lease_expires_at"]),
+    },
+];
+
+/// `bench_article_fill`: the article's table gets the rows of `job_queue` (same ids and
+/// payloads, all `pending`), and `job_queue` is emptied, so that a raw loop on the article's
+/// table drains the jobs a run on `job_queue` would.
+pub(crate) async fn bench_article_fill(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    for sql in [
+        ARTICLE_TABLE,
+        "/* mysqlq:bench_article_fill */ TRUNCATE TABLE article_job_queue",
+        "/* mysqlq:bench_article_fill */ INSERT INTO article_job_queue \
+           (id, queue_name, payload, available_at, created_at) \
+         SELECT id, queue_name, payload, available_at, created_at FROM job_queue",
+        "/* mysqlq:bench_article_fill */ TRUNCATE TABLE job_queue",
+    ] {
+        sqlx::query(sql).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 /// Baseline `bench_claim`: the article's claim transaction at READ COMMITTED. Returns the ids
 /// now owned under `token` (empty when nothing is ready). A deadlock or lock wait timeout on any
 /// statement is returned after the rollback; the caller redoes the whole claim.
 pub(crate) async fn bench_claim(
     conn: &mut MySqlConnection,
+    table: RawTable,
     queue: &str,
     limit: u32,
     worker: &str,
@@ -223,11 +327,13 @@ pub(crate) async fn bench_claim(
             "/* mysqlq:bench_claim */ SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
         )
         .await?;
-    let ids: Vec<u64> = sqlx::query_scalar(
-        "/* mysqlq:bench_claim */ SELECT id FROM job_queue \
+    let ids: Vec<u64> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "/* mysqlq:bench_claim */ SELECT id FROM {} \
          WHERE queue_name = ? AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6) \
-         ORDER BY priority, available_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-    )
+         ORDER BY {} LIMIT ? FOR UPDATE SKIP LOCKED",
+        table.name(),
+        table.order_by()
+    )))
     .bind(queue)
     .bind(limit)
     .fetch_all(&mut *tx)
@@ -237,8 +343,9 @@ pub(crate) async fn bench_claim(
         return Ok(ids);
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:bench_claim */ UPDATE job_queue SET {BENCH_CLAIM_SET} \
+        "/* mysqlq:bench_claim */ UPDATE {} SET {BENCH_CLAIM_SET} \
          WHERE id IN ({}) AND status = 'pending'",
+        table.name(),
         id_list(ids.len())
     ));
     let mut q = sqlx::query(sql).bind(token).bind(worker).bind(lease_secs);
@@ -261,6 +368,7 @@ pub(crate) async fn bench_claim(
 /// Returns the rows changed (fewer than `ids` means ownership was lost).
 pub(crate) async fn bench_complete(
     conn: &mut MySqlConnection,
+    table: RawTable,
     ids: &[u64],
     token: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -268,8 +376,10 @@ pub(crate) async fn bench_complete(
         return Ok(0);
     }
     let sql = AssertSqlSafe(format!(
-        "/* mysqlq:bench_complete */ UPDATE job_queue SET {BENCH_COMPLETE_SET} \
+        "/* mysqlq:bench_complete */ UPDATE {} SET {} \
          WHERE id IN ({}) AND status = 'processing' AND claim_token = ?",
+        table.name(),
+        table.complete_set(),
         id_list(ids.len())
     ));
     let mut q = sqlx::query(sql);
@@ -293,14 +403,16 @@ pub(crate) struct BenchCounts {
 /// `bench_counts`: rows, completed rows and claims of `queue`.
 pub(crate) async fn bench_counts(
     conn: &mut MySqlConnection,
+    table: RawTable,
     queue: &str,
 ) -> Result<BenchCounts, sqlx::Error> {
-    let row = sqlx::query(
+    let row = sqlx::query(AssertSqlSafe(format!(
         "/* mysqlq:bench_counts */ SELECT COUNT(*) AS n, \
          CAST(IFNULL(SUM(status = 'completed'), 0) AS SIGNED) AS completed, \
          CAST(IFNULL(SUM(attempts), 0) AS SIGNED) AS attempts \
-         FROM job_queue WHERE queue_name = ?",
-    )
+         FROM {} WHERE queue_name = ?",
+        table.name()
+    )))
     .bind(queue)
     .fetch_one(&mut *conn)
     .await?;
@@ -393,6 +505,20 @@ pub(crate) const BENCH_STATUS: [&str; 27] = [
     "Innodb_row_lock_time",
 ];
 
+/// `bench_server_pid`: the server's process id, from its pid file (`None` when the server does
+/// not run on this host, or its pid file cannot be read: a server elsewhere, another user's).
+/// A process of that id must exist here and be a `mariadbd` or `mysqld`.
+pub(crate) async fn bench_server_pid(conn: &mut MySqlConnection) -> Option<u32> {
+    let file: Option<String> =
+        sqlx::query_scalar("/* mysqlq:bench_server_pid */ SELECT @@pid_file")
+            .fetch_one(&mut *conn)
+            .await
+            .ok()?;
+    let pid: u32 = std::fs::read_to_string(file?).ok()?.trim().parse().ok()?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    matches!(comm.trim(), "mariadbd" | "mysqld").then_some(pid)
+}
+
 /// `bench_status`: the [`BENCH_STATUS`] counters, in that order (`None` for one the server
 /// lacks).
 pub(crate) async fn bench_status(
@@ -436,13 +562,15 @@ pub(crate) struct BenchIndexPart {
 /// database, in index order.
 pub(crate) async fn bench_job_queue_indexes(
     conn: &mut MySqlConnection,
+    table: RawTable,
 ) -> Result<Vec<BenchIndexPart>, sqlx::Error> {
     let rows = sqlx::query(
         "/* mysqlq:bench_job_queue_indexes */ SELECT CAST(INDEX_NAME AS CHAR) AS index_name, \
          CAST(COLUMN_NAME AS CHAR) AS column_name FROM information_schema.STATISTICS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' AND INDEX_NAME <> 'PRIMARY' \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME <> 'PRIMARY' \
          ORDER BY INDEX_NAME, SEQ_IN_INDEX",
     )
+    .bind(table.name())
     .fetch_all(&mut *conn)
     .await?;
     rows.iter()
@@ -459,12 +587,14 @@ pub(crate) async fn bench_job_queue_indexes(
 /// (`on update current_timestamp(6)`, `STORED GENERATED`, …; lowercased).
 pub(crate) async fn bench_job_queue_columns(
     conn: &mut MySqlConnection,
+    table: RawTable,
 ) -> Result<Vec<(String, String)>, sqlx::Error> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "/* mysqlq:bench_job_queue_columns */ SELECT CAST(COLUMN_NAME AS CHAR), \
          CAST(IFNULL(EXTRA, '') AS CHAR) FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' ORDER BY ORDINAL_POSITION",
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
     )
+    .bind(table.name())
     .fetch_all(&mut *conn)
     .await?;
     Ok(rows
@@ -793,5 +923,20 @@ mod tests {
         };
         assert_eq!(set_columns(BENCH_CLAIM_SET), declared(0));
         assert_eq!(set_columns(BENCH_COMPLETE_SET), declared(1));
+    }
+
+    #[test]
+    fn the_article_tables_declared_writes_are_those_of_its_sql() {
+        let declared = |i: usize| match RawTable::Article.writes()[i].change {
+            Change::Update(c) => c.to_vec(),
+            Change::Delete => Vec::new(),
+        };
+        assert_eq!(set_columns(BENCH_CLAIM_SET), declared(0));
+        assert_eq!(set_columns(RawTable::Article.complete_set()), declared(1));
+        assert_eq!(RawTable::JobQueue.writes(), BENCH_DRAIN_WRITES);
+        // The article's table has two secondary indexes, on the columns its claim orders by.
+        assert_eq!(ARTICLE_TABLE.matches(" KEY ").count(), 3, "{ARTICLE_TABLE}");
+        assert!(ARTICLE_TABLE.contains("idx_job_claim (queue_name, status, available_at, id)"));
+        assert_eq!(RawTable::Article.order_by(), "available_at, id");
     }
 }

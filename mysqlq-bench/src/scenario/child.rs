@@ -286,7 +286,13 @@ pub(crate) async fn stop_signal(eof: Option<oneshot::Receiver<()>>) {
 /// This process's CPU time (user + system), in seconds, from `/proc/self/stat` (`None`
 /// elsewhere). Assumes 100 clock ticks per second, as on every Linux of the last decades.
 pub(crate) fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_seconds_at("/proc/self/stat")
+}
+
+/// The CPU time (user + system), in seconds, of the process whose `/proc/<pid>/stat` is `stat`
+/// (`None` when it cannot be read).
+pub(crate) fn cpu_seconds_at(stat: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(stat).ok()?;
     // Fields after the command name (which may hold spaces) in parentheses.
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();

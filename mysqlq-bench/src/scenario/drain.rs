@@ -12,16 +12,22 @@ use mysqlq::{Worker, WorkerBuilder};
 use tokio::task::JoinSet;
 
 use crate::baseline::{DrainCounters, baseline_drain_loop};
-use crate::bench::{BASELINE_POOL_MAX, Bench, per_s, status_delta, wait_for};
+use crate::bench::{BASELINE_POOL_MAX, Bench, RunCpu, per_s, status_delta, wait_for};
 use crate::error::{BenchError, q_err};
 use crate::indexes::{Change, RowWrite};
 use crate::probe::Probe;
 use crate::scenario::memory::{peak_rss_bytes, reset_peak_rss};
+use crate::sql::RawTable;
 
 /// Claim loops of the baseline drain: each round runs every one of these, and the fastest is
 /// that round's baseline (one loop claims full batches without contention; more loops overlap
 /// round trips and commits but contend for the same rows).
 pub(crate) const BASELINE_LOOPS: [usize; 2] = [1, 8];
+
+/// Claim loops of the raw loop on the job-queue article's own table ([`RawTable::Article`]),
+/// reported beside the baseline (not part of the ratios): what this machine does for the
+/// article's schema, with two secondary indexes where the framework's table has eight.
+pub(crate) const ARTICLE_LOOPS: [usize; 2] = [1, 8];
 
 /// A framework side of the drain: a real worker with its defaults
 /// ([`mysqlq::WorkerConfig::default`]) and `--concurrency` / `--batch`, plus what `configure`
@@ -115,6 +121,8 @@ pub(crate) enum Drainer {
     Framework(FrameworkVariant),
     /// The raw claim loop, run by this many tasks side by side.
     Baseline(usize),
+    /// The same raw loop on the article's own table ([`ARTICLE_LOOPS`]).
+    Article(usize),
 }
 
 impl Drainer {
@@ -128,6 +136,7 @@ impl Drainer {
             .iter()
             .map(|&v| Self::Framework(v))
             .chain(BASELINE_LOOPS.iter().map(|&n| Self::Baseline(n)))
+            .chain(ARTICLE_LOOPS.iter().map(|&n| Self::Article(n)))
             .collect()
     }
 
@@ -146,7 +155,8 @@ impl Drainer {
     pub(crate) fn writes(self) -> &'static [RowWrite] {
         match self {
             Self::Framework(v) => v.writes,
-            Self::Baseline(_) => crate::sql::BENCH_DRAIN_WRITES,
+            Self::Baseline(_) => RawTable::JobQueue.writes(),
+            Self::Article(_) => RawTable::Article.writes(),
         }
     }
 
@@ -155,10 +165,20 @@ impl Drainer {
         match self {
             Self::Framework(v) => v.label.to_owned(),
             Self::Baseline(n) => format!("baseline {n} loop{}", if n == 1 { "" } else { "s" }),
+            Self::Article(n) => format!("article schema {n} loop{}", if n == 1 { "" } else { "s" }),
         }
     }
 
-    /// The diagnostics key: `drain_framework`, `drain_baseline_1_loop`, `drain_baseline_8_loops`.
+    /// The table its statements write: the framework's, or the article's.
+    pub(crate) fn table(self) -> RawTable {
+        match self {
+            Self::Article(_) => RawTable::Article,
+            Self::Framework(_) | Self::Baseline(_) => RawTable::JobQueue,
+        }
+    }
+
+    /// The diagnostics key: `drain_framework`, `drain_baseline_1_loop`, `drain_baseline_8_loops`,
+    /// `drain_article_schema_1_loop`, ….
     pub(crate) fn key(self) -> String {
         format!("drain_{}", self.label().replace(' ', "_"))
     }
@@ -183,21 +203,36 @@ impl Bench<'_> {
         let n = self.jobs;
         let label = format!("drain {} round {}", who.label(), round + 1);
         let ids = self.prepare(&label, n).await?;
+        if who.table() == RawTable::Article {
+            let mut conn = crate::db::acquire(&self.setup).await?;
+            crate::sql::bench_article_fill(&mut conn)
+                .await
+                .map_err(crate::error::db_err("cannot fill the article's table"))?;
+        }
         let probe = Arc::new(Probe::counting(ids));
         self.phase(&label, n);
         let before = self.status().await?;
+        let cpu_before = self.cpu_now();
         let run = match who {
             Drainer::Framework(v) => self.drain_framework(&probe, v).await?,
-            Drainer::Baseline(loops) => self.drain_baseline(&probe, loops).await?,
+            Drainer::Baseline(loops) | Drainer::Article(loops) => {
+                self.drain_baseline(&probe, who.table(), loops).await?
+            }
         };
+        let cpu_after = self.cpu_now();
         let after = self.status().await?;
         let delta = status_delta(&after, &before);
-        self.diag.add(who, u64::from(n), &run, &delta);
+        let since = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a - b);
+        let cpu = RunCpu {
+            client_s: since(cpu_after.client_s, cpu_before.client_s),
+            server_s: since(cpu_after.server_s, cpu_before.server_s),
+        };
+        self.diag.add(who, u64::from(n), &run, (&delta, cpu));
         self.check(format!("{label}: handlers"), probe.exactly_once());
         if who.writes().iter().any(|w| w.change == Change::Delete) {
             self.check_rows_deleted(&label).await?;
         } else {
-            self.check_rows_completed(&label, n).await?;
+            self.check_rows_completed_in(&label, who.table(), n).await?;
         }
         Ok(per_s(n, run.took))
     }
@@ -258,8 +293,13 @@ impl Bench<'_> {
     pub(crate) async fn drain_baseline(
         &mut self,
         probe: &Arc<Probe>,
+        table: RawTable,
         loops: usize,
     ) -> Result<DrainRun, BenchError> {
+        let who = match table {
+            RawTable::JobQueue => Drainer::Baseline(loops),
+            RawTable::Article => Drainer::Article(loops),
+        };
         let max = u32::try_from(loops)
             .unwrap_or(u32::MAX)
             .min(BASELINE_POOL_MAX);
@@ -278,7 +318,7 @@ impl Bench<'_> {
             );
             let batch = self.batch;
             tasks.spawn(async move {
-                baseline_drain_loop(&pool, &probe, batch, &worker, &counters, &bar).await
+                baseline_drain_loop(&pool, table, &probe, batch, &worker, &counters, &bar).await
             });
         }
         let mut result = Ok(());
@@ -305,7 +345,7 @@ impl Bench<'_> {
         let lost = counters.lost.load(Ordering::Relaxed);
         if lost > 0 {
             self.check(
-                format!("drain {}: ownership", Drainer::Baseline(loops).label()),
+                format!("drain {}: ownership", who.label()),
                 Err(format!("{lost} completions refused (token no longer held)")),
             );
         }

@@ -29,6 +29,7 @@ use crate::job::QUEUE;
 use crate::probe::Probe;
 use crate::scenario::child::{StdinWatch, cpu_seconds, stop_signal};
 use crate::scenario::drain::FrameworkVariant;
+use crate::sql::RawTable;
 use crate::{db, sql};
 
 /// How often the child looks whether its progress changed.
@@ -174,7 +175,16 @@ async fn raw(
             bar.clone(),
         );
         tasks.spawn(async move {
-            baseline_drain_loop(&pool, &probe, batch, &worker, &counters, &bar).await
+            baseline_drain_loop(
+                &pool,
+                RawTable::JobQueue,
+                &probe,
+                batch,
+                &worker,
+                &counters,
+                &bar,
+            )
+            .await
         });
     }
     let failed = tokio::select! {
