@@ -579,12 +579,29 @@ fn no_history(h: &History, cl: &[Claim], v: &mut Vec<Violation>) {
             .map(|c| c.job)
             .collect();
         if wrote.len() as u64 != *counted {
+            // Where to look: the worker's claims whose handler returned ok but that did not
+            // end `completed` (a completion counted but not written is one of these).
+            let unwritten: Vec<&Claim> = cl
+                .iter()
+                .filter(|c| &c.worker == worker && c.returned_ok())
+                .filter(|c| c.end != ClaimEnd::Completed)
+                .collect();
             v.push(Violation {
                 invariant: inv::COUNTED,
-                jobs: Vec::new(),
+                jobs: unwritten.iter().map(|c| c.job).collect(),
                 why: format!(
-                    "{worker} wrote {} completions and its metrics counted {counted}",
-                    wrote.len()
+                    "{worker} wrote {} completions and its metrics counted {counted}; its \
+                     claims whose handler returned ok without a completion: {:?}",
+                    wrote.len(),
+                    unwritten
+                        .iter()
+                        .map(|c| format!(
+                            "job {} claim {} ended {:?}",
+                            c.job,
+                            short(&c.token),
+                            c.end
+                        ))
+                        .collect::<Vec<_>>()
                 ),
             });
         }
