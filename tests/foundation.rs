@@ -905,3 +905,93 @@ async fn a_heartbeat_naming_two_claims_of_one_job_tells_them_apart() {
     );
     assert_eq!(db.count("completed").await, 1);
 }
+
+/// The key parts of every secondary index of `job_queue`, as `(index, column)` in index order.
+async fn secondary_key_parts(db: &TestDb) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT CAST(INDEX_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR) FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' AND INDEX_NAME <> 'PRIMARY' \
+         ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Each secondary index's entry for job `id`: its key parts' values, by index name.
+async fn index_entries(
+    db: &TestDb,
+    parts: &[(String, String)],
+    id: JobId,
+) -> std::collections::BTreeMap<String, String> {
+    let mut columns: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (index, column) in parts {
+        columns
+            .entry(index.clone())
+            .or_default()
+            .push(column.clone());
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for (index, cols) in columns {
+        let sql = format!(
+            "SELECT CAST(JSON_ARRAY({}) AS CHAR) FROM job_queue WHERE id = ?",
+            cols.join(", ")
+        );
+        let entry: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(id.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        out.insert(index, entry);
+    }
+    out
+}
+
+/// A job without an ordering, concurrency, workflow, dedupe or rate key moves, as it is claimed
+/// and as it is completed, only the entries of the indexes that find jobs by their state
+/// (`idx_job_claim`, `idx_job_rate`, `idx_job_recover`, `idx_job_finished`). Every other
+/// secondary index keeps its entry, its key parts being NULL for such a job in every state
+/// (migration 13: an index whose key carries `status` rewrites its entry on every claim and
+/// completion, a delete-mark and an insert in InnoDB, whether or not the job has the index's
+/// key). Issue 34: that was 7 + 7 entries per job, 14 of the drain's server work.
+#[tokio::test]
+async fn a_job_without_keys_moves_only_the_indexes_that_find_it_by_state() {
+    let db = TestDb::new().await;
+    let id = PlainNoop { n: 1 }.enqueue(&db.pool).await.unwrap().id();
+    let parts = secondary_key_parts(&db).await;
+    let pending = index_entries(&db, &parts, id).await;
+    let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
+    assert_eq!(jobs.len(), 1);
+    let processing = index_entries(&db, &parts, id).await;
+    let mut conn = db.connect().await;
+    let done = store::job_complete_many(&mut conn, &owned(&token, &jobs))
+        .await
+        .unwrap();
+    assert_eq!(done.done, 1);
+    let completed = index_entries(&db, &parts, id).await;
+    fn moved(
+        a: &std::collections::BTreeMap<String, String>,
+        b: &std::collections::BTreeMap<String, String>,
+    ) -> Vec<String> {
+        a.iter()
+            .filter(|(index, entry)| b.get(*index) != Some(*entry))
+            .map(|(index, _)| index.clone())
+            .collect()
+    }
+    let by_state = [
+        "idx_job_claim",
+        "idx_job_finished",
+        "idx_job_rate",
+        "idx_job_recover",
+    ];
+    assert_eq!(
+        moved(&pending, &processing),
+        by_state,
+        "the claim moved these entries: {pending:?} -> {processing:?}"
+    );
+    assert_eq!(
+        moved(&processing, &completed),
+        by_state,
+        "the completion moved these entries: {processing:?} -> {completed:?}"
+    );
+}

@@ -76,10 +76,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0012_completion_receipts",
         sql: include_str!("../migrations/0012_completion_receipts.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_key_index_states",
+        sql: include_str!("../migrations/0013_key_index_states.sql"),
+    },
 ];
 
 /// The schema version this build of mysqlq needs (the newest migration).
-pub const SCHEMA_VERSION: u32 = 12;
+pub const SCHEMA_VERSION: u32 = 13;
 
 /// Applies the migrations the database does not have yet. Idempotent and safe to run from
 /// many processes at once (they serialise on `GET_LOCK`); never drops data.

@@ -28,10 +28,10 @@ pub(super) const CLAIM_COLUMNS: &str = "j.id, j.kind, CAST(j.payload AS CHAR) AS
 /// Decided again, strictly, by [`admit`].
 pub(super) const KEY_GATES: &str = "(j.ordering_key IS NULL OR NOT EXISTS ( \
                  SELECT 1 FROM job_queue o WHERE o.ordering_key = j.ordering_key AND o.id <> j.id \
-                 AND (o.status = 'processing' OR (o.status = 'pending' AND o.id < j.id)))) \
+                 AND (o.ordering_status = 'processing' OR (o.ordering_status = 'pending' AND o.id < j.id)))) \
            AND (j.concurrency_key IS NULL OR ( \
                  SELECT COUNT(*) FROM job_queue c \
-                 WHERE c.concurrency_key = j.concurrency_key AND c.status = 'processing') < j.concurrency_limit)";
+                 WHERE c.concurrency_key = j.concurrency_key AND c.concurrency_status = 'processing') < j.concurrency_limit)";
 
 /// A candidate of the claim, in claim order, with its keys.
 #[derive(Debug, Clone)]
@@ -185,8 +185,8 @@ fn bind_keys<'q, O>(
 async fn ordering_head(conn: &mut MySqlConnection, key: &str) -> Result<Option<JobId>, Error> {
     let row = sqlx::query(
         "/* mysqlq:job_claim_ordering */ SELECT \
-           CAST(EXISTS (SELECT 1 FROM job_queue WHERE ordering_key = ? AND status = 'processing') AS SIGNED) AS running, \
-           (SELECT MIN(id) FROM job_queue WHERE ordering_key = ? AND status = 'pending') AS head",
+           CAST(EXISTS (SELECT 1 FROM job_queue WHERE ordering_key = ? AND ordering_status = 'processing') AS SIGNED) AS running, \
+           (SELECT MIN(id) FROM job_queue WHERE ordering_key = ? AND ordering_status = 'pending') AS head",
     )
     .bind(key)
     .bind(key)
@@ -201,7 +201,7 @@ async fn ordering_head(conn: &mut MySqlConnection, key: &str) -> Result<Option<J
 async fn concurrency_running(conn: &mut MySqlConnection, key: &str) -> Result<i64, Error> {
     Ok(sqlx::query_scalar(
         "/* mysqlq:job_claim_concurrency */ SELECT COUNT(*) FROM job_queue \
-         WHERE concurrency_key = ? AND status = 'processing'",
+         WHERE concurrency_key = ? AND concurrency_status = 'processing'",
     )
     .bind(key)
     .fetch_one(&mut *conn)

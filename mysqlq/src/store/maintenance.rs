@@ -231,15 +231,21 @@ pub async fn job_prunable_count(
 /// back from the next claim. Returns the rows deleted.
 pub async fn keys_prune(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Error> {
     let mut deleted = 0;
-    for (table, column) in [
-        ("mysqlq_ordering", "ordering_key"),
-        ("mysqlq_concurrency", "concurrency_key"),
+    // `<key>_status`: the job's status when it has the key (migration 13), what the key's
+    // index holds.
+    for (table, column, status) in [
+        ("mysqlq_ordering", "ordering_key", "ordering_status"),
+        (
+            "mysqlq_concurrency",
+            "concurrency_key",
+            "concurrency_status",
+        ),
     ] {
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let select = sqlx::AssertSqlSafe(format!(
             "/* mysqlq:keys_prune */ SELECT k.{column} FROM {table} k WHERE NOT EXISTS ( \
                SELECT 1 FROM job_queue j WHERE j.{column} = k.{column} \
-               AND j.status IN ('pending', 'processing')) \
+               AND j.{status} IN ('pending', 'processing')) \
              LIMIT ? FOR UPDATE SKIP LOCKED"
         ));
         let keys: Vec<String> = sqlx::query_scalar(select)

@@ -134,12 +134,12 @@ pub struct WorkflowQuery<'a> {
 
 const SUMMARY: &str = "SELECT w.id, CAST(w.kind AS CHAR) AS kind, CAST(w.name AS CHAR) AS name, \
     CAST(w.state AS CHAR) AS state, w.created_at, w.finished_at, \
-    CAST(COALESCE(SUM(j.status = 'waiting'), 0) AS SIGNED) AS n_waiting, \
-    CAST(COALESCE(SUM(j.status = 'pending'), 0) AS SIGNED) AS n_pending, \
-    CAST(COALESCE(SUM(j.status = 'processing'), 0) AS SIGNED) AS n_processing, \
-    CAST(COALESCE(SUM(j.status = 'completed'), 0) AS SIGNED) AS n_completed, \
-    CAST(COALESCE(SUM(j.status = 'failed'), 0) AS SIGNED) AS n_failed, \
-    CAST(COALESCE(SUM(j.status = 'cancelled'), 0) AS SIGNED) AS n_cancelled \
+    CAST(COALESCE(SUM(j.workflow_status = 'waiting'), 0) AS SIGNED) AS n_waiting, \
+    CAST(COALESCE(SUM(j.workflow_status = 'pending'), 0) AS SIGNED) AS n_pending, \
+    CAST(COALESCE(SUM(j.workflow_status = 'processing'), 0) AS SIGNED) AS n_processing, \
+    CAST(COALESCE(SUM(j.workflow_status = 'completed'), 0) AS SIGNED) AS n_completed, \
+    CAST(COALESCE(SUM(j.workflow_status = 'failed'), 0) AS SIGNED) AS n_failed, \
+    CAST(COALESCE(SUM(j.workflow_status = 'cancelled'), 0) AS SIGNED) AS n_cancelled \
     FROM mysqlq_workflow w LEFT JOIN job_queue j ON j.workflow_id = w.id";
 
 fn summary(r: &sqlx::mysql::MySqlRow) -> Result<WorkflowSummary, sqlx::Error> {
@@ -256,7 +256,7 @@ pub async fn wf_steps_in(
 ) -> Result<Vec<JobId>, Error> {
     let list = vec!["?"; states.len()].join(", ");
     let sql = format!(
-        "/* mysqlq:wf_steps_in */ SELECT id FROM job_queue WHERE workflow_id = ? AND status IN ({list}) ORDER BY id"
+        "/* mysqlq:wf_steps_in */ SELECT id FROM job_queue WHERE workflow_id = ? AND workflow_status IN ({list}) ORDER BY id"
     );
     let mut q = sqlx::query_scalar::<_, u64>(sqlx::AssertSqlSafe(sql)).bind(id);
     for s in states {

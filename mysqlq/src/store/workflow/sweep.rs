@@ -44,7 +44,7 @@ pub async fn wf_sweep(
 ) -> Result<(Swept, Option<u64>), Error> {
     let found: Vec<u64> = sqlx::query_scalar(
         "/* mysqlq:wf_sweep_find */ SELECT j.id FROM mysqlq_workflow w \
-         JOIN job_queue j ON j.workflow_id = w.id AND j.status IN ('completed', 'failed', 'cancelled') \
+         JOIN job_queue j ON j.workflow_id = w.id AND j.workflow_status IN ('completed', 'failed', 'cancelled') \
          WHERE w.state = 'running' AND j.id > ? AND EXISTS (SELECT 1 FROM mysqlq_wf_edge e \
            WHERE e.dep_id = j.id AND e.state = 'open') \
          ORDER BY j.id LIMIT ?",
@@ -255,7 +255,7 @@ pub async fn wf_finish(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Er
          FROM mysqlq_workflow w JOIN job_queue j ON j.workflow_id = w.id \
          WHERE w.state = 'running' \
          GROUP BY w.id \
-         HAVING SUM(j.status IN ('waiting', 'pending', 'processing')) = 0 \
+         HAVING SUM(j.workflow_status IN ('waiting', 'pending', 'processing')) = 0 \
             AND SUM(EXISTS (SELECT 1 FROM mysqlq_wf_edge e WHERE e.dep_id = j.id AND e.state = 'open')) = 0 \
          ORDER BY w.id LIMIT ?",
     )
@@ -278,7 +278,7 @@ pub async fn wf_finish(conn: &mut MySqlConnection, limit: u32) -> Result<u64, Er
             "/* mysqlq:wf_finish */ UPDATE mysqlq_workflow w SET w.state = ?, \
              w.finished_at = UTC_TIMESTAMP(6) WHERE w.id = ? AND w.state = 'running' \
              AND NOT EXISTS (SELECT 1 FROM job_queue j WHERE j.workflow_id = w.id \
-               AND j.status IN ('waiting', 'pending', 'processing'))",
+               AND j.workflow_status IN ('waiting', 'pending', 'processing'))",
         )
         .bind(state)
         .bind(id)
