@@ -499,8 +499,9 @@ async fn guarded_writes_never_wait_for_a_row_they_do_not_name() {
     let done = store::job_complete_many(&mut conn, &ours)
         .await
         .expect("a completion does not wait for another job's row");
-    // Settled: the 60 the lost write completed, and (read after this statement) its own 4.
-    assert_eq!((done.done, done.settled.len(), done.lost.len()), (4, 64, 0));
+    // Settled: the 60 the lost write completed; its own 4 are `done` only, each counted once
+    // (`a_partly_lost_completion_counts_each_written_claim_once`).
+    assert_eq!((done.done, done.settled.len(), done.lost.len()), (4, 60, 0));
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     assert_eq!(db.count("completed").await, 64);
 }
@@ -994,4 +995,51 @@ async fn a_job_without_keys_moves_only_the_indexes_that_find_it_by_state() {
         by_state,
         "the completion moved these entries: {processing:?} -> {completed:?}"
     );
+}
+
+/// A completion that writes some of its claims and finds another lost counts each written claim
+/// once: the claims it wrote itself are in `done`, and `settled` names only claims an earlier
+/// write under the same token had moved (a retry after a lost COMMIT reply). The ownership read
+/// after the write used to list this write's own rows as `settled` as well, and the worker's
+/// `completions` counter (`done + settled`) counted them twice (the torture's COUNTED invariant,
+/// seed 2500667586151024120: one completion more than written).
+#[tokio::test]
+async fn a_partly_lost_completion_counts_each_written_claim_once() {
+    let db = TestDb::new().await;
+    for n in 0..3 {
+        PlainNoop { n }.enqueue(&db.pool).await.unwrap();
+    }
+    let (token, jobs) = claim(&db, "test", 10, Duration::from_secs(60)).await;
+    assert_eq!(jobs.len(), 3);
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    // Job 2 is another claim's now (its lease expired and it was claimed again).
+    sqlx::query("UPDATE job_queue SET claim_token = 'another-claim' WHERE id = ?")
+        .bind(ids[2].0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut conn = db.connect().await;
+    // Job 0 was completed by an earlier write under this token (its COMMIT reply was lost).
+    let earlier = [Owned {
+        id: ids[0],
+        token: token.clone(),
+    }];
+    assert_eq!(
+        store::job_complete_many(&mut conn, &earlier)
+            .await
+            .unwrap()
+            .done,
+        1
+    );
+    // The retry carries all three: job 1 is written now, job 0 was, job 2 is lost.
+    let all = owned(&token, &jobs);
+    let report = store::job_complete_many(&mut conn, &all).await.unwrap();
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(report.lost, vec![all[2].clone()], "{report:?}");
+    assert_eq!(
+        report.done + report.settled.len() as u64,
+        2,
+        "jobs 0 and 1 are this token's completions, each counted once: {report:?}"
+    );
+    assert_eq!(report.settled, vec![all[0].clone()], "{report:?}");
 }

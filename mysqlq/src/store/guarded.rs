@@ -118,13 +118,34 @@ async fn guarded_update(
         ..GuardedReport::default()
     };
     if done < jobs.len() as u64 {
-        let o = job_ownership(conn, jobs).await?;
+        let mut o = job_ownership(conn, jobs).await?;
+        // The read after the write finds this write's own rows moved out of `processing` under
+        // their tokens too, as an earlier write's: not settled by an earlier write, written now
+        // (counted in `done`). They are the `done` latest-updated of them (`updated_at` moves
+        // on every UPDATE, and nothing writes a claim's row under its token after its outcome).
+        if !o.settled.is_empty() && set_moves_status(set) {
+            o.settled_updated_us
+                .sort_by_key(|(_, us)| std::cmp::Reverse(*us));
+            let now: Vec<Owned> = o
+                .settled_updated_us
+                .iter()
+                .take(usize::try_from(done).unwrap_or(usize::MAX))
+                .map(|(claim, _)| claim.clone())
+                .collect();
+            o.settled.retain(|c| !now.contains(c));
+        }
         report.lost = o.lost;
         report.gone = o.gone;
         report.settled = o.settled;
         report.cancelled = o.cancelled;
     }
     Ok(report)
+}
+
+/// Whether a guarded write's `SET` moves its rows out of `processing` (a completion, a
+/// release), so that the rows it wrote read as settled afterwards; a heartbeat's does not.
+fn set_moves_status(set: &str) -> bool {
+    set.contains("status = ")
 }
 
 /// Where a set of claims stands: each claim (id and token) in one list.
@@ -143,6 +164,8 @@ pub(super) struct Ownership {
     /// 'cancelled'` with `cancelled_by` set): not lost to another worker, but not to be run or
     /// written any more.
     pub cancelled: Vec<Owned>,
+    /// The claims of `settled` with their row's `updated_at` (µs since the epoch).
+    pub settled_updated_us: Vec<(Owned, i64)>,
 }
 
 /// `job_ownership`: classifies the claims `jobs` by their row's current status, token and
@@ -159,7 +182,9 @@ pub(super) async fn job_ownership(
     let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     let sql = AssertSqlSafe(format!(
         "/* mysqlq:job_ownership */ SELECT id, CAST(status AS CHAR) AS status, claim_token, \
-         CAST(cancelled_by IS NOT NULL AS SIGNED) AS by_operator FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({})",
+         CAST(cancelled_by IS NOT NULL AS SIGNED) AS by_operator, \
+         CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', updated_at) AS SIGNED) AS updated_us \
+         FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({})",
         placeholders(padded_len(ids.len()))
     ));
     let rows = bind_ids(sqlx::query(sql), &ids)
@@ -169,11 +194,12 @@ pub(super) async fn job_ownership(
         let row = rows
             .iter()
             .find(|r| r.try_get::<u64, _>("id").ok() == Some(j.id.0));
-        let (status, token, by_operator) = match row {
+        let (status, token, by_operator, updated_us) = match row {
             Some(r) => (
                 r.try_get::<String, _>("status")?,
                 r.try_get::<Option<String>, _>("claim_token")?,
                 r.try_get::<i64, _>("by_operator")? != 0,
+                r.try_get::<Option<i64>, _>("updated_us")?.unwrap_or(0),
             ),
             None => {
                 out.lost.push(j.clone());
@@ -184,7 +210,10 @@ pub(super) async fn job_ownership(
         let into = match (status.as_str(), token.as_deref() == Some(j.token.as_str())) {
             ("processing", true) => &mut out.owned,
             ("cancelled", true) if by_operator => &mut out.cancelled,
-            (_, true) => &mut out.settled,
+            (_, true) => {
+                out.settled_updated_us.push((j.clone(), updated_us));
+                &mut out.settled
+            }
             _ => &mut out.lost,
         };
         into.push(j.clone());
