@@ -133,42 +133,20 @@ impl Report<'_> {
 
     /// The baseline's drain per loop count: (JSON key, label, median jobs/s).
     pub(crate) fn drain_loops(&self) -> Vec<(String, String, Option<f64>)> {
-        BASELINE_LOOPS
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                let plural = if n == 1 { "loop" } else { "loops" };
-                (
-                    format!("drain_{n}_{plural}_per_s"),
-                    format!("  baseline with {n} claim {plural} (jobs/s)"),
-                    self.bl
-                        .drain_loops
-                        .get(i)
-                        .and_then(|v| median(v))
-                        .map(|x| round_to(x, 1)),
-                )
-            })
-            .collect()
+        loop_medians(
+            &BASELINE_LOOPS,
+            &self.bl.drain_loops,
+            ("drain", "baseline with"),
+        )
     }
 
     /// The raw loop on the article's table per loop count: (JSON key, label, median jobs/s).
     pub(crate) fn article_loops(&self) -> Vec<(String, String, Option<f64>)> {
-        ARTICLE_LOOPS
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                let plural = if n == 1 { "loop" } else { "loops" };
-                (
-                    format!("drain_article_schema_{n}_{plural}_per_s"),
-                    format!("  raw loop, article's schema, {n} claim {plural} (jobs/s)"),
-                    self.bl
-                        .article_loops
-                        .get(i)
-                        .and_then(|v| median(v))
-                        .map(|x| round_to(x, 1)),
-                )
-            })
-            .collect()
+        loop_medians(
+            &ARTICLE_LOOPS,
+            &self.bl.article_loops,
+            ("drain_article_schema", "raw loop, article's schema,"),
+        )
     }
 
     /// The framework sides after the first (other worker settings): (JSON key, label, median
@@ -610,6 +588,27 @@ fn per_job_table(sides: &[(Drainer, &Value)]) -> String {
         text.push_str(&format!("  {}: {}\n", who.label(), parts.join("; ")));
     }
     text
+}
+
+/// Per loop count of `loops`: (JSON key `<key>_<n>_loop(s)_per_s`, label `  <label> <n> claim
+/// loop(s) (jobs/s)`, median of `rates[i]`).
+fn loop_medians(
+    loops: &[usize],
+    rates: &[Vec<f64>],
+    (key, label): (&str, &str),
+) -> Vec<(String, String, Option<f64>)> {
+    loops
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let plural = if n == 1 { "loop" } else { "loops" };
+            (
+                format!("{key}_{n}_{plural}_per_s"),
+                format!("  {label} {n} claim {plural} (jobs/s)"),
+                rates.get(i).and_then(|v| median(v)).map(|x| round_to(x, 1)),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -188,19 +188,22 @@ const BENCH_CLAIM_SET: &str = "status = 'processing', claim_token = ?, locked_by
 /// What the baseline's completion sets.
 const BENCH_COMPLETE_SET: &str = "status = 'completed', finished_at = UTC_TIMESTAMP(6)";
 
+/// The raw loop's claim UPDATE ([`BENCH_CLAIM_SET`]), on either table.
+const BENCH_CLAIM_WRITE: RowWrite = RowWrite {
+    statement: "claim UPDATE",
+    change: Change::Update(&[
+        "status",
+        "claim_token",
+        "locked_by",
+        "lease_expires_at",
+        "attempts",
+    ]),
+};
+
 /// The row writes of one job drained by the baseline: its claim's UPDATE and its completion's
 /// (for the index entries per job; a unit test keeps the columns those of the SQL).
 pub(crate) const BENCH_DRAIN_WRITES: &[RowWrite] = &[
-    RowWrite {
-        statement: "claim UPDATE",
-        change: Change::Update(&[
-            "status",
-            "claim_token",
-            "locked_by",
-            "lease_expires_at",
-            "attempts",
-        ]),
-    },
+    BENCH_CLAIM_WRITE,
     RowWrite {
         statement: "completion UPDATE",
         change: Change::Update(&["status", "finished_at"]),
@@ -277,16 +280,7 @@ const ARTICLE_COMPLETE_SET: &str =
 
 /// [`BENCH_DRAIN_WRITES`] on the article's table.
 pub(crate) const ARTICLE_DRAIN_WRITES: &[RowWrite] = &[
-    RowWrite {
-        statement: "claim UPDATE",
-        change: Change::Update(&[
-            "status",
-            "claim_token",
-            "locked_by",
-            "lease_expires_at",
-            "attempts",
-        ]),
-    },
+    BENCH_CLAIM_WRITE,
     RowWrite {
         statement: "completion UPDATE",
         change: Change::Update(&["status", "locked_by", "claim_token", "lease_expires_at"]),
