@@ -78,6 +78,11 @@ pub(crate) async fn run(s: Arc<Shared>, claimer: usize) {
             continue;
         }
         gather_room(&s).await;
+        // The wait above ends at shutdown too: claim nothing then (a claim now would take the
+        // very jobs the shutdown just handed back, and run them before it ends).
+        if s.stop_fetching.is_cancelled() {
+            return;
+        }
         let queues: Vec<&String> = if probe {
             ready_queues(&s, &mut conn).await
         } else {
