@@ -101,8 +101,11 @@ async fn a_worker_deleting_completed_jobs_keeps_failed_cancelled_steps_and_held_
         Duration::from_secs(60),
     )
     .await;
-    let counters = worker.metrics().counters.snapshot();
+    // Counted after the shutdown: a completion's count follows its commit, which the database
+    // shows first.
+    let metrics = worker.metrics();
     worker.shutdown().await.unwrap();
+    let counters = metrics.counters.snapshot();
 
     // Kept: the failed and cancelled jobs, the key held for its window, the workflow's steps.
     let rows: Vec<(u64, String)> =
@@ -263,8 +266,11 @@ async fn a_completion_whose_commit_reply_was_lost_is_counted_once() {
         |e| matches!(e, WorkerEvent::Completed { id: done } if *done == id),
     )
     .await;
-    let counters = worker.metrics().counters.snapshot();
+    // Counted after the shutdown: a completion's count follows its commit, which the database
+    // shows first.
+    let metrics = worker.metrics();
     worker.shutdown().await.unwrap();
+    let counters = metrics.counters.snapshot();
     assert!(matches!(
         link.events().as_slice(),
         [ProxyEvent::CommitReplyLost { .. }]
@@ -333,8 +339,11 @@ async fn a_completion_carried_by_a_claim_whose_commit_reply_was_lost_is_counted_
         .await;
         done.push(e);
     }
-    let counters = worker.metrics().counters.snapshot();
+    // Counted after the shutdown: a completion's count follows its commit, which the database
+    // shows first.
+    let metrics = worker.metrics();
     worker.shutdown().await.unwrap();
+    let counters = metrics.counters.snapshot();
     assert!(
         done.iter()
             .all(|e| matches!(e, WorkerEvent::Completed { id } if *id == first || *id == second)),
@@ -605,8 +614,11 @@ async fn heartbeats_racing_deleting_completions_report_no_lost_lease() {
         Duration::from_secs(120),
     )
     .await;
-    let counters = worker.metrics().counters.snapshot();
+    // Counted after the shutdown: a completion's count follows its commit, which the database
+    // shows first.
+    let metrics = worker.metrics();
     worker.shutdown().await.unwrap();
+    let counters = metrics.counters.snapshot();
     let lost = drain_events(&mut events, |e| matches!(e, WorkerEvent::LeaseLost { .. }));
     assert_eq!(
         (counters.completions, counters.lost, lost.len()),
