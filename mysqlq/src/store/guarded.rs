@@ -85,6 +85,7 @@ fn names(claims: &[Owned], id: JobId, token: &str) -> bool {
 async fn guarded_update(
     conn: &mut MySqlConnection,
     tag: &str,
+    moves: Moves,
     set: &str,
     leading: Option<i64>,
     jobs: &[Owned],
@@ -123,7 +124,7 @@ async fn guarded_update(
         // their tokens too, as an earlier write's: not settled by an earlier write, written now
         // (counted in `done`). They are the `done` latest-updated of them (`updated_at` moves
         // on every UPDATE, and nothing writes a claim's row under its token after its outcome).
-        if !o.settled.is_empty() && set_moves_status(set) {
+        if !o.settled.is_empty() && moves == Moves::OutOfProcessing {
             o.settled_updated_us
                 .sort_by_key(|(_, us)| std::cmp::Reverse(*us));
             let now: Vec<Owned> = o
@@ -142,10 +143,14 @@ async fn guarded_update(
     Ok(report)
 }
 
-/// Whether a guarded write's `SET` moves its rows out of `processing` (a completion, a
-/// release), so that the rows it wrote read as settled afterwards; a heartbeat's does not.
-fn set_moves_status(set: &str) -> bool {
-    set.contains("status = ")
+/// Where a guarded write's `SET` moves its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moves {
+    /// Out of `processing` (a completion, a release): the rows it wrote under a token that stays
+    /// on them read as settled by that token afterwards.
+    OutOfProcessing,
+    /// Nowhere: they stay `processing` (a heartbeat).
+    Nowhere,
 }
 
 /// Where a set of claims stands: each claim (id and token) in one list.
@@ -233,7 +238,15 @@ pub async fn job_complete_many(
     jobs: &[Owned],
 ) -> Result<GuardedReport, Error> {
     let set = format!("status = 'completed', finished_at = UTC_TIMESTAMP(6), {CLEAR_OWNER}");
-    guarded_update(conn, "job_complete_many", &set, None, jobs).await
+    guarded_update(
+        conn,
+        "job_complete_many",
+        Moves::OutOfProcessing,
+        &set,
+        None,
+        jobs,
+    )
+    .await
 }
 
 /// `job_heartbeat`: extends the leases of in-flight jobs (token-guarded), in one transaction
@@ -275,8 +288,15 @@ pub async fn job_heartbeat(
     let (free, passed): (Vec<Owned>, Vec<Owned>) =
         jobs.iter().cloned().partition(|j| locked.contains(&j.id.0));
     let set = "lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
-    let mut report =
-        guarded_update(&mut tx, "job_heartbeat", set, Some(micros(lease)), &free).await?;
+    let mut report = guarded_update(
+        &mut tx,
+        "job_heartbeat",
+        Moves::Nowhere,
+        set,
+        Some(micros(lease)),
+        &free,
+    )
+    .await?;
     tx.commit().await?;
     if !passed.is_empty() {
         // Not locked by this statement: held by another transaction, or gone. A plain read of
@@ -300,7 +320,15 @@ pub async fn job_release(
 ) -> Result<GuardedReport, Error> {
     let set =
         format!("status = 'pending', attempts = IF(attempts > 0, attempts - 1, 0), {CLEAR_OWNER}");
-    guarded_update(conn, "job_release", &set, None, jobs).await
+    guarded_update(
+        conn,
+        "job_release",
+        Moves::OutOfProcessing,
+        &set,
+        None,
+        jobs,
+    )
+    .await
 }
 
 /// `job_relay_release`: hands relayed jobs (held under a relay's token, in a stream or about to
@@ -313,7 +341,15 @@ pub async fn job_relay_release(
     jobs: &[Owned],
 ) -> Result<GuardedReport, Error> {
     let set = "status = 'pending', locked_by = NULL, claim_token = NULL, lease_expires_at = NULL";
-    guarded_update(conn, "job_relay_release", set, None, jobs).await
+    guarded_update(
+        conn,
+        "job_relay_release",
+        Moves::OutOfProcessing,
+        set,
+        None,
+        jobs,
+    )
+    .await
 }
 
 /// Where a failed attempt sends a job.
