@@ -100,7 +100,8 @@ pub(super) fn checks(node: &NodeState, g: &GaleraState) -> Vec<Check> {
             "galera writers",
             format!(
                 "{} certification failures and {} brute-force aborts on this node since it \
-                 started: more than one node takes writes that touch the same rows",
+                 started: more than one node takes writes that touch the same rows, and claims \
+                 through several nodes can run a job twice (docs/clusters.md)",
                 g.cert_failures, g.bf_aborts
             ),
             Some(SINGLE_WRITER),
@@ -110,7 +111,7 @@ pub(super) fn checks(node: &NodeState, g: &GaleraState) -> Vec<Check> {
             Level::Info,
             "galera writers",
             "no certification conflicts on this node since it started; keep it so: claims through \
-             several nodes abort each other (error 1213)",
+             several nodes abort each other (error 1213) and can run a job twice",
             Some(SINGLE_WRITER),
         )
     });
